@@ -1,0 +1,120 @@
+"""RequestRecord (one per LLM call) and the append-only JSONL writers of a run directory.
+
+Each record is written with one ``os.write`` on an ``O_APPEND`` descriptor as soon as its request
+ends: nothing is buffered in the process, so a crash or ``kill -9`` of the load generator loses no
+finished request, and a partially written last line (the process killed mid-write) is skipped by the
+reader. The field names are the run directory contract (README, "Request records").
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+ERROR_CLASSES = (
+    "connection_refused",
+    "connect_timeout",
+    "connection_reset",
+    "stall",
+    "read_timeout",
+    "http_400_context_length",
+    "http_429",
+    "http_4xx",
+    "http_5xx",
+    "kv_cache",
+    "stream_error",
+    "malformed_stream",
+    "truncated",
+    "cancelled",
+    "other",
+)
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """One LLM call, as measured by the client.
+
+    All ``*_ns`` times but the offsets are wall-clock nanoseconds since the epoch (derived from one
+    perf-counter anchor per process, so differences are exact). ``chunk_offsets_ns`` are arrival
+    times of the chunks that carried output text, relative to ``sent_ns``; ``chunk_tokens`` the
+    tokens each of them carried (see ``tokens_source``). TTFT is ``first_chunk_ns - intended_ns``.
+    """
+
+    id: str
+    worker: str
+    step: int
+    intended_ns: int
+    sent_ns: int
+    first_chunk_ns: int | None = None
+    end_ns: int = 0
+    chunk_offsets_ns: list[int] = field(default_factory=list)
+    chunk_tokens: list[int] = field(default_factory=list)
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    tokens_source: str = "none"
+    finish_reason: str | None = None
+    status: int = 0
+    error_class: str | None = None
+    error: str | None = None
+    endpoint: str = "chat"
+    stream: bool = True
+    max_tokens: int | None = None
+    context_tokens: int | None = None
+    source: str = ""
+    user: int = 0
+    reasoning_chunks: int = 0
+    server_request_id: str | None = None
+    conversation: str | None = None
+    turn: int = 0
+    cached_tokens: int | None = None
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(asdict(self)) + b"\n"  # type: ignore[call-overload]
+
+
+class JsonlAppender:
+    """Append-only JSONL file: one ``os.write`` per line, no user-space buffering."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        try:
+            self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise RunDirError(f"cannot open {self.path} for writing: {exc.strerror}") from exc
+
+    def write_bytes(self, line: bytes) -> None:
+        if self._fd is None:
+            raise RunDirError(f"{self.path} is closed")
+        os.write(self._fd, line)
+
+    def write(self, obj: Any) -> None:
+        self.write_bytes(orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+class RunDirError(Exception):
+    """The run directory cannot be created or written; the message names the path and what to do."""
+
+
+def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Read a JSONL file, skipping a torn last line (a writer killed mid-write) and blank lines."""
+    out: list[dict[str, Any]] = []
+    with open(path, "rb") as fh:
+        data = fh.read()
+    loads = orjson.loads
+    for line in data.split(b"\n"):
+        if not line.strip():
+            continue
+        try:
+            out.append(loads(line))
+        except orjson.JSONDecodeError:
+            continue
+    return out
