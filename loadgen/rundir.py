@@ -58,9 +58,7 @@ def create_run_dir(out: str | os.PathLike[str], label: str | None = None) -> Pat
         probe.write_bytes(b"ok")
         probe.unlink()
     except OSError as exc:
-        raise RunDirError(
-            f"cannot write in {path}: {exc.strerror}. Pass --out with a writable folder."
-        ) from exc
+        raise RunDirError(f"cannot write in {path}: {exc.strerror}. Pass --out with a writable folder.") from exc
     return path
 
 

@@ -1,0 +1,784 @@
+"""Load a run directory into columnar arrays: the only code that reads ``requests*.jsonl``.
+
+``load_run(path)`` returns a :class:`Run`: the manifest, one :class:`Step` per step id folded from
+``steps.jsonl``, every request record of every ``requests*.jsonl`` file as numpy columns
+(:class:`Requests`), and the raw telemetry ``samples.jsonl`` / ``events.jsonl`` lines.
+
+Robust to a killed load generator: a torn last line (or any line that is not a JSON object) is
+skipped and counted in ``Run.skipped_lines``; a step without an ``end`` line ends at the last end
+time of its records (or at the next step's start); a step without a ``steady`` line becomes steady
+``warmup_s`` after its start; a missing ``steps.jsonl`` gives one step per step id seen in records.
+
+Fast for large runs (a 1,000,000-record run loads in seconds, not minutes): files are read in
+blocks; the two per-chunk arrays of a record are cut out of its line as text and parsed in one
+numpy call per block (they are most of the bytes, and turning them into Python ints is what costs);
+orjson parses the rest of the line; the cyclic garbage collector is paused while records are parsed
+(millions of short-lived dicts would otherwise trigger it over and over). Per-chunk data is kept as
+two flat arrays with per-record offsets into them (CSR layout), never as per-record lists.
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import multiprocessing
+import os
+import sys
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from itertools import chain
+from operator import itemgetter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import orjson
+
+from loadgen.records import read_jsonl
+from loadgen.rundir import read_manifest
+
+I64 = npt.NDArray[np.int64]
+I32 = npt.NDArray[np.int32]
+
+MISSING = -1
+"""Stored in an integer column where the record had null (``first_chunk_ns``, token counts...)."""
+
+BLOCK_BYTES = 1 << 20  # small blocks stay in the CPU cache and reuse the allocator's memory
+RANGE_BYTES = 16 << 20  # work unit of a worker process
+PARALLEL_MIN_BYTES = 96 << 20  # below this, worker start-up costs more than it saves
+_OFF_KEY = b'"chunk_offsets_ns":['
+_TOK_KEY = b'"chunk_tokens":['
+
+# Integer columns: name -> value stored when the key is absent or null.
+_INT_FIELDS: dict[str, int] = {
+    "step": MISSING,
+    "intended_ns": MISSING,
+    "sent_ns": MISSING,
+    "first_chunk_ns": MISSING,
+    "end_ns": MISSING,
+    "prompt_tokens": MISSING,
+    "output_tokens": MISSING,
+    "status": 0,
+    "context_tokens": MISSING,
+    "max_tokens": MISSING,
+    "cached_tokens": MISSING,
+    "reasoning_chunks": 0,
+    "user": 0,
+}
+_CAT_FIELDS = ("worker", "tokens_source", "finish_reason", "error_class", "endpoint")
+
+
+class RunLoadError(Exception):
+    """The run directory cannot be read; the message names the file, the field and what to do."""
+
+
+@dataclass(frozen=True, slots=True)
+class Categorical:
+    """A string column as integer codes into ``names`` (``names[code]``; None is a name too)."""
+
+    codes: I32
+    names: tuple[str | None, ...]
+
+    def code_of(self, name: str | None) -> int:
+        """The code of ``name``, or -1 when no record has it (so ``codes == -1`` selects nothing)."""
+        try:
+            return self.names.index(name)
+        except ValueError:
+            return -1
+
+    def values(self, rows: npt.NDArray[Any] | None = None) -> list[str | None]:
+        codes = self.codes if rows is None else self.codes[rows]
+        names = self.names
+        return [names[c] for c in codes.tolist()]
+
+
+@dataclass(slots=True)
+class Requests:
+    """All request records of a run as columns (one row per record; files concatenated).
+
+    Integer columns hold ``MISSING`` (-1) where a record had null. ``chunk_start`` has ``n + 1``
+    entries: the text chunks of record ``i`` are ``chunk_offsets_ns[chunk_start[i]:chunk_start[i+1]]``
+    (arrival times relative to ``sent_ns``) and the same slice of ``chunk_tokens``. ``errors`` maps
+    a row to its error message (only rows that have one).
+    """
+
+    ids: list[str]
+    worker: Categorical
+    step: I64
+    intended_ns: I64
+    sent_ns: I64
+    first_chunk_ns: I64
+    end_ns: I64
+    prompt_tokens: I64
+    output_tokens: I64
+    status: I64
+    context_tokens: I64
+    max_tokens: I64
+    cached_tokens: I64
+    reasoning_chunks: I64
+    user: I64
+    tokens_source: Categorical
+    finish_reason: Categorical
+    error_class: Categorical
+    endpoint: Categorical
+    chunk_start: I64
+    chunk_offsets_ns: I64
+    chunk_tokens: I32
+    errors: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return len(self.step)
+
+    @property
+    def chunk_counts(self) -> I64:
+        return np.diff(self.chunk_start)
+
+    def chunks_of(self, row: int) -> tuple[I64, I32]:
+        """Offsets (ns after ``sent_ns``) and token counts of one record's text chunks."""
+        a, b = int(self.chunk_start[row]), int(self.chunk_start[row + 1])
+        return self.chunk_offsets_ns[a:b], self.chunk_tokens[a:b]
+
+
+@dataclass(slots=True)
+class Step:
+    """One step of the load shape, folded from its ``start``/``steady``/``end`` lines.
+
+    ``end_reason`` is None when the step has no ``end`` line (the run was killed): then ``end_ns``
+    is the last end time of the step's records. ``steady_logged`` is False when the ``steady``
+    line is missing and ``steady_ns`` was derived as ``start_ns + warmup_s``. ``fields`` keeps every
+    other key of the step's lines (e.g. ``duration_s``, or client CPU use written at the end).
+    """
+
+    step: int
+    concurrency: int | None
+    context_tokens: int | None
+    rate: float | None
+    warmup_s: float | None
+    start_ns: int
+    steady_ns: int
+    end_ns: int
+    end_reason: str | None
+    steady_logged: bool = True
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Run:
+    """Everything a run directory holds, as loaded by :func:`load_run`."""
+
+    path: Path
+    manifest: dict[str, Any]
+    steps: list[Step]
+    requests: Requests
+    samples: list[dict[str, Any]]
+    events: list[dict[str, Any]]
+    request_files: list[Path]
+    skipped_lines: int = 0
+
+    @property
+    def run_id(self) -> str:
+        rid = self.manifest.get("run_id")
+        return str(rid) if rid else self.path.name
+
+
+# ---------------------------------------------------------------------------------------------
+# growable flat arrays (realloc in place: large buffers grow by mremap, without a copy's peak)
+
+
+class _Flat:
+    __slots__ = ("arr", "n")
+
+    def __init__(self, dtype: type[np.signedinteger[Any]], capacity: int = 1 << 16) -> None:
+        self.arr: npt.NDArray[Any] = np.empty(capacity, dtype=dtype)
+        self.n = 0
+
+    def extend(self, values: npt.NDArray[Any]) -> None:
+        need = self.n + len(values)
+        if need > len(self.arr):
+            self.arr.resize(max(need, len(self.arr) * 2), refcheck=False)
+        self.arr[self.n : need] = values
+        self.n = need
+
+    def finish(self) -> npt.NDArray[Any]:
+        self.arr.resize(self.n, refcheck=False)
+        return self.arr
+
+
+# ---------------------------------------------------------------------------------------------
+# one block of lines -> columns
+
+
+@dataclass(slots=True)
+class _Batch:
+    recs: list[dict[str, Any]]
+    counts: list[int]
+    offsets: npt.NDArray[np.int64]
+    tokens: npt.NDArray[np.int32]
+
+
+def _parse_ints(text: bytes, dtype: type[np.signedinteger[Any]]) -> npt.NDArray[Any] | None:
+    """Comma-separated integers -> array, or None if the text is anything else."""
+    if not text:
+        return np.empty(0, dtype=dtype)
+    with warnings.catch_warnings():
+        # numpy warns (and returns a short array) on unparsable text; make that an error.
+        warnings.simplefilter("error", DeprecationWarning)
+        try:
+            return np.fromstring(text, dtype=dtype, sep=",")
+        except (ValueError, DeprecationWarning):
+            return None
+
+
+def _int_list(value: Any) -> list[int] | None:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        return None
+    out: list[int] = []
+    for v in value:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return None
+        out.append(int(v))
+    return out
+
+
+def _fast_batch(lines: list[bytes]) -> _Batch | None:
+    """The fast path: every line a JSON object with both chunk arrays of plain integers."""
+    stripped: list[bytes] = []
+    off_parts: list[bytes] = []
+    tok_parts: list[bytes] = []
+    counts: list[int] = []
+    add_line, add_off, add_tok, add_count = stripped.append, off_parts.append, tok_parts.append, counts.append
+    for line in lines:
+        i = line.find(_OFF_KEY)
+        j = line.find(_TOK_KEY)
+        if i < 0 or j < 0:
+            return None
+        i += 20
+        j += 16
+        ie = line.find(b"]", i)
+        je = line.find(b"]", j)
+        if ie < 0 or je < 0:
+            return None
+        off = line[i:ie]
+        tok = line[j:je]
+        n_off = off.count(b",") + 1 if off else 0
+        n_tok = tok.count(b",") + 1 if tok else 0
+        if n_off != n_tok:
+            return None
+        if off:
+            add_off(off)
+            add_tok(tok)
+        add_count(n_off)
+        add_line(line[:i] + line[ie:j] + line[je:] if i < j else line[:j] + line[je:i] + line[ie:])
+    try:
+        recs = list(map(orjson.loads, stripped))
+    except orjson.JSONDecodeError:
+        return None
+    if not all(type(r) is dict for r in recs):
+        return None
+    offsets = _parse_ints(b",".join(off_parts), np.int64)
+    tokens = _parse_ints(b",".join(tok_parts), np.int32)
+    total = sum(counts)
+    if offsets is None or tokens is None or len(offsets) != total or len(tokens) != total:
+        return None
+    return _Batch(recs, counts, offsets, tokens)
+
+
+def _line_number(path: Path, block_start: int, k: int) -> int:
+    """1-based line number of line ``k`` of the block at byte ``block_start`` (error messages only)."""
+    newlines = 0
+    with open(path, "rb") as fh:
+        remaining = block_start
+        while remaining > 0:
+            data = fh.read(min(remaining, 1 << 24))
+            if not data:
+                break
+            newlines += data.count(b"\n")
+            remaining -= len(data)
+    return newlines + 1 + k
+
+
+def _slow_batch(lines: list[bytes], path: Path, block_start: int) -> tuple[_Batch, int]:
+    """Line by line: skips blank lines and counts lines that are not JSON objects (a torn line);
+    names the line of a bad chunk array."""
+    recs: list[dict[str, Any]] = []
+    counts: list[int] = []
+    offs: list[list[int]] = []
+    toks: list[list[int]] = []
+    skipped = 0
+    for k, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rec = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            rec = None
+        if type(rec) is not dict:
+            skipped += 1
+            continue
+        off = _int_list(rec.get("chunk_offsets_ns"))
+        tok = _int_list(rec.get("chunk_tokens"))
+        if off is None or tok is None:
+            where = f"{path}:{_line_number(path, block_start, k)}"
+            raise RunLoadError(
+                f"{where}: chunk_offsets_ns and chunk_tokens must be lists of integers; "
+                "the record is corrupt: delete that line and run `loadgen report` again"
+            )
+        if len(tok) != len(off):
+            # A writer that did not count tokens per chunk: one token per chunk, never a shifted pairing.
+            tok = [1] * len(off)
+        recs.append(rec)
+        counts.append(len(off))
+        offs.append(off)
+        toks.append(tok)
+    total = sum(counts)
+    offsets = np.fromiter(chain.from_iterable(offs), dtype=np.int64, count=total)
+    tokens = np.fromiter(chain.from_iterable(toks), dtype=np.int32, count=total)
+    return _Batch(recs, counts, offsets, tokens), skipped
+
+
+def _line_blocks(path: Path, start: int = 0, end: int | None = None) -> Iterator[tuple[list[bytes], int]]:
+    """Yield (lines, byte offset of the first) per block of about BLOCK_BYTES of ``path[start:end]``.
+
+    ``start`` must be a line start; ``end`` a line start or the file's end.
+    """
+    pos = start
+    tail = b""
+    with open(path, "rb") as fh:
+        fh.seek(start)
+        while True:
+            want = BLOCK_BYTES if end is None else min(BLOCK_BYTES, end - pos - len(tail))
+            data = fh.read(want) if want > 0 else b""
+            at_end = not data
+            buf = tail + data if tail else data
+            if not at_end:
+                cut = buf.rfind(b"\n")
+                if cut < 0:
+                    tail = buf
+                    continue
+                tail = buf[cut + 1 :]
+                buf = buf[: cut + 1]
+            else:
+                tail = b""
+            if buf:
+                lines = buf.split(b"\n")
+                if not lines[-1]:
+                    lines.pop()
+                yield lines, pos
+                pos += len(buf)
+            if at_end:
+                return
+
+
+@dataclass(slots=True)
+class _Part:
+    """The columns of one block of lines (categoricals with block-local codes)."""
+
+    ints: dict[str, I64]
+    cats: dict[str, tuple[I32, list[Any]]]
+    ids: list[Any]
+    errors: list[tuple[int, str]]
+    counts: I64
+    offsets: npt.NDArray[np.int64]
+    tokens: npt.NDArray[np.int32]
+    skipped: int
+
+    @property
+    def n(self) -> int:
+        return len(self.counts)
+
+
+_KEYS = (*_INT_FIELDS, *_CAT_FIELDS, "id", "error")
+_ALL_KEYS = itemgetter(*_KEYS)
+
+
+def _int_column(col: Sequence[Any], name: str, default: int, path: Path) -> I64:
+    if None in col:
+        col = [default if v is None else v for v in col]
+    try:
+        return np.asarray(col, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        bad = next((v for v in col if type(v) not in (int, float)), col[0])
+        raise RunLoadError(
+            f"{path}: field {name!r} must be an integer or null, found {bad!r}; "
+            "the file is not a loadgen request log or is corrupt"
+        ) from None
+
+
+def _cat_column(col: Sequence[Any]) -> tuple[I32, list[Any]]:
+    table: dict[Any, int] = {}
+    try:
+        for v in set(col):
+            table[v] = len(table)
+    except TypeError:  # an unhashable value (list, object): keep its text
+        col = [v if v is None or type(v) is str else str(v) for v in col]
+        for v in set(col):
+            table[v] = len(table)
+    codes = np.fromiter(map(table.__getitem__, col), dtype=np.int32, count=len(col))
+    return codes, list(table)
+
+
+def _columns(batch: _Batch, path: Path, skipped: int) -> _Part:
+    recs = batch.recs
+    try:
+        columns: list[Sequence[Any]] = list(zip(*map(_ALL_KEYS, recs), strict=True)) if recs else []
+    except KeyError:  # a writer that leaves keys out: absent = default
+        columns = [[r.get(k, _INT_FIELDS.get(k)) for r in recs] for k in _KEYS]
+    if not columns:
+        columns = [() for _ in _KEYS]
+    by_key = dict(zip(_KEYS, columns, strict=True))
+    ints = {name: _int_column(by_key[name], name, d, path) for name, d in _INT_FIELDS.items()}
+    cats = {name: _cat_column(by_key[name]) for name in _CAT_FIELDS}
+    err_col = by_key["error"]
+    errors: list[tuple[int, str]] = []
+    if err_col.count(None) != len(err_col):
+        errors = [(k, str(m)) for k, m in enumerate(err_col) if m is not None]
+    return _Part(
+        ints=ints,
+        cats=cats,
+        ids=list(by_key["id"]),
+        errors=errors,
+        counts=np.asarray(batch.counts, dtype=np.int64),
+        offsets=batch.offsets,
+        tokens=batch.tokens,
+        skipped=skipped,
+    )
+
+
+def _parse_lines(lines: list[bytes], path: Path, block_start: int) -> _Part:
+    """One block of request lines -> columns (fast path, else line by line)."""
+    batch = _fast_batch(lines)
+    skipped = 0
+    if batch is None:
+        batch, skipped = _slow_batch(lines, path, block_start)
+    return _columns(batch, path, skipped)
+
+
+class _Columns:
+    """Accumulates the parts of all blocks into the Requests columns."""
+
+    def __init__(self, expected_bytes: int) -> None:
+        self.expected_bytes = expected_bytes
+        self.ints: dict[str, list[I64]] = {k: [] for k in _INT_FIELDS}
+        self.cat_tables: dict[str, dict[Any, int]] = {k: {} for k in _CAT_FIELDS}
+        self.cats: dict[str, list[I32]] = {k: [] for k in _CAT_FIELDS}
+        self.ids: list[Any] = []
+        self.errors: dict[int, str] = {}
+        self.counts: list[I64] = []
+        self.offsets: _Flat | None = None
+        self.tokens: _Flat | None = None
+        self.n = 0
+        self.skipped = 0
+
+    def add(self, part: _Part, block_bytes: int) -> None:
+        self.skipped += part.skipped
+        if self.offsets is None or self.tokens is None:
+            # size the flat arrays once from the first block's chunks per byte (+10 %), so that
+            # large runs never grow them by copying
+            per_byte = len(part.offsets) / max(block_bytes, 1)
+            capacity = int(per_byte * self.expected_bytes * 1.1) + 1024
+            self.offsets = _Flat(np.int64, capacity)
+            self.tokens = _Flat(np.int32, capacity)
+        if not part.n:
+            return
+        for name in _INT_FIELDS:
+            self.ints[name].append(part.ints[name])
+        for name in _CAT_FIELDS:
+            codes, names = part.cats[name]
+            table = self.cat_tables[name]
+            remap = np.asarray([table.setdefault(v, len(table)) for v in names], dtype=np.int32)
+            self.cats[name].append(remap[codes] if len(remap) else codes)
+        self.ids.extend(part.ids)
+        base = self.n
+        for k, msg in part.errors:
+            self.errors[base + k] = msg
+        self.counts.append(part.counts)
+        self.offsets.extend(part.offsets)
+        self.tokens.extend(part.tokens)
+        self.n += part.n
+
+    def to_part(self) -> _Part:
+        """Everything added so far as one part (a worker's answer for its byte range)."""
+        ints = {k: (np.concatenate(v) if v else np.empty(0, dtype=np.int64)) for k, v in self.ints.items()}
+        cats = {
+            k: (np.concatenate(v) if v else np.empty(0, dtype=np.int32), list(self.cat_tables[k]))
+            for k, v in self.cats.items()
+        }
+        return _Part(
+            ints=ints,
+            cats=cats,
+            ids=self.ids,
+            errors=sorted(self.errors.items()),
+            counts=np.concatenate(self.counts) if self.counts else np.empty(0, dtype=np.int64),
+            offsets=self.offsets.finish() if self.offsets else np.empty(0, dtype=np.int64),
+            tokens=self.tokens.finish() if self.tokens else np.empty(0, dtype=np.int32),
+            skipped=self.skipped,
+        )
+
+    def finish(self) -> Requests:
+        def cat(name: str) -> Categorical:
+            names = tuple(self.cat_tables[name])
+            parts = self.cats[name]
+            codes = np.concatenate(parts) if parts else np.empty(0, dtype=np.int32)
+            return Categorical(codes.astype(np.int32, copy=False), names)
+
+        ints = {k: (np.concatenate(v) if v else np.empty(0, dtype=np.int64)) for k, v in self.ints.items()}
+        counts = np.concatenate(self.counts) if self.counts else np.empty(0, dtype=np.int64)
+        chunk_start = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=chunk_start[1:])
+        intended = ints["intended_ns"]
+        missing_intended = intended == MISSING
+        if missing_intended.any():  # closed loop writers may leave it out: intended = sent
+            intended[missing_intended] = ints["sent_ns"][missing_intended]
+        empty = _Flat(np.int64, 0)
+        return Requests(
+            ids=self.ids,
+            worker=cat("worker"),
+            tokens_source=cat("tokens_source"),
+            finish_reason=cat("finish_reason"),
+            error_class=cat("error_class"),
+            endpoint=cat("endpoint"),
+            chunk_start=chunk_start,
+            chunk_offsets_ns=(self.offsets or empty).finish(),
+            chunk_tokens=(self.tokens or _Flat(np.int32, 0)).finish(),
+            errors=self.errors,
+            **ints,
+        )
+
+
+def _parse_range(task: tuple[str, int, int]) -> _Part:
+    """Parse ``path[start:end]`` (whole lines) into one part; runs in a worker process too."""
+    path_s, start, end = task
+    path = Path(path_s)
+    cols = _Columns(end - start)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # millions of short-lived dicts would trigger the cyclic collector over and over
+    try:
+        for lines, block_start in _line_blocks(path, start, end):
+            cols.add(_parse_lines(lines, path, block_start), sum(map(len, lines)))
+    except OSError as exc:
+        raise RunLoadError(f"cannot read {path}: {exc.strerror}") from exc
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return cols.to_part()
+
+
+def _file_ranges(path: Path, size: int, range_bytes: int) -> list[tuple[str, int, int]]:
+    """Split a file into byte ranges of about ``range_bytes`` that start and end at line starts."""
+    bounds = [0]
+    with open(path, "rb") as fh:
+        pos = range_bytes
+        while pos < size:
+            fh.seek(pos)
+            fh.readline()
+            cut = fh.tell()
+            if cut >= size:
+                break
+            bounds.append(cut)
+            pos = cut + range_bytes
+    bounds.append(size)
+    return [(str(path), a, b) for a, b in itertools.pairwise(bounds) if b > a]
+
+
+def _gevent_patched() -> bool:
+    monkey = sys.modules.get("gevent.monkey")
+    return bool(monkey and monkey.is_module_patched("threading"))
+
+
+def _workers_for(total_bytes: int, workers: int | None) -> int:
+    if workers is not None:
+        return max(1, workers)
+    if total_bytes < PARALLEL_MIN_BYTES or _gevent_patched():
+        return 1
+    return max(1, min(os.cpu_count() or 1, 4))
+
+
+def _load_requests(files: Sequence[Path], workers: int | None = None) -> tuple[Requests, int]:
+    try:
+        sizes = [p.stat().st_size for p in files]
+        total = sum(sizes)
+        n_workers = _workers_for(total, workers)
+        range_bytes = RANGE_BYTES if n_workers > 1 else max(total, 1)
+        tasks = [t for p, size in zip(files, sizes, strict=True) for t in _file_ranges(p, size, range_bytes)]
+    except OSError as exc:
+        raise RunLoadError(f"cannot read {exc.filename}: {exc.strerror}") from exc
+    cols = _Columns(total)
+    if n_workers > 1 and len(tasks) > 1:
+        # spawn, not fork: the caller may hold threads or locks a forked child would inherit
+        ctx = multiprocessing.get_context("spawn")
+        with ctx.Pool(min(n_workers, len(tasks))) as pool:
+            for task, part in zip(tasks, pool.imap(_parse_range, tasks), strict=True):
+                cols.add(part, task[2] - task[1])
+                del part
+    else:
+        for task in tasks:
+            cols.add(_parse_range(task), task[2] - task[1])
+    return cols.finish(), cols.skipped
+
+
+# ---------------------------------------------------------------------------------------------
+# steps.jsonl
+
+
+def _opt_int(v: Any) -> int | None:
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _opt_float(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def fold_steps(lines: Sequence[dict[str, Any]], requests: Requests) -> list[Step]:
+    """Fold step transition lines into one Step per step id (ordered by start time).
+
+    The first ``start`` and the last ``steady``/``end`` of a step id count. Missing ``end``: the
+    step ends at the next step's start if there is one, else at the last ``end_ns`` of its records
+    (else it has zero length). Missing ``steady``: ``start_ns + warmup_s`` (0 when unknown).
+    Missing ``start`` (only ``steady``/``end`` lines survive): the step starts at its first line.
+    Records whose step has no line at all get a step spanning their send and end times.
+    """
+    by_step: dict[int, dict[str, Any]] = {}
+    for line in lines:
+        sid = _opt_int(line.get("step"))
+        t = _opt_int(line.get("t_ns"))
+        event = line.get("event")
+        if sid is None or t is None or event not in ("start", "steady", "end"):
+            continue
+        entry = by_step.setdefault(sid, {"fields": {}})
+        extra = {k: v for k, v in line.items() if k not in ("step", "event", "t_ns")}
+        if event == "start":
+            if "start" in entry:
+                continue
+            entry["start"] = t
+        else:
+            entry[event] = t
+        entry["fields"].update(extra)
+
+    req_steps = requests.step
+    last_end: dict[int, int] = {}
+    first_sent: dict[int, int] = {}
+    if requests.n:
+        order = np.argsort(req_steps, kind="stable")
+        sorted_steps = req_steps[order]
+        uniq, first_idx = np.unique(sorted_steps, return_index=True)
+        ends = np.maximum.reduceat(requests.end_ns[order], first_idx)
+        sents = np.minimum.reduceat(requests.sent_ns[order], first_idx)
+        for s, e, t in zip(uniq.tolist(), ends.tolist(), sents.tolist(), strict=True):
+            last_end[s] = e
+            first_sent[s] = t
+        for s in uniq.tolist():
+            if s not in by_step and s != MISSING:
+                by_step[s] = {
+                    "start": first_sent[s],
+                    "steady": first_sent[s],
+                    "end": last_end[s],
+                    "fields": {"reason": "unknown"},
+                }
+
+    for entry in by_step.values():
+        if "start" not in entry:
+            entry["start"] = min(entry.get("steady", entry.get("end", 0)), entry.get("end", 1 << 62))
+    ordered = sorted(by_step.items(), key=lambda kv: (kv[1]["start"], kv[0]))
+    steps: list[Step] = []
+    for k, (sid, entry) in enumerate(ordered):
+        f: dict[str, Any] = entry["fields"]
+        start = int(entry["start"])
+        warmup_s = _opt_float(f.get("warmup_s"))
+        steady_logged = "steady" in entry
+        steady = int(entry["steady"]) if steady_logged else start + int((warmup_s or 0.0) * 1e9)
+        if "end" in entry:
+            end = int(entry["end"])
+            reason = f.get("reason")
+            end_reason: str | None = str(reason) if reason is not None else "unknown"
+        else:
+            end_reason = None
+            has_next = k + 1 < len(ordered)
+            end = int(ordered[k + 1][1]["start"]) if has_next else max(last_end.get(sid, start), start)
+        steps.append(
+            Step(
+                step=sid,
+                concurrency=_opt_int(f.get("concurrency")),
+                context_tokens=_opt_int(f.get("context_tokens")),
+                rate=_opt_float(f.get("rate")),
+                warmup_s=warmup_s,
+                start_ns=start,
+                steady_ns=steady,
+                end_ns=end,
+                end_reason=end_reason,
+                steady_logged=steady_logged,
+                fields={
+                    k2: v
+                    for k2, v in f.items()
+                    if k2 not in ("concurrency", "context_tokens", "rate", "warmup_s", "reason")
+                },
+            )
+        )
+    return steps
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def request_files(path: Path) -> list[Path]:
+    """The run's request logs: ``requests.jsonl`` and ``requests-*.jsonl``, in name order."""
+    return sorted(p for p in path.glob("requests*.jsonl") if p.is_file())
+
+
+def _read_lines(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    try:
+        return [r for r in read_jsonl(path) if isinstance(r, dict)]
+    except OSError as exc:
+        raise RunLoadError(f"cannot read {path}: {exc.strerror}") from exc
+
+
+def load_run(path: str | os.PathLike[str], *, workers: int | None = None) -> Run:
+    """Read a run directory (see ``loadgen/rundir.py`` for its layout).
+
+    Request files of more than PARALLEL_MIN_BYTES in all are parsed by worker processes (one per
+    CPU, at most 4; never inside a gevent-patched process); ``workers`` forces the count (1: none).
+    Raises RunLoadError when ``path`` is not a readable run directory or a record has a field of
+    the wrong type. Unparsable lines (a torn last line after kill -9) are skipped and counted.
+    """
+    run_path = Path(path)
+    if not run_path.is_dir():
+        raise RunLoadError(f"{run_path} is not a directory: pass the run directory printed on the last line of the run")
+    files = request_files(run_path)
+    has_manifest = (run_path / "manifest.json").is_file()
+    has_steps = (run_path / "steps.jsonl").is_file()
+    if not (files or has_manifest or has_steps):
+        raise RunLoadError(
+            f"{run_path} is not a run directory: it has none of manifest.json, steps.jsonl, "
+            "requests*.jsonl; pass the folder printed on the last line of the run"
+        )
+    requests, skipped = _load_requests(files, workers)
+    step_lines = _read_lines(run_path / "steps.jsonl")
+    return Run(
+        path=run_path,
+        manifest=read_manifest(run_path),
+        steps=fold_steps(step_lines, requests),
+        requests=requests,
+        samples=_read_lines(run_path / "samples.jsonl"),
+        events=_read_lines(run_path / "events.jsonl"),
+        request_files=files,
+        skipped_lines=skipped,
+    )
+
+
+__all__ = [
+    "MISSING",
+    "Categorical",
+    "Requests",
+    "Run",
+    "RunLoadError",
+    "Step",
+    "fold_steps",
+    "load_run",
+    "request_files",
+]

@@ -1,0 +1,356 @@
+"""Capacity plan from a measured ramp: how much load one replica carries within the SLO, and
+what a target load then needs in replicas, GPUs, energy and money.
+
+The arithmetic, in order (every figure is in the returned dict, with the approximations named in
+``notes``):
+
+1. Operating point: the highest load L such that every valid step at or below L meets every SLO
+   limit and fails at most ``max_error_frac`` of its requests (a later step that passes again after
+   a failing one does not count: it is noise, not capacity). No interpolation between steps unless
+   ``interpolate=True``: then the load is raised linearly towards the first failing step until the
+   first limit would be crossed (linear in load for each percentile and for throughput).
+2. Successful requests per second there: requests_ok / window_s when the step has its steady
+   window length; else closed loop by Little's law with no think time, concurrency / mean E2E
+   latency (s) x success fraction; else open loop, the offered rate x success fraction.
+3. Goodput: the fraction of successful requests meeting every SLO. Given per step
+   (``goodput_frac`` argument keyed by step id, or a step's ``goodput_frac`` key) it is used as is.
+   Otherwise it is bounded from the step's percentiles: when a p-th percentile meets its limit, at
+   most (1 - p) of the requests miss it, so at least 1 - sum(1 - p_k) meet all of them (union
+   bound; a mean limit bounds nothing and adds no term). goodput req/s = successful req/s * that
+   fraction; goodput tok/s = output tok/s * that fraction (assumes requests meeting the SLO have
+   average length).
+4. Per replica at the planned load: capacity * (1 - headroom).
+5. Replicas = ceil(target_rps / (goodput req/s * (1 - headroom))), or for users
+   ceil(target_users / (concurrency * (1 - headroom))); GPUs = replicas * gpus_per_replica.
+6. Energy: kWh per million tokens = 1e6 / tokens_per_joule / 3.6e6, at the operating step.
+7. Cost per million tokens = gpu_hour_cost * gpus_per_replica / (goodput tok/s * (1 - headroom)
+   * 3600) * 1e6: the GPUs are paid for the headroom too.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from loadgen.analysis.knee import SLO_KEY, load_axis
+
+Step = Mapping[str, Any]
+
+_PART = re.compile(r"^\s*([A-Za-z0-9_]+)\s*=\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([A-Za-zµ]*)\s*$")
+_UNITS_MS = {"ms": 1.0, "s": 1000.0, "us": 0.001, "µs": 0.001}
+_STAT_FRAC = {"p50": 0.50, "p90": 0.90, "p99": 0.99}
+SLO_NAMES = "ttft, itl, tpot, e2e with _mean, _p50, _p90 or _p99 (e.g. ttft_p99)"
+
+
+class SLOError(ValueError):
+    """An SLO string or mapping that cannot be used; the message names the bad part."""
+
+
+def parse_slo(text: str) -> dict[str, float]:
+    """Parse "ttft_p99=2s,tpot_p99=50ms" into {"ttft_p99_ms": 2000.0, "tpot_p99_ms": 50.0}.
+
+    Names: ttft, itl, tpot, e2e followed by _mean, _p50, _p90 or _p99. Units: ms, s, us (a unit is
+    required). Raises :class:`SLOError` naming the bad part and what is allowed.
+    """
+    out: dict[str, float] = {}
+    parts = [p for p in text.split(",") if p.strip()]
+    if not parts:
+        raise SLOError(f"empty SLO {text!r}: give name=value pairs like ttft_p99=2s,tpot_p99=50ms")
+    for part in parts:
+        m = _PART.match(part)
+        if not m:
+            raise SLOError(f"cannot read SLO part {part.strip()!r}: write name=value with a unit, e.g. ttft_p99=2s")
+        name, value, unit = m.group(1).lower(), float(m.group(2)), m.group(3)
+        key = f"{name}_ms"
+        if not SLO_KEY.match(key):
+            raise SLOError(f"unknown SLO name {name!r} in {part.strip()!r}: use {SLO_NAMES}")
+        if unit not in _UNITS_MS:
+            what = f"unknown unit {unit!r}" if unit else "no unit"
+            raise SLOError(f"{what} in SLO part {part.strip()!r}: use ms, s or us (e.g. {name}=2s or {name}=2000ms)")
+        if value <= 0:
+            raise SLOError(f"SLO limit must be > 0 in {part.strip()!r}")
+        if key in out:
+            raise SLOError(f"SLO name {name!r} given twice")
+        out[key] = value * _UNITS_MS[unit]
+    return out
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    f = float(v)
+    return f if math.isfinite(f) else None
+
+
+def _stat(step: Step, key: str) -> float | None:
+    """Value of an SLO key ("ttft_p99_ms") in a step, or None."""
+    m = SLO_KEY.match(key)
+    if not m:
+        raise SLOError(f"unknown SLO key {key!r}: use {SLO_NAMES} with _ms (e.g. ttft_p99_ms)")
+    d = step.get(f"{m.group(1)}_ms")
+    return _num(d.get(m.group(2))) if isinstance(d, Mapping) else None
+
+
+def _success(step: Step) -> float:
+    ok = _num(step.get("requests_ok")) or 0.0
+    failed = _num(step.get("requests_failed")) or 0.0
+    return ok / (ok + failed) if ok + failed > 0 else 0.0
+
+
+def _failed(step: Step) -> float:
+    ok = _num(step.get("requests_ok")) or 0.0
+    failed = _num(step.get("requests_failed")) or 0.0
+    return failed / (ok + failed) if ok + failed > 0 else 0.0
+
+
+def _check(step: Step, slo: Mapping[str, float], max_error_frac: float) -> list[str]:
+    """Why a step misses the SLO ([] when it meets it)."""
+    why = []
+    if (_num(step.get("requests_ok")) or 0) <= 0:
+        why.append("no successful request")
+    elif (failed := _failed(step)) > max_error_frac:
+        why.append(f"{failed:.1%} of requests failed")
+    for key, limit in slo.items():
+        v = _stat(step, key)
+        if v is None:
+            why.append(f"{key} not measured")
+        elif v > limit:
+            why.append(f"{key} {v:.0f} > {limit:g}")
+    return why
+
+
+def _ok_req_per_s(step: Step, axis: str) -> tuple[float | None, str]:
+    """Successful requests per second at a step, and how it was obtained."""
+    window = _num(step.get("window_s"))
+    ok = _num(step.get("requests_ok"))
+    if window is not None and window > 0 and ok is not None:
+        return ok / window, "successful requests sent in the steady window / window length"
+    if axis == "rate":
+        rate = _num(step.get("rate"))
+        return (rate * _success(step) if rate is not None else None), "offered rate x success fraction"
+    c = _num(step.get("concurrency"))
+    e2e = _num((step.get("e2e_ms") or {}).get("mean")) if isinstance(step.get("e2e_ms"), Mapping) else None
+    if c is None or e2e is None or e2e <= 0:
+        return None, "nowhere: no steady window length and no mean E2E latency"
+    return (
+        c / (e2e / 1000.0) * _success(step),
+        "Little's law: concurrency / mean E2E latency (closed loop, no think time) x success fraction",
+    )
+
+
+def _slo_fraction(slo: Mapping[str, float]) -> float:
+    miss = 0.0
+    for key in slo:
+        m = SLO_KEY.match(key)
+        if m and m.group(2) in _STAT_FRAC:
+            miss += 1.0 - _STAT_FRAC[m.group(2)]
+    return max(0.0, 1.0 - miss)
+
+
+def capacity_plan(
+    steps: Sequence[Step],
+    slo: Mapping[str, float],
+    target_rps: float | None = None,
+    target_users: float | None = None,
+    headroom: float = 0.2,
+    gpus_per_replica: int = 8,
+    gpu_hour_cost: float | None = None,
+    *,
+    goodput_frac: Mapping[int, float] | None = None,
+    context_tokens: int | None = None,
+    max_error_frac: float = 0.01,
+    interpolate: bool = False,
+) -> dict[str, Any]:
+    """The capacity plan of a ramp (see the module docstring for the arithmetic).
+
+    Returns a JSON-ready dict: ``operating_point`` (None with ``reason`` when no valid step meets
+    the SLO), ``per_replica``, ``replicas``/``gpus`` (when a target is given), ``energy``,
+    ``cost`` (when ``gpu_hour_cost`` is given) and ``notes``. With several context lengths the
+    largest is planned unless ``context_tokens`` picks one.
+    """
+    if not slo:
+        raise SLOError("no SLO given: pass limits like ttft_p99=2s,tpot_p99=50ms")
+    for key in slo:
+        if not SLO_KEY.match(key):
+            raise SLOError(f"unknown SLO key {key!r}: use {SLO_NAMES} with _ms (e.g. ttft_p99_ms)")
+    if not 0 <= headroom < 1:
+        raise ValueError(f"headroom must be in [0, 1), got {headroom}: 0.2 plans each replica at 80% of capacity")
+    if gpus_per_replica < 1:
+        raise ValueError(f"gpus_per_replica must be >= 1, got {gpus_per_replica}")
+
+    notes: list[str] = []
+    contexts: list[int] = sorted({int(s["context_tokens"]) for s in steps if s.get("context_tokens") is not None})
+    if context_tokens is None and len(contexts) > 1:
+        context_tokens = contexts[-1]
+        notes.append(f"several context lengths measured ({contexts}); planned for the largest, {context_tokens}")
+    chosen = [s for s in steps if context_tokens is None or s.get("context_tokens") == context_tokens]
+    axis = load_axis(chosen) if chosen else "concurrency"
+    valid = sorted(
+        (s for s in chosen if s.get("valid", True) is not False and _num(s.get(axis)) is not None),
+        key=lambda s: float(s[axis]),
+    )
+    skipped = len(chosen) - len(valid)
+    if skipped:
+        notes.append(f"{skipped} invalid step(s) left out")
+
+    result: dict[str, Any] = {
+        "slo": dict(slo),
+        "axis": axis,
+        "context_tokens": context_tokens if context_tokens is not None else (contexts[0] if contexts else None),
+        "headroom": headroom,
+        "gpus_per_replica": gpus_per_replica,
+        "target_rps": target_rps,
+        "target_users": target_users,
+        "operating_point": None,
+        "per_replica": None,
+        "replicas": None,
+        "gpus": None,
+        "energy": None,
+        "cost": None,
+        "notes": notes,
+    }
+
+    best: Step | None = None
+    first_fail: tuple[Step, list[str]] | None = None
+    for s in valid:
+        why = _check(s, slo, max_error_frac)
+        if why:
+            first_fail = (s, why)
+            break
+        best = s
+    if best is None:
+        if first_fail is None:
+            result["reason"] = "no valid step to plan from"
+        else:
+            s, why = first_fail
+            result["reason"] = f"no valid step meets the SLO; the lowest, {axis}={s[axis]}, has {'; '.join(why)}"
+        return result
+
+    load = float(best[axis])
+    step_for_rates: Step = best
+    interpolated = False
+    if interpolate and first_fail is not None:
+        load, step_for_rates, interpolated = _interpolate(best, first_fail[0], slo, axis)
+        if interpolated:
+            notes.append(
+                f"operating point interpolated linearly between {axis}={best[axis]} and "
+                f"{axis}={first_fail[0][axis]} to where the first SLO limit is reached"
+            )
+
+    ok_rps, how = _ok_req_per_s(step_for_rates, axis)
+    notes.append(f"request rate from {how}")
+    success = _success(best)
+    given = (goodput_frac or {}).get(int(best.get("step", -1))) if best.get("step") is not None else None
+    if given is None:
+        given = _num(best.get("goodput_frac"))
+    if given is not None:
+        frac = float(given)
+        notes.append("goodput fraction measured per request")
+    else:
+        frac = _slo_fraction(slo)
+        notes.append(
+            f"goodput approximated: at least {frac:.1%} of successful requests meet every SLO, "
+            "bounded from the step's percentiles (union bound), no per-request data"
+        )
+    tok_s = _num(step_for_rates.get("output_tok_s"))
+    good_rps = ok_rps * frac if ok_rps is not None else None
+    good_tok_s = tok_s * frac if tok_s is not None else None
+
+    result["operating_point"] = {
+        "step": best.get("step"),
+        axis: load,
+        "interpolated": interpolated,
+        "ok_req_s": ok_rps,
+        "output_tok_s": tok_s,
+        "success_frac": success,
+        "goodput_frac": frac,
+        "goodput_req_s": good_rps,
+        "goodput_tok_s": good_tok_s,
+        "slo_values": {k: _stat(step_for_rates, k) for k in slo},
+        "next_step_fails": ({axis: first_fail[0][axis], "why": first_fail[1]} if first_fail is not None else None),
+    }
+    keep = 1.0 - headroom
+    per_replica = {
+        "req_s": good_rps * keep if good_rps is not None else None,
+        "tok_s": good_tok_s * keep if good_tok_s is not None else None,
+        axis: load * keep,
+    }
+    result["per_replica"] = per_replica
+
+    replicas: int | None = None
+    if target_rps is not None:
+        if per_replica["req_s"]:
+            replicas = math.ceil(target_rps / per_replica["req_s"] - 1e-9)
+        else:
+            notes.append("target req/s given but the request rate at the operating point is unknown")
+    if target_users is not None:
+        if axis == "concurrency":
+            by_users = math.ceil(target_users / (load * keep) - 1e-9)
+            replicas = max(replicas or 0, by_users)
+        else:
+            notes.append("target users needs a closed-loop (concurrency) ramp; ignored for this open-loop run")
+    if replicas is not None:
+        result["replicas"] = replicas
+        result["gpus"] = replicas * gpus_per_replica
+
+    tpj = _num(best.get("tokens_per_joule"))
+    if tpj and tpj > 0:
+        power = best.get("gpu_power_w")
+        result["energy"] = {
+            "tokens_per_joule": tpj,
+            "kwh_per_million_tokens": 1e6 / tpj / 3.6e6,
+            "gpu_power_w_mean": _num(power.get("mean")) if isinstance(power, Mapping) else None,
+            "measured_at": "operating step, full load",
+        }
+    else:
+        notes.append("no energy figures: the operating step has no valid tokens_per_joule")
+
+    if gpu_hour_cost is not None:
+        if per_replica["tok_s"]:
+            hourly = gpu_hour_cost * gpus_per_replica
+            result["cost"] = {
+                "gpu_hour_cost": gpu_hour_cost,
+                "replica_hour_cost": hourly,
+                "per_million_tokens": hourly / (per_replica["tok_s"] * 3600.0) * 1e6,
+                "total_hour_cost": hourly * replicas if replicas is not None else None,
+            }
+        else:
+            notes.append("no cost per token: output tok/s unknown at the operating point")
+    return result
+
+
+def _interpolate(good: Step, bad: Step, slo: Mapping[str, float], axis: str) -> tuple[float, Step, bool]:
+    """Load between a passing and the next failing step where the first limit is reached."""
+    l0, l1 = float(good[axis]), float(bad[axis])
+    t = 1.0
+    for key, limit in slo.items():
+        v0, v1 = _stat(good, key), _stat(bad, key)
+        if v0 is None or v1 is None or v1 <= limit:
+            continue
+        t = min(t, (limit - v0) / (v1 - v0) if v1 != v0 else 0.0)
+    if not 0.0 < t < 1.0 or _success(bad) < _success(good) - 1e-9:
+        # Errors at the failing step, or no percentile to interpolate on: keep the measured step.
+        return l0, good, False
+    if axis == "concurrency":
+        # A planned concurrency is a whole number of users: round down and re-derive t.
+        t = (math.floor(l0 + t * (l1 - l0)) - l0) / (l1 - l0)
+        if t <= 0.0:
+            return l0, good, False
+    mixed: dict[str, Any] = dict(good)
+    for key in ("output_tok_s", "rate"):
+        a, b = _num(good.get(key)), _num(bad.get(key))
+        if a is not None and b is not None:
+            mixed[key] = a + t * (b - a)
+    for name in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"):
+        ga, gb = good.get(name), bad.get(name)
+        if isinstance(ga, Mapping) and isinstance(gb, Mapping):
+            out = {}
+            for k, a in ga.items():
+                av, bv = _num(a), _num(gb.get(k))
+                out[k] = av + t * (bv - av) if av is not None and bv is not None else None
+            mixed[name] = out
+    load = l0 + t * (l1 - l0)
+    mixed[axis] = load
+    return load, mixed, True

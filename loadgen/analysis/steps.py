@@ -1,0 +1,288 @@
+"""Per-step statistics over each step's steady window (README, "Metrics").
+
+The window of a step is ``[steady_ns, end_ns)``: warm-up excluded, half-open.
+
+- Latency statistics use the step's requests (``step == id``) *sent* inside the window (they may
+  end after it) that succeeded (no ``error_class``, HTTP status 2xx or none):
+  TTFT = ``first_chunk_ns - intended_ns``; E2E = ``end_ns - intended_ns``;
+  TPOT = (E2E - TTFT) / (output tokens - 1), for requests with at least 2 output tokens;
+  ITL = every gap between successive text chunks of a request, pooled over the requests.
+  Each as mean, p50, p90, p99 in milliseconds (None without data). Percentiles are numpy's default
+  ``linear`` method (interpolation between the two closest ranks; type 7 of Hyndman & Fan).
+- Aggregate output tok/s = output tokens that *arrived* inside the window / window length, over
+  every request of the run (a request sent in warm-up that streams into the window counts for the
+  tokens it received there). A chunk arrives at ``sent_ns + chunk_offsets_ns[i]``; its
+  ``chunk_tokens[i]`` are scaled so that a request's chunks sum to its ``output_tokens`` (the
+  server's usage is truth when the stream parser could only count chunks). A request without text
+  chunks (non-streaming) delivers its output tokens at ``end_ns``.
+- Per-request tok/s = output tokens / E2E, the mean over the successful requests above.
+- Output tokens of a request: ``output_tokens`` (source in ``tokens_source``); when null, the sum
+  of its ``chunk_tokens`` (source "chunks").
+- Requests failed / errors: the step's requests sent inside the window that failed, by class.
+- A step is invalid when it never reached its steady window ("not steady"), served no request
+  ("server served nothing") or fewer than ``min_ok_requests`` ("too few requests (n < k)").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+from loadgen.analysis.load import MISSING, Requests, Run, Step
+
+PERCENTILE_METHOD: Final = "linear"
+DEFAULT_MIN_OK_REQUESTS = 5
+NS_PER_MS = 1e6
+NS_PER_S = 1e9
+_SLICE_CHUNKS = 4_000_000  # per-chunk temporaries are built in slices of at most this many chunks
+
+FArr = npt.NDArray[np.float64]
+IArr = npt.NDArray[np.int64]
+BArr = npt.NDArray[np.bool_]
+
+
+def dist_ms(values_ns: npt.NDArray[Any]) -> dict[str, float | None]:
+    """mean, p50, p90, p99 of nanosecond values, in milliseconds; all None for no values."""
+    if len(values_ns) == 0:
+        return {"mean": None, "p50": None, "p90": None, "p99": None}
+    p50, p90, p99 = np.percentile(values_ns, [50, 90, 99], method=PERCENTILE_METHOD)
+    return {
+        "mean": float(np.mean(values_ns, dtype=np.float64)) / NS_PER_MS,
+        "p50": float(p50) / NS_PER_MS,
+        "p90": float(p90) / NS_PER_MS,
+        "p99": float(p99) / NS_PER_MS,
+    }
+
+
+def mark_invalid(row: dict[str, Any], reason: str) -> None:
+    """Mark a summary step row invalid, keeping earlier reasons ("a; b")."""
+    row["valid"] = False
+    prev = row.get("invalid_reason")
+    row["invalid_reason"] = f"{prev}; {reason}" if prev else reason
+
+
+def _gather(starts: IArr, counts: IArr) -> IArr:
+    """Indices of the concatenated ranges ``[starts[i], starts[i] + counts[i])``."""
+    total = int(counts.sum())
+    if total == 0:
+        return np.empty(0, dtype=np.int64)
+    before = np.cumsum(counts) - counts
+    return np.repeat(starts - before, counts) + np.arange(total, dtype=np.int64)
+
+
+def _slices(rows: IArr, counts: IArr) -> Iterator[IArr]:
+    """Split ``rows`` into consecutive groups of at most ~_SLICE_CHUNKS chunks (memory bound)."""
+    if len(rows) == 0:
+        return
+    cum = np.cumsum(counts[rows])
+    lo = 0
+    while lo < len(rows):
+        base = cum[lo - 1] if lo else 0
+        hi = int(np.searchsorted(cum, base + _SLICE_CHUNKS, side="right"))
+        hi = max(hi, lo + 1)
+        yield rows[lo:hi]
+        lo = hi
+
+
+class StepAnalysis:
+    """Per-run arrays computed once, then one summary row per step (:meth:`row`)."""
+
+    def __init__(self, run: Run, min_ok_requests: int = DEFAULT_MIN_OK_REQUESTS) -> None:
+        self.run = run
+        self.min_ok_requests = min_ok_requests
+        req: Requests = run.requests
+        self.req = req
+        self.counts: IArr = req.chunk_counts
+        none_code = req.error_class.code_of(None)
+        status = req.status
+        status_ok = (status == 0) | ((status >= 200) & (status < 300))
+        self.ok: BArr = (req.error_class.codes == none_code) & status_ok
+        self.chunk_tok_sum = self._chunk_token_sums()
+        out = req.output_tokens
+        self.out_from_chunks: BArr = out == MISSING
+        self.out_eff: IArr = np.where(self.out_from_chunks, self.chunk_tok_sum, out)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            scale = self.out_eff / self.chunk_tok_sum
+        self.scale: FArr = np.where((self.chunk_tok_sum > 0) & (self.out_eff > 0), scale, 1.0)
+
+    def _chunk_token_sums(self) -> IArr:
+        req, counts = self.req, self.counts
+        sums = np.zeros(req.n, dtype=np.int64)
+        has = counts > 0
+        if has.any():
+            starts = req.chunk_start[:-1][has]
+            sums[has] = np.add.reduceat(req.chunk_tokens, starts, dtype=np.int64)
+            # reduceat sums up to the next start; rows between two non-empty rows are empty, so
+            # the sums over the non-empty rows' starts are exactly their own ranges.
+        return sums
+
+    # -- pieces -------------------------------------------------------------------------------
+
+    def tokens_arrived(self, a_ns: int, b_ns: int) -> float:
+        """Output tokens (scaled to usage) that arrived in ``[a_ns, b_ns)``, over all requests."""
+        req = self.req
+        cand = np.flatnonzero((req.sent_ns < b_ns) & (req.end_ns >= a_ns))
+        total = 0.0
+        chunked = cand[self.counts[cand] > 0]
+        for rows in _slices(chunked, self.counts):
+            n = self.counts[rows]
+            idx = _gather(req.chunk_start[rows], n)
+            arrival = np.repeat(req.sent_ns[rows], n)
+            arrival += req.chunk_offsets_ns[idx]
+            inside = (arrival >= a_ns) & (arrival < b_ns)
+            del arrival
+            weight = np.repeat(self.scale[rows], n)
+            total += float(np.dot(req.chunk_tokens[idx][inside], weight[inside]))
+        plain = cand[self.counts[cand] == 0]
+        end = req.end_ns[plain]
+        inside_plain = (end >= a_ns) & (end < b_ns)
+        total += float(np.clip(self.out_eff[plain][inside_plain], 0, None).sum())
+        return total
+
+    def chunk_gaps(self, rows: IArr) -> IArr:
+        """Gaps between successive text chunks of each request in ``rows``, pooled (ns)."""
+        parts: list[IArr] = []
+        rows = rows[self.counts[rows] > 1]
+        for group in _slices(rows, self.counts):
+            n = self.counts[group]
+            offs = self.req.chunk_offsets_ns[_gather(self.req.chunk_start[group], n)]
+            gaps = np.diff(offs)
+            keep = np.ones(len(gaps), dtype=bool)
+            keep[np.cumsum(n)[:-1] - 1] = False  # the gap from one request's last chunk to the next's first
+            parts.append(gaps[keep])
+        return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+
+    # -- one step -----------------------------------------------------------------------------
+
+    def row(self, step: Step) -> dict[str, Any]:
+        req = self.req
+        a, b = step.steady_ns, step.end_ns
+        window_ns = b - a
+        of_step = req.step == step.step
+        sent = req.sent_ns
+        in_window = of_step & (sent >= a) & (sent < b)
+        rows = np.flatnonzero(in_window)
+        ok_rows = rows[self.ok[rows]]
+        bad_rows = rows[~self.ok[rows]]
+
+        intended = req.intended_ns[ok_rows]
+        first = req.first_chunk_ns[ok_rows]
+        end = req.end_ns[ok_rows]
+        out = self.out_eff[ok_rows]
+        has_first = first != MISSING
+        ttft = (first - intended)[has_first]
+        e2e = end - intended
+        tpot_rows = has_first & (out > 1)
+        tpot = (end - first)[tpot_rows] / (out[tpot_rows] - 1)
+        itl = self.chunk_gaps(ok_rows)
+
+        rate_rows = (out > 0) & (e2e > 0)
+        per_req = out[rate_rows] / (e2e[rate_rows] / NS_PER_S)
+        n_chunks = self.counts[ok_rows]
+        streamed = n_chunks > 0
+        chunk_total = int(n_chunks.sum())
+        prompt = req.prompt_tokens[ok_rows]
+        prompt = prompt[prompt != MISSING]
+        requested = req.context_tokens[ok_rows]
+        requested = requested[requested != MISSING]
+        lag = (sent[rows] - req.intended_ns[rows]).astype(np.float64) / NS_PER_MS
+
+        tokens_in_window = self.tokens_arrived(a, b) if window_ns > 0 else 0.0
+        ok_count, bad_count = len(ok_rows), len(bad_rows)
+        row: dict[str, Any] = {
+            "step": step.step,
+            "concurrency": step.concurrency,
+            "context_tokens": step.context_tokens,
+            "rate": step.rate,
+            "start_ns": step.start_ns,
+            "steady_ns": step.steady_ns,
+            "end_ns": step.end_ns,
+            "end_reason": step.end_reason,
+            "wall_s": (step.end_ns - step.start_ns) / NS_PER_S,
+            "window_s": max(window_ns, 0) / NS_PER_S,
+            "output_tok_s": tokens_in_window / (window_ns / NS_PER_S) if window_ns > 0 else None,
+            "per_request_tok_s": float(per_req.mean()) if len(per_req) else None,
+            "requests_ok": ok_count,
+            "requests_failed": bad_count,
+            "requests_warmup": int((of_step & (sent < a)).sum()),
+            "errors": self.error_counts(bad_rows),
+            "ttft_ms": dist_ms(ttft),
+            "itl_ms": dist_ms(itl),
+            "tpot_ms": dist_ms(tpot),
+            "e2e_ms": dist_ms(e2e),
+            "tokens_per_chunk_mean": float(out[streamed].sum()) / chunk_total if chunk_total else None,
+            "prompt_tokens_mean": float(prompt.mean()) if len(prompt) else None,
+            "prompt_tokens_requested_mean": float(requested.mean()) if len(requested) else None,
+            "output_tokens_total": int(out.sum()),
+            "output_tokens_mean": float(out.mean()) if ok_count else None,
+            "output_tokens_in_window": tokens_in_window,
+            "output_tokens_source": self.source_counts(ok_rows),
+            "schedule_lag_ms": {
+                "mean": float(lag.mean()) if len(lag) else None,
+                "max": float(lag.max()) if len(lag) else None,
+            },
+            "valid": True,
+            "invalid_reason": None,
+        }
+        if step.fields:
+            row["step_fields"] = dict(step.fields)
+        if window_ns <= 0:
+            mark_invalid(row, "not steady")
+        elif ok_count == 0:
+            mark_invalid(row, "server served nothing")
+        elif ok_count < self.min_ok_requests:
+            mark_invalid(row, f"too few requests ({ok_count} < {self.min_ok_requests})")
+        return row
+
+    def failure_classes(self, rows: IArr) -> list[str]:
+        """Error class of each failed row; a failure without a class is named from its status."""
+        req = self.req
+        names = req.error_class.values(rows)
+        out: list[str] = []
+        for name, status in zip(names, req.status[rows].tolist(), strict=True):
+            if name is not None:
+                out.append(name)
+            elif status >= 500:
+                out.append("http_5xx")
+            elif status >= 400:
+                out.append("http_4xx")
+            else:
+                out.append("other")
+        return out
+
+    def error_counts(self, rows: IArr) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for name in self.failure_classes(rows):
+            counts[name] = counts.get(name, 0) + 1
+        return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    def source_counts(self, rows: IArr) -> dict[str, int]:
+        codes = self.req.tokens_source.codes[rows]
+        from_chunks = self.out_from_chunks[rows]
+        out: dict[str, int] = {}
+        if from_chunks.any():
+            out["chunks"] = int(from_chunks.sum())
+        values, counts = np.unique(codes[~from_chunks], return_counts=True)
+        for code, count in zip(values.tolist(), counts.tolist(), strict=True):
+            name = self.req.tokens_source.names[code] or "none"
+            out[name] = out.get(name, 0) + int(count)
+        return out
+
+
+def step_rows(run: Run, min_ok_requests: int = DEFAULT_MIN_OK_REQUESTS) -> list[dict[str, Any]]:
+    """One summary row (a plain dict) per step of ``run``, in step order."""
+    analysis = StepAnalysis(run, min_ok_requests)
+    return [analysis.row(step) for step in run.steps]
+
+
+__all__ = [
+    "DEFAULT_MIN_OK_REQUESTS",
+    "PERCENTILE_METHOD",
+    "StepAnalysis",
+    "dist_ms",
+    "mark_invalid",
+    "step_rows",
+]

@@ -1,0 +1,111 @@
+"""The run summary (``summary.json``): one plain dict per step plus run totals.
+
+``build_summary(run)`` gives the schema of README "summary.json" (issue 2's keys and more). Other
+analyses add their own per-step keys without this module knowing them: each *step enricher* is a
+callable ``(run, steps) -> None`` that updates the step dicts in place (telemetry join: power,
+energy, KV-cache fill; knee detectors), and may call ``mark_invalid(step, reason)``. Enrichers run in
+the order given, after the built-in statistics and before the totals are computed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from loadgen.analysis.load import Run
+from loadgen.analysis.steps import DEFAULT_MIN_OK_REQUESTS, PERCENTILE_METHOD, StepAnalysis
+
+StepEnricher = Callable[[Run, list[dict[str, Any]]], None]
+
+SCHEMA_VERSION = 1
+
+
+def manifest_value(manifest: dict[str, Any], key: str) -> Any:
+    """``key`` from the manifest's top level, else from its ``options``/``args``/``scenario``."""
+    if manifest.get(key) is not None:
+        return manifest[key]
+    for section in ("options", "args", "scenario"):
+        sub = manifest.get(section)
+        if isinstance(sub, dict) and sub.get(key) is not None:
+            return sub[key]
+    return None
+
+
+def _error_samples(analysis: StepAnalysis) -> tuple[dict[str, int], dict[str, str]]:
+    """Failures of the whole run by class (warm-up included), and the first message of each class."""
+    req = analysis.req
+    failed = np.flatnonzero(~analysis.ok)
+    classes = analysis.failure_classes(failed)
+    counts: dict[str, int] = {}
+    samples: dict[str, str] = {}
+    for row, name in zip(failed.tolist(), classes, strict=True):
+        counts[name] = counts.get(name, 0) + 1
+        if name not in samples and row in req.errors:
+            samples[name] = req.errors[row]
+    ordered = dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    return ordered, samples
+
+
+def _totals(run: Run, analysis: StepAnalysis, steps: list[dict[str, Any]]) -> dict[str, Any]:
+    req = run.requests
+    errors, samples = _error_samples(analysis)
+    rated = [s for s in steps if s.get("valid") and s.get("output_tok_s") is not None]
+    peak = max(rated, key=lambda s: s["output_tok_s"], default=None)
+    first_start = min((s["start_ns"] for s in steps), default=None)
+    last_end = max((s["end_ns"] for s in steps), default=None)
+    return {
+        "records": req.n,
+        "requests_ok": int(analysis.ok.sum()),
+        "requests_failed": int(req.n - analysis.ok.sum()),
+        "errors": errors,
+        "error_samples": samples,
+        "output_tokens_total": int(analysis.out_eff[analysis.ok].sum()),
+        "steps": len(steps),
+        "valid_steps": sum(1 for s in steps if s.get("valid")),
+        "peak_output_tok_s": peak["output_tok_s"] if peak else None,
+        "peak_step": peak["step"] if peak else None,
+        "peak_concurrency": peak["concurrency"] if peak else None,
+        "duration_s": (last_end - first_start) / 1e9 if first_start is not None and last_end else None,
+        "skipped_lines": run.skipped_lines,
+        "empty": req.n == 0,
+    }
+
+
+def build_summary(
+    run: Run,
+    step_enrichers: Sequence[StepEnricher] = (),
+    *,
+    min_ok_requests: int = DEFAULT_MIN_OK_REQUESTS,
+) -> dict[str, Any]:
+    """Summarise a loaded run: ``{"label", "run_id", ..., "steps": [...], "totals": {...}}``."""
+    analysis = StepAnalysis(run, min_ok_requests)
+    steps = [analysis.row(step) for step in run.steps]
+    for enrich in step_enrichers:
+        enrich(run, steps)
+    manifest = run.manifest
+    created_ns = manifest.get("created_ns")
+    created = (
+        time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(created_ns / 1e9))
+        if isinstance(created_ns, (int, float))
+        else None
+    )
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "label": manifest_value(manifest, "label"),
+        "run_id": run.run_id,
+        "url": manifest_value(manifest, "url"),
+        "model": manifest_value(manifest, "model"),
+        "transport": manifest_value(manifest, "transport"),
+        "created": created,
+        "request_files": [p.name for p in run.request_files],
+        "percentile_method": PERCENTILE_METHOD,
+        "min_ok_requests": min_ok_requests,
+        "steps": steps,
+        "totals": _totals(run, analysis, steps),
+    }
+
+
+__all__ = ["SCHEMA_VERSION", "StepEnricher", "build_summary", "manifest_value"]

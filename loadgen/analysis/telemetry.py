@@ -1,0 +1,475 @@
+"""Telemetry joined per load step: GPU power and energy, server gauges and counters, log events.
+
+``step_telemetry(samples, events, windows, ok_requests_per_step)`` takes the records of
+``samples.jsonl``/``events.jsonl`` (schema in ``loadgen.telemetry.base``) and one ``(start_ns,
+end_ns)`` window per step, and returns one dict per step.
+
+How values are joined (all times wall-clock ns):
+  * Gauges (power, utilisation, clocks, KV fill, queue) are step functions: the value in effect at
+    time t is the last sample at or before t. A step's statistics cover the value in effect at its
+    start plus every sample inside it; means are time-weighted over the window. Total GPU power is
+    the sum over GPUs of each one's last value at every sample instant; a GPU whose last sample is
+    older than the gap threshold counts as missing there.
+  * Counters (energy mJ, preemptions, drafts/accepted tokens, prefix hits) are differenced: the sum
+    of positive increments over the samples bracketing the window (a counter reset counts from 0).
+    The energy counter is interpolated linearly at the window edges (it is continuous; its samples
+    are not at the edges). Where a GPU has no counter, its energy is the integral of its power step
+    function; ``energy_method`` says which ("counter", "power_integral" or "mixed").
+  * Validity: a step that served no successful request is idle, whatever the GPUs drew: its power
+    is kept for reference but ``power_valid`` is False with ``power_invalid_reason`` "idle: no
+    request served", and ``tokens_per_joule`` is None. Telemetry gaps (no GPU sample for longer than
+    ``max(5 x the median sampling interval, 1 s)``; server scrapes: ``max(5 x median, 5 s)``) are
+    listed in ``telemetry_gaps``; gaps over a quarter of the window, missing GPUs (lost mid-run) or
+    no GPU telemetry at all also make power invalid, with the reason.
+  * ``memory_bound`` is True when power is valid, mean GPU utilisation is at least 80 % and mean
+    power stays below 60 % of the power limit (the GPUs are busy waiting on memory, not computing).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
+
+MEMORY_BOUND_UTIL = 80.0
+MEMORY_BOUND_POWER_FRAC = 0.6
+GAP_INVALID_FRAC = 0.25
+
+CLOCK_REASONS = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
+
+_GPU_COLS = (
+    "power_w",
+    "energy_mj",
+    "power_limit_w",
+    "util_gpu",
+    "util_mem",
+    "sm_clock_mhz",
+    "mem_clock_mhz",
+    "clock_reasons",
+)
+_SERVER_GAUGES = ("running", "queued", "kv_usage", "spec_accept_len", "prefix_hit")
+_SERVER_COUNTERS = (
+    "preemptions_total",
+    "spec_drafts_total",
+    "spec_accepted_total",
+    "prefix_hits_total",
+    "prefix_queries_total",
+    "gen_tokens_total",
+)
+
+
+@dataclass
+class _Series:
+    """One source's samples as columns, sorted by time; NaN where a sample lacked the field."""
+
+    t: I64
+    cols: dict[str, F64]
+
+    @classmethod
+    def of(cls, recs: list[dict[str, Any]], names: Sequence[str]) -> _Series:
+        recs = sorted(recs, key=lambda r: r["t_ns"])
+        t = np.array([r["t_ns"] for r in recs], dtype=np.int64)
+        cols = {}
+        for name in names:
+            cols[name] = np.array([_num(r.get(name)) for r in recs], dtype=np.float64)
+        return cls(t, cols)
+
+    def window_idx(self, a: int, b: int, counters: bool = False) -> tuple[int, int]:
+        """[lo, hi): the last sample at or before ``a`` (if any) through the last before ``b`` (gauges:
+        a value taken at ``b`` holds after the window) or at ``b`` (counters: it counts what went before)."""
+        lo = int(np.searchsorted(self.t, a, side="right")) - 1
+        hi = int(np.searchsorted(self.t, b, side="right" if counters else "left"))
+        return max(lo, 0), hi
+
+
+def _num(v: Any) -> float:
+    if v is None or isinstance(v, bool):
+        return math.nan
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _median_interval_s(series: Sequence[_Series]) -> float | None:
+    diffs = [np.diff(s.t) for s in series if len(s.t) > 1]
+    if not diffs:
+        return None
+    d = np.concatenate(diffs)
+    d = d[d > 0]
+    return float(np.median(d)) / 1e9 if len(d) else None
+
+
+def _stats(values: F64, weights: F64 | None = None) -> dict[str, float] | None:
+    ok = ~np.isnan(values)
+    if not ok.any():
+        return None
+    v = values[ok]
+    if weights is not None and float(weights[ok].sum()) > 0:
+        mean = float(np.average(v, weights=weights[ok]))
+    else:
+        mean = float(v.mean())
+    return {"mean": mean, "p95": float(np.percentile(v, 95)), "max": float(v.max())}
+
+
+def _mean_max(values: F64, weights: F64 | None = None) -> dict[str, float] | None:
+    s = _stats(values, weights)
+    return None if s is None else {"mean": s["mean"], "max": s["max"]}
+
+
+def _durations(t: I64, a: int, b: int) -> F64:
+    """How long each sample's value holds inside [a, b] (the first from ``a``)."""
+    if len(t) == 0:
+        return np.zeros(0)
+    starts = np.clip(t, a, b)
+    ends = np.append(starts[1:], b)
+    return np.maximum(ends - starts, 0).astype(np.float64) / 1e9
+
+
+def _counter_increase(values: F64) -> float | None:
+    v = values[~np.isnan(values)]
+    if len(v) == 0:
+        return None
+    d = np.diff(v)
+    # a negative step is a restart from zero: the new value is what was counted since
+    return float(np.where(d >= 0, d, v[1:]).sum()) if len(d) else 0.0
+
+
+def _gaps(times: I64, a: int, b: int, threshold_ns: int) -> list[tuple[int, int]]:
+    """Intervals longer than ``threshold_ns`` with no sample, clipped to [a, b]; a window edge with
+    no sample beyond it (before the first sample, after the last) counts as a sample."""
+    before = times[times <= a]
+    after = times[times >= b]
+    inside = times[(times > a) & (times < b)]
+    start = int(before[-1]) if len(before) else None
+    end = int(after[0]) if len(after) else None
+    pts = [start if start is not None else a, *(int(x) for x in inside), end if end is not None else b]
+    out = []
+    for p, q in itertools.pairwise(pts):
+        if q - p > threshold_ns:
+            out.append((max(p, a), min(q, b)))
+    return [(p, q) for p, q in out if q > p]
+
+
+def _energy_counter_j(s: _Series, a: int, b: int, max_edge_ns: int) -> float | None:
+    """Energy from the mJ counter between a and b, interpolated at the edges; None if unusable."""
+    e = s.cols["energy_mj"]
+    ok = ~np.isnan(e)
+    t, e = s.t[ok], e[ok]
+    if len(t) < 2:
+        return None
+
+    def at(x: int) -> float | None:
+        i = int(np.searchsorted(t, x, side="right"))
+        if 0 < i < len(t):
+            t0, t1 = int(t[i - 1]), int(t[i])
+            if t1 - t0 > 2 * max_edge_ns:
+                return None
+            return float(e[i - 1] + (e[i] - e[i - 1]) * (x - t0) / (t1 - t0))
+        if i == len(t) and x - int(t[-1]) <= max_edge_ns:
+            return float(e[-1])
+        if i == 0 and int(t[0]) - x <= max_edge_ns:
+            return float(e[0])
+        return None
+
+    ea, eb = at(a), at(b)
+    if ea is None or eb is None:
+        return None
+    lo, hi = int(np.searchsorted(t, a, side="right")), int(np.searchsorted(t, b, side="left"))
+    inner = e[lo:hi]
+    if len(inner) and (np.diff(np.concatenate(([ea], inner, [eb]))) < 0).any():
+        return None  # counter reset inside the window (driver reload): fall back to the power integral
+    return (eb - ea) / 1000.0
+
+
+def _power_integral_j(s: _Series, a: int, b: int, stale_ns: int) -> float | None:
+    lo, hi = s.window_idx(a, b)
+    t, p = s.t[lo:hi], s.cols["power_w"][lo:hi]
+    if len(t) == 0 or np.isnan(p).all():
+        return None
+    # a value holds until the next sample, but not across a gap longer than the stale limit
+    starts = np.clip(t, a, b)
+    ends = np.minimum(np.append(starts[1:], b), t + stale_ns)
+    dur = np.maximum(ends - starts, 0).astype(np.float64) / 1e9
+    ok = ~np.isnan(p)
+    return float((p[ok] * dur[ok]).sum())
+
+
+def _gpu_series(samples: list[dict[str, Any]]) -> dict[int, _Series]:
+    by_source: dict[str, dict[int, list[dict[str, Any]]]] = {}
+    for r in samples:
+        if r.get("src") == "gpu" and "t_ns" in r:
+            by_source.setdefault(str(r.get("source", "")), {}).setdefault(int(r.get("gpu", 0)), []).append(r)
+    if not by_source:
+        return {}
+    # several sources may describe the same GPUs (NVML here, DCGM there): use the richest one
+    best = max(by_source.values(), key=lambda g: sum(len(v) for v in g.values()))
+    return {gpu: _Series.of(recs, _GPU_COLS) for gpu, recs in sorted(best.items())}
+
+
+def _reasons(values: F64) -> dict[str, float] | None:
+    v = values[~np.isnan(values)].astype(np.int64)
+    if len(v) == 0:
+        return None
+    out = {}
+    for bit, name in CLOCK_REASONS.items():
+        frac = float(((v & bit) != 0).mean())
+        if frac > 0:
+            out[name] = round(frac, 4)
+    return out
+
+
+def _gpu_part(gpus: dict[int, _Series], a: int, b: int, stale_ns: int, lost: dict[int, int]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    window_s = (b - a) / 1e9
+    grid_parts = [s.t[(s.t >= a) & (s.t < b)] for s in gpus.values()]
+    grid = np.unique(np.concatenate([np.array([a], dtype=np.int64), *grid_parts]))
+    totals = np.zeros(len(grid))
+    present = np.zeros(len(grid), dtype=np.int64)
+    per_gpu: list[dict[str, Any]] = []
+    limit_sum = 0.0
+    energy_sum = 0.0
+    methods: set[str] = set()
+    energy_ok = True
+    util, util_mem, sm, memclk, reasons = [], [], [], [], []
+    for gpu, s in gpus.items():
+        idx = np.searchsorted(s.t, grid, side="right") - 1
+        has = idx >= 0
+        vals = np.full(len(grid), np.nan)
+        vals[has] = s.cols["power_w"][idx[has]]
+        fresh = has & ((grid - s.t[np.maximum(idx, 0)]) <= stale_ns)
+        if gpu in lost:  # a lost GPU's last reading does not hold after the loss
+            fresh &= grid < lost[gpu]
+        vals[~fresh] = np.nan
+        good = ~np.isnan(vals)
+        totals[good] += vals[good]
+        present += good
+        lo, hi = s.window_idx(a, b)
+        lim = s.cols["power_limit_w"][lo:hi]
+        lim = lim[~np.isnan(lim)]
+        if len(lim) and gpu not in lost:
+            limit_sum += float(lim[-1])
+        e: float | None = None
+        if gpu not in lost:  # a lost GPU's energy after the loss is unknown, so is the step's total
+            e = _energy_counter_j(s, a, b, stale_ns)
+            if e is not None:
+                methods.add("counter")
+            else:
+                e = _power_integral_j(s, a, b, stale_ns)
+                if e is not None:
+                    methods.add("power_integral")
+        if e is None:
+            energy_ok = False
+        else:
+            energy_sum += e
+        w = _durations(s.t[lo:hi], a, b)
+        p_stats = _stats(s.cols["power_w"][lo:hi], w)
+        per_gpu.append(
+            {
+                "gpu": gpu,
+                "power_w": p_stats,
+                "energy_j": e,
+                "power_limit_w": float(lim[-1]) if len(lim) else None,
+                "lost": gpu in lost,
+            }
+        )
+        util.append((s.cols["util_gpu"][lo:hi], w))
+        util_mem.append((s.cols["util_mem"][lo:hi], w))
+        sm.append((s.cols["sm_clock_mhz"][lo:hi], w))
+        memclk.append((s.cols["mem_clock_mhz"][lo:hi], w))
+        reasons.append(s.cols["clock_reasons"][lo:hi])
+    n_gpus = len(gpus)
+    full = present == n_gpus
+    weights = _durations(grid, a, b)
+    total_vals = np.where(present > 0, totals, np.nan)
+    out["gpu_count"] = n_gpus
+    out["gpu_power_w"] = _stats(total_vals, weights)
+    out["gpu_power_limit_w"] = limit_sum or None
+    mean_w = out["gpu_power_w"]["mean"] if out["gpu_power_w"] else None
+    out["gpu_power_frac_of_limit"] = (mean_w / limit_sum) if (mean_w is not None and limit_sum > 0) else None
+    out["energy_j"] = energy_sum if energy_ok and methods else None
+    out["energy_method"] = (methods.pop() if len(methods) == 1 else "mixed") if out["energy_j"] is not None else None
+    out["gpus"] = per_gpu
+    out["_incomplete_s"] = float(weights[~full].sum()) if len(weights) else window_s
+
+    def cat(parts: list[tuple[F64, F64]]) -> tuple[F64, F64]:
+        if not parts:
+            return np.zeros(0), np.zeros(0)
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+    out["util_gpu"] = _mean_max(*cat(util))
+    out["util_mem"] = _mean_max(*cat(util_mem))
+    sm_v, sm_w = cat(sm)
+    sm_stats = _stats(sm_v, sm_w)
+    out["sm_clock_mhz"] = None if sm_stats is None else {"mean": sm_stats["mean"], "min": float(np.nanmin(sm_v))}
+    out["mem_clock_mhz"] = _mean_max(*cat(memclk))
+    out["clock_reasons"] = _reasons(np.concatenate(reasons)) if reasons else None
+    return out
+
+
+def _server_part(server: _Series, a: int, b: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    lo, hi = server.window_idx(a, b)
+    t = server.t[lo:hi]
+    w = _durations(t, a, b)
+    c = {k: v[lo:hi] for k, v in server.cols.items()}
+    clo, chi = server.window_idx(a, b, counters=True)
+    for k in _SERVER_COUNTERS:
+        c[k] = server.cols[k][clo:chi]
+    out["running"] = _mean_max(c["running"], w)
+    out["queue_len"] = _mean_max(c["queued"], w)
+    out["kv_usage"] = _mean_max(c["kv_usage"], w)
+    out["preemptions"] = _counter_increase(c["preemptions_total"])
+    drafts = _counter_increase(c["spec_drafts_total"])
+    accepted = _counter_increase(c["spec_accepted_total"])
+    if drafts and accepted is not None:
+        out["spec_accept_len"] = 1.0 + accepted / drafts
+    else:
+        g = _mean_max(c["spec_accept_len"], w)
+        out["spec_accept_len"] = None if g is None else g["mean"]
+    hits, queries = _counter_increase(c["prefix_hits_total"]), _counter_increase(c["prefix_queries_total"])
+    if queries and hits is not None:
+        out["prefix_hit"] = hits / queries
+    else:
+        g = _mean_max(c["prefix_hit"], w)
+        out["prefix_hit"] = None if g is None else g["mean"]
+    gen = _counter_increase(c["gen_tokens_total"])
+    out["server_gen_tok_s"] = gen / ((b - a) / 1e9) if gen is not None and b > a else None
+    return out
+
+
+def _empty_server() -> dict[str, Any]:
+    return {
+        k: None
+        for k in (
+            "running",
+            "queue_len",
+            "kv_usage",
+            "preemptions",
+            "spec_accept_len",
+            "prefix_hit",
+            "server_gen_tok_s",
+        )
+    }
+
+
+def step_telemetry(
+    samples: list[dict[str, Any]],
+    events: list[dict[str, Any]],
+    windows: list[tuple[int, int]],
+    ok_requests_per_step: list[int],
+    output_tokens_per_step: list[int | float | None] | None = None,
+) -> list[dict[str, Any]]:
+    """One dict per window (see the module docstring for the join rules and validity)."""
+    if len(ok_requests_per_step) != len(windows):
+        raise ValueError(f"{len(windows)} windows but {len(ok_requests_per_step)} ok-request counts")
+    if output_tokens_per_step is not None and len(output_tokens_per_step) != len(windows):
+        raise ValueError(f"{len(windows)} windows but {len(output_tokens_per_step)} output-token counts")
+    gpus = _gpu_series(samples)
+    gpu_interval = _median_interval_s(list(gpus.values()))
+    gpu_gap_ns = int(max(5 * (gpu_interval or 0.2), 1.0) * 1e9)
+    all_gpu_t = np.unique(np.concatenate([s.t for s in gpus.values()])) if gpus else np.zeros(0, np.int64)
+    server_recs = [r for r in samples if r.get("src") == "server" and "t_ns" in r]
+    server = _Series.of(server_recs, _SERVER_GAUGES + _SERVER_COUNTERS) if server_recs else None
+    server_interval = _median_interval_s([server]) if server is not None else None
+    server_gap_ns = int(max(5 * (server_interval or 1.0), 5.0) * 1e9)
+    engines = {r.get("engine") for r in server_recs if r.get("engine")}
+    evs = sorted((e for e in events if "t_ns" in e), key=lambda e: e["t_ns"])
+    ev_t = np.array([e["t_ns"] for e in evs], dtype=np.int64)
+    lost_at = {int(e["gpu"]): int(e["t_ns"]) for e in evs if e.get("kind") == "gpu_lost" and "gpu" in e}
+
+    rows: list[dict[str, Any]] = []
+    for i, (a, b) in enumerate(windows):
+        row: dict[str, Any] = {"step": i, "window_s": (b - a) / 1e9}
+        invalid: list[str] = []
+        gaps: list[dict[str, Any]] = []
+        if gpus:
+            lost = {g: t for g, t in lost_at.items() if t <= b}
+            part = _gpu_part(gpus, a, b, gpu_gap_ns, lost)
+            incomplete_s = part.pop("_incomplete_s")
+            row.update(part)
+            for p, q in _gaps(all_gpu_t, a, b, gpu_gap_ns):
+                gaps.append({"src": "gpu", "start_ns": p, "end_ns": q, "s": (q - p) / 1e9})
+        else:
+            incomplete_s = 0.0
+            row.update(
+                {
+                    "gpu_count": 0,
+                    "gpu_power_w": None,
+                    "gpu_power_limit_w": None,
+                    "gpu_power_frac_of_limit": None,
+                    "energy_j": None,
+                    "energy_method": None,
+                    "gpus": [],
+                    "util_gpu": None,
+                    "util_mem": None,
+                    "sm_clock_mhz": None,
+                    "mem_clock_mhz": None,
+                    "clock_reasons": None,
+                }
+            )
+        if server is not None:
+            row.update(_server_part(server, a, b))
+            row["engine"] = ",".join(sorted(str(e) for e in engines)) or None
+            for p, q in _gaps(server.t, a, b, server_gap_ns):
+                gaps.append({"src": "server", "start_ns": p, "end_ns": q, "s": (q - p) / 1e9})
+        else:
+            row.update(_empty_server())
+            row["engine"] = None
+        lo, hi = int(np.searchsorted(ev_t, a, side="left")), int(np.searchsorted(ev_t, b, side="right"))
+        log_events: dict[str, int] = {}
+        tel_events: dict[str, int] = {}
+        for e in evs[lo:hi]:
+            if e.get("src") == "log" and e.get("pattern"):
+                log_events[e["pattern"]] = log_events.get(e["pattern"], 0) + 1
+            elif e.get("src") == "telemetry" and e.get("kind") not in ("started", "stopped", "gpus"):
+                tel_events[e["kind"]] = tel_events.get(e["kind"], 0) + 1
+        row["log_events"] = log_events
+        row["telemetry_events"] = tel_events
+        row["telemetry_gaps"] = gaps
+
+        window_s = (b - a) / 1e9
+        gpu_gap_s = sum(g["s"] for g in gaps if g["src"] == "gpu")
+        if ok_requests_per_step[i] <= 0:
+            invalid.append("idle: no request served")
+        if not gpus or row["gpu_power_w"] is None:
+            invalid.append("no GPU telemetry")
+        elif window_s > 0 and gpu_gap_s > GAP_INVALID_FRAC * window_s:
+            invalid.append(f"telemetry gap: {gpu_gap_s:.1f} s of {window_s:.1f} s without GPU samples")
+        elif window_s > 0 and incomplete_s > GAP_INVALID_FRAC * window_s:
+            missing = sorted(g for g in lost_at if lost_at[g] <= b) or "some"
+            invalid.append(f"GPU {missing} missing for {incomplete_s:.1f} s of {window_s:.1f} s (lost or not sampled)")
+        row["power_valid"] = not invalid
+        row["power_invalid_reason"] = "; ".join(invalid) if invalid else None
+
+        tokens = output_tokens_per_step[i] if output_tokens_per_step is not None else None
+        energy = row["energy_j"]
+        row["tokens_per_joule"] = (
+            float(tokens) / energy if tokens is not None and energy and energy > 0 and row["power_valid"] else None
+        )
+        util_mean = row["util_gpu"]["mean"] if row["util_gpu"] else None
+        frac = row["gpu_power_frac_of_limit"]
+        if row["power_valid"] and util_mean is not None and frac is not None:
+            row["memory_bound"] = util_mean >= MEMORY_BOUND_UTIL and frac < MEMORY_BOUND_POWER_FRAC
+        else:
+            row["memory_bound"] = None
+        rows.append(row)
+    return rows

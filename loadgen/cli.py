@@ -1,0 +1,316 @@
+"""The ``loadgen`` command.
+
+Subcommands import what they need when they run: ``ramp`` and ``demo`` import Locust (and with it
+gevent's monkey-patching) first thing; ``report``, ``sim`` and ``scenario`` never touch gevent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+EXIT_NOT_READY = 3
+EXIT_RUN_DIR = 4
+
+
+class UsageError(Exception):
+    """Bad command-line input; the message names the flag, the value and what to do."""
+
+
+def _int_list(flag: str, text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.replace(" ", "").split(",") if v]
+    except ValueError:
+        raise UsageError(f"{flag} {text!r}: expected comma-separated whole numbers, e.g. 1,8,32") from None
+    if not values or any(v <= 0 for v in values):
+        raise UsageError(f"{flag} {text!r}: every value must be a whole number above 0")
+    return values
+
+
+def _extra_body(items: list[str]) -> dict[str, Any]:
+    """``--extra-body key=value`` (value parsed as JSON when it parses) or ``--extra-body '{...}'``."""
+    out: dict[str, Any] = {}
+    for item in items:
+        item = item.strip()
+        if item.startswith("{"):
+            try:
+                data = orjson.loads(item)
+            except orjson.JSONDecodeError as exc:
+                raise UsageError(f"--extra-body {item!r}: not valid JSON ({exc})") from None
+            if not isinstance(data, dict):
+                raise UsageError(f"--extra-body {item!r}: expected a JSON object")
+            out.update(data)
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--extra-body {item!r}: expected key=value, e.g. temperature=0 or ignore_eos=true")
+        try:
+            out[key] = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+def _add_ramp_flags(p: argparse.ArgumentParser, demo: bool = False) -> None:
+    if not demo:
+        p.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:30000")
+        p.add_argument("--model", help="model name (default: the first one /v1/models lists)")
+        p.add_argument("--concurrency", default="1,8,32,64,128", help="comma-separated user counts per step")
+        p.add_argument("--step-seconds", type=float, default=30.0, help="steady window length per step")
+        p.add_argument("--warmup-seconds", type=float, default=5.0, help="warm-up excluded from each step")
+        p.add_argument("--max-tokens", type=int, default=512)
+        p.add_argument("--label", help="a name for this run (shown in reports, part of the run id)")
+    p.add_argument("--requests-per-step", type=int, help="end a step once this many requests finished in its window")
+    p.add_argument("--context-tokens", help="prompt lengths for a matrix, e.g. 60,4000,16000")
+    p.add_argument("--endpoint", choices=["chat", "completions"], default="chat")
+    p.add_argument("--no-stream", action="store_true", help="non-streaming requests (no TTFT/ITL)")
+    p.add_argument(
+        "--extra-body",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra JSON body field, e.g. temperature=0, ignore_eos=true (repeatable)",
+    )
+    p.add_argument("--transport", choices=["fast", "openai"], default="fast")
+    p.add_argument("--api-key", help="bearer token (default: $OPENAI_API_KEY); never written to the run dir")
+    p.add_argument("--request-timeout", type=float, default=600.0, help="seconds for a whole call")
+    p.add_argument("--stall-timeout", type=float, default=60.0, help="seconds without any byte before a call fails")
+    p.add_argument("--connect-timeout", type=float, default=10.0)
+    p.add_argument(
+        "--wait-ready",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="poll the server until it answers (0: check once)",
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="reports", help="folder for run directories")
+
+
+def _ramp_options(ns: argparse.Namespace, argv: list[str]) -> Any:
+    from loadgen.client import Timeouts
+    from loadgen.ramp import RampOptions
+
+    if ns.step_seconds is not None and ns.step_seconds <= 0:
+        raise UsageError(f"--step-seconds {ns.step_seconds:g}: must be above 0")
+    if ns.warmup_seconds < 0:
+        raise UsageError(f"--warmup-seconds {ns.warmup_seconds:g}: must be 0 or more")
+    if ns.max_tokens <= 0:
+        raise UsageError(f"--max-tokens {ns.max_tokens}: must be above 0")
+    if ns.requests_per_step is not None and ns.requests_per_step <= 0:
+        raise UsageError(f"--requests-per-step {ns.requests_per_step}: must be above 0")
+    return RampOptions(
+        url=ns.url,
+        model=ns.model or "",
+        concurrency=_int_list("--concurrency", ns.concurrency),
+        step_seconds=ns.step_seconds,
+        warmup_seconds=ns.warmup_seconds,
+        requests_per_step=ns.requests_per_step,
+        max_tokens=ns.max_tokens,
+        context_tokens=_int_list("--context-tokens", ns.context_tokens) if ns.context_tokens else None,
+        endpoint=ns.endpoint,
+        stream=not ns.no_stream,
+        extra_body=_extra_body(ns.extra_body),
+        label=ns.label,
+        out=ns.out,
+        transport=ns.transport,
+        api_key=ns.api_key or os.environ.get("OPENAI_API_KEY") or None,
+        timeouts=Timeouts(connect_s=ns.connect_timeout, stall_s=ns.stall_timeout, request_s=ns.request_timeout),
+        seed=ns.seed,
+        argv=_redact(argv),
+    )
+
+
+def _redact(argv: list[str]) -> list[str]:
+    out: list[str] = []
+    hide = False
+    for a in argv:
+        if hide:
+            out.append("***")
+            hide = False
+        elif a == "--api-key":
+            out.append(a)
+            hide = True
+        elif a.startswith("--api-key="):
+            out.append("--api-key=***")
+        else:
+            out.append(a)
+    return out
+
+
+def cmd_ramp(ns: argparse.Namespace, argv: list[str]) -> int:
+    opts = _ramp_options(ns, argv)
+    from loadgen import ramp  # imports locust first
+    from loadgen.lifecycle import NotReady, first_model, wait_ready
+
+    try:
+        wait_ready(
+            opts.url,
+            ns.wait_ready,
+            opts.api_key,
+            progress=lambda last: print(f"waiting for {opts.url}: {last}", file=sys.stderr),
+        )
+    except NotReady as exc:
+        print(f"error: server not ready: {exc}", file=sys.stderr)
+        return EXIT_NOT_READY
+    if not opts.model:
+        opts.model = first_model(opts.url, opts.api_key) or ""
+        if not opts.model:
+            raise UsageError("--model not given and the server's /v1/models lists none; pass --model NAME")
+    run_dir = ramp.run_ramp(opts)
+    print(f"report: {run_dir / 'report.md'}")
+    print(run_dir)
+    return EXIT_OK
+
+
+def cmd_demo(ns: argparse.Namespace, argv: list[str]) -> int:
+    """Start the built-in simulator, ramp it, write the report, stop the simulator."""
+    from loadgen import ramp  # imports locust first
+    from loadgen.lifecycle import NotReady, wait_ready
+
+    with tempfile.TemporaryDirectory(prefix="loadgen-demo-") as tmp:
+        port_file = Path(tmp) / "port"
+        sim_log = Path(tmp) / "sim.log"
+        cmd = [
+            sys.executable,
+            "-m",
+            "loadgen.sim",
+            "--profile",
+            ns.profile,
+            "--port",
+            "0",
+            "--port-file",
+            str(port_file),
+            "--log-file",
+            str(sim_log),
+        ]
+        print(f"starting the simulated server: {' '.join(cmd[2:])}", file=sys.stderr)
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 60
+            while not port_file.exists() or not port_file.read_text().strip():
+                if proc.poll() is not None:
+                    err = proc.stderr.read().decode("utf-8", "replace") if proc.stderr else ""
+                    print(f"error: the simulator exited with {proc.returncode}:\n{err}", file=sys.stderr)
+                    return EXIT_NOT_READY
+                if time.monotonic() > deadline:
+                    print("error: the simulator did not open its port within 60 s", file=sys.stderr)
+                    return EXIT_NOT_READY
+                time.sleep(0.05)
+            url = f"http://127.0.0.1:{int(port_file.read_text().strip())}"
+
+            def alive() -> str | None:
+                return None if proc.poll() is None else f"the simulator exited with {proc.returncode}"
+
+            try:
+                wait_ready(url, 120, alive=alive)
+            except NotReady as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return EXIT_NOT_READY
+            ns.url = url
+            ns.model = None
+            opts = _ramp_options(ns, argv)
+            opts.model = "demo"
+            from loadgen.lifecycle import first_model
+
+            opts.model = first_model(url) or "demo"
+            opts.label = ns.label or f"demo {ns.profile}"
+            run_dir = ramp.run_ramp(opts)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    print(f"report: {run_dir / 'report.md'}")
+    print(run_dir)
+    return EXIT_OK
+
+
+def cmd_report(ns: argparse.Namespace, argv: list[str]) -> int:
+    from loadgen.report import write_outputs
+
+    run_dir = Path(ns.run_dir)
+    if not run_dir.is_dir():
+        raise UsageError(f"{run_dir}: no such run directory")
+    if not (run_dir / "steps.jsonl").exists() and not any(run_dir.glob("requests*.jsonl")):
+        raise UsageError(f"{run_dir}: not a run directory (no steps.jsonl, no requests*.jsonl)")
+    write_outputs(run_dir)
+    print(f"report: {run_dir / 'report.md'}")
+    print(run_dir)
+    return EXIT_OK
+
+
+def cmd_sim(ns: argparse.Namespace, argv: list[str]) -> int:
+    from loadgen.sim.cli import main as sim_main
+
+    return sim_main(ns.sim_args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="loadgen", description=__doc__.splitlines()[0] if __doc__ else None)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("demo", help="ramp the built-in simulated server and write a report")
+    p.add_argument(
+        "--profile", default="b300x8-kimi-k2.6-ddtree", help="simulator profile (loadgen sim --list-profiles)"
+    )
+    p.add_argument("--concurrency", default="1,8,32,64,128")
+    p.add_argument("--step-seconds", type=float, default=8.0)
+    p.add_argument("--warmup-seconds", type=float, default=3.0)
+    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--label")
+    _add_ramp_flags(p, demo=True)
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("ramp", help="escalating-concurrency ramp against a server")
+    _add_ramp_flags(p)
+    p.set_defaults(func=cmd_ramp)
+
+    p = sub.add_parser("report", help="rebuild summary.json, steps.csv and report.md from a run directory")
+    p.add_argument("run_dir")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("sim", help="the simulated server on its own (loadgen sim --help)", add_help=False)
+    p.add_argument("sim_args", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_sim)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if argv and argv[0] == "sim":
+        return cmd_sim(argparse.Namespace(sim_args=argv[1:]), argv)
+    ns = parser.parse_args(argv)
+    try:
+        code: int = ns.func(ns, argv)
+        return code
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        from loadgen.records import RunDirError
+
+        if isinstance(exc, RunDirError):
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_RUN_DIR
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,177 @@
+"""Headless escalating-concurrency ramp: Locust as a library, one process, then the report.
+
+Import this module before anything that opens sockets: it imports locust, which monkey-patches
+the standard library for gevent.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import gevent
+from locust.env import Environment
+
+from loadgen.client import Timeouts
+from loadgen.clock import ANCHOR
+from loadgen.rundir import create_run_dir, write_manifest
+from loadgen.runtime import RunState, TargetOptions
+from loadgen.shape import RampShape, StepPlan, build_plan
+from loadgen.user import LLMUser
+
+
+# prompt length when no --context-tokens is given: a short chat turn (the story's smallest cell)
+DEFAULT_CONTEXT_TOKENS = 60
+
+
+@dataclass(slots=True)
+class RampOptions:
+    url: str
+    model: str
+    concurrency: list[int]
+    step_seconds: float | None = 30.0
+    warmup_seconds: float = 5.0
+    requests_per_step: int | None = None
+    max_tokens: int = 512
+    context_tokens: list[int] | None = None
+    endpoint: str = "chat"
+    stream: bool = True
+    extra_body: dict[str, Any] = field(default_factory=dict)
+    label: str | None = None
+    out: str = "reports"
+    transport: str = "fast"
+    api_key: str | None = None
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    seed: int = 0
+    argv: list[str] = field(default_factory=list)
+
+    def manifest(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("api_key", None)  # secrets never reach the run directory
+        data["api_key_set"] = self.api_key is not None
+        return data
+
+
+def _workload_factory(opts: RampOptions) -> Any:
+    from loadgen.workload import Workload
+
+    cache: dict[int | None, Any] = {}
+
+    def workload_for(plan: StepPlan | None) -> Any:
+        ctx = plan.context_tokens if plan is not None else None
+        if ctx not in cache:
+            cache[ctx] = Workload.simple(
+                context_tokens=ctx or DEFAULT_CONTEXT_TOKENS,
+                max_tokens=opts.max_tokens,
+                endpoint=opts.endpoint,
+                extra=dict(opts.extra_body),
+                seed=opts.seed,
+            )
+        return cache[ctx]
+
+    return workload_for
+
+
+class Progress:
+    """The live line: step, users, completed requests, tok/s, errors. Rewritten in place on a tty."""
+
+    def __init__(self, state: RunState, shape: RampShape, env: Environment, out: TextIO) -> None:
+        self.state, self.shape, self.env, self.out = state, shape, env, out
+        self.tty = out.isatty()
+        self.last_index = -1
+
+    def line(self) -> str:
+        st, shape = self.state, self.shape
+        i = st.step_index
+        if i < 0 or i >= len(st.counters):
+            return "starting"
+        plan = shape.plan[i]
+        c = st.counters[i]
+        elapsed = max((ANCHOR.now_wall_ns() - c.first_ns) / 1e9, 1e-9)
+        phase = "steady" if st.steady_ns is not None else "warm-up"
+        ctx = f" ctx={plan.context_tokens}" if plan.context_tokens else ""
+        errs = " ".join(f"{k}={v}" for k, v in sorted(c.errors.items()))
+        users = self.env.runner.user_count if self.env.runner is not None else 0
+        return (
+            f"step {i + 1}/{len(shape.plan)} C={plan.concurrency}{ctx} users={users} {phase} "
+            f"ok={c.ok} failed={c.failed} tok/s={c.output_tokens / elapsed:,.0f}" + (f" errors: {errs}" if errs else "")
+        )
+
+    def run(self) -> None:
+        while True:
+            i = self.state.step_index
+            if i != self.last_index and self.last_index >= 0 and self.tty:
+                self.out.write("\n")
+            self.last_index = i
+            text = self.line()
+            if self.tty:
+                self.out.write("\r" + text[:200].ljust(100))
+            else:
+                self.out.write(text + "\n")
+            self.out.flush()
+            gevent.sleep(1.0 if self.tty else 5.0)
+
+
+def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
+    """Run the ramp to the end (or Ctrl-C), write the report; return the run directory."""
+    plan = build_plan(
+        opts.concurrency, opts.context_tokens, opts.warmup_seconds, opts.step_seconds, opts.requests_per_step
+    )
+    run_dir = create_run_dir(opts.out, opts.label)
+    write_manifest(
+        run_dir,
+        {
+            "kind": "ramp",
+            "label": opts.label,
+            "run_id": run_dir.name,
+            "options": opts.manifest(),
+            "plan": [p.describe() for p in plan],
+        },
+    )
+    target = TargetOptions(
+        url=opts.url,
+        model=opts.model,
+        api_key=opts.api_key,
+        transport=opts.transport,
+        timeouts=opts.timeouts,
+        stream=opts.stream,
+    )
+    state = RunState(run_dir, target, _workload_factory(opts))
+    shape = RampShape(plan, state)
+    env = Environment(user_classes=[LLMUser], shape_class=shape, host=opts.url)
+    env.loadgen = state  # type: ignore[attr-defined]
+    state.fire_request = env.events.request.fire
+    state.log_metric = lambda kind, name, ms: env.stats.log_request(kind, name, ms, 0)
+    env.events.spawning_complete.add_listener(lambda user_count, **_: shape.on_spawning_complete(user_count))
+    runner = env.create_local_runner()
+    progress = Progress(state, shape, env, out)
+    printer = gevent.spawn(progress.run)
+    interrupted = []
+
+    def on_sigint(*_: Any) -> None:
+        interrupted.append(True)
+        shape.stop("stopped")
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        runner.start_shape()
+        gevent.sleep(0.05)
+        while runner.shape_greenlet is not None and not interrupted:
+            gevent.sleep(0.1)
+        runner.stop()
+        runner.quit()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        printer.kill()
+        out.write("\n" if progress.tty else "")
+        out.write(progress.line() + "\n")
+        state.close()
+    if interrupted:
+        out.write("interrupted: writing a partial report\n")
+    from loadgen.report import write_outputs
+
+    write_outputs(run_dir)
+    return run_dir

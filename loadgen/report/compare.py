@@ -1,0 +1,220 @@
+"""Runs side by side: steps matched by (context_tokens, load), ratios against the first run.
+
+``compare_runs`` takes parsed summaries (``summary.json`` dicts, or bare step lists) and returns
+rows keyed by (context_tokens, concurrency) — or rate, for open-loop runs — with each run's values
+and each later run's ratio to the first (the baseline): e.g. speculative / autoregressive output
+tok/s at every concurrency. A ratio is None when either step is invalid or a value is missing;
+steps found in only some runs are listed under ``unmatched``.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from loadgen.records import RunDirError
+
+# (key, sub-key or None, column title, higher is better)
+METRICS: tuple[tuple[str, str | None, str, bool], ...] = (
+    ("output_tok_s", None, "tok/s", True),
+    ("per_request_tok_s", None, "tok/s/req", True),
+    ("ttft_ms", "p50", "TTFT p50 ms", False),
+    ("tpot_ms", "p50", "TPOT p50 ms", False),
+    ("e2e_ms", "p99", "E2E p99 ms", False),
+)
+
+
+def load_summary(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read ``run_dir/summary.json``; :class:`RunDirError` names the file and what to do."""
+    path = Path(run_dir) / "summary.json"
+    if not Path(run_dir).is_dir():
+        raise RunDirError(f"{run_dir} is not a run directory (no such folder): pass a folder under reports/")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise RunDirError(f"no summary.json in {run_dir}: run `loadgen report {run_dir}` first") from None
+    except OSError as exc:
+        raise RunDirError(f"cannot read {path}: {exc.strerror}") from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RunDirError(
+            f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
+            f"rebuild it with `loadgen report {run_dir}`"
+        ) from None
+    if not isinstance(data, dict) or not isinstance(data.get("steps"), list):
+        raise RunDirError(f"{path} has no 'steps' list; rebuild it with `loadgen report {run_dir}`")
+    return data
+
+
+def _steps(summary: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    if isinstance(summary, Mapping):
+        steps = summary.get("steps")
+        return list(steps) if isinstance(steps, list) else []
+    return list(summary)
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    f = float(v)
+    return f if math.isfinite(f) else None
+
+
+def _value(step: Mapping[str, Any], key: str, sub: str | None) -> float | None:
+    v = step.get(key)
+    if sub is not None:
+        return _num(v.get(sub)) if isinstance(v, Mapping) else None
+    return _num(v)
+
+
+def _key(step: Mapping[str, Any], axis: str) -> tuple[Any, float] | None:
+    load = _num(step.get(axis))
+    if load is None:
+        return None
+    return step.get("context_tokens"), (int(load) if load.is_integer() else load)
+
+
+def compare_runs(
+    summaries: Sequence[Mapping[str, Any] | Sequence[Mapping[str, Any]]], labels: Sequence[str] | None = None
+) -> dict[str, Any]:
+    """Match steps across runs and compute each run's ratio to the first, per step and metric."""
+    if len(summaries) < 2:
+        raise ValueError(f"compare needs at least two runs, got {len(summaries)}")
+    if labels is None:
+        labels = [
+            str(s.get("label") or f"run{i + 1}") if isinstance(s, Mapping) else f"run{i + 1}"
+            for i, s in enumerate(summaries)
+        ]
+    if len(labels) != len(summaries):
+        raise ValueError(f"{len(labels)} labels for {len(summaries)} runs")
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"labels must be distinct, got {list(labels)}")
+    runs = [_steps(s) for s in summaries]
+    all_steps = [s for run in runs for s in run]
+    axis = "concurrency" if all(_num(s.get("concurrency")) is not None for s in all_steps) else "rate"
+
+    indexed: list[dict[tuple[Any, float], Mapping[str, Any]]] = []
+    for run in runs:
+        idx: dict[tuple[Any, float], Mapping[str, Any]] = {}
+        for s in run:
+            k = _key(s, axis)
+            if k is not None:
+                idx[k] = s  # a repeated load keeps its last measurement
+        indexed.append(idx)
+
+    keys = set(indexed[0])
+    for idx in indexed[1:]:
+        keys &= set(idx)
+    everywhere = sorted(keys, key=lambda k: (k[0] is None, k[0] if k[0] is not None else 0, k[1]))
+    unmatched = {
+        label: sorted(([k[0], k[1]] for k in idx if k not in keys), key=lambda k: (str(k[0]), k[1]))
+        for label, idx in zip(labels, indexed, strict=True)
+    }
+
+    base = labels[0]
+    rows = []
+    for k in everywhere:
+        values: dict[str, dict[str, float | None]] = {}
+        valid: dict[str, bool] = {}
+        for label, idx in zip(labels, indexed, strict=True):
+            s = idx[k]
+            valid[label] = s.get("valid", True) is not False
+            values[label] = {m: _value(s, m, sub) for m, sub, _, _ in METRICS}
+        ratios: dict[str, dict[str, float | None]] = {}
+        for label in labels[1:]:
+            r: dict[str, float | None] = {}
+            for m, *_ in METRICS:
+                a, b = values[base][m], values[label][m]
+                ok = valid[base] and valid[label] and a is not None and b is not None and a > 0
+                r[m] = b / a if ok and a is not None and b is not None else None
+            ratios[label] = r
+        rows.append({"context_tokens": k[0], axis: k[1], "valid": valid, "values": values, "ratios": ratios})
+    return {
+        "labels": list(labels),
+        "baseline": base,
+        "axis": axis,
+        "metrics": [{"key": m, "stat": sub, "title": t, "higher_is_better": h} for m, sub, t, h in METRICS],
+        "rows": rows,
+        "unmatched": unmatched,
+    }
+
+
+def _fmt(v: float | None, ratio: bool = False) -> str:
+    if v is None:
+        return "—"
+    if ratio:
+        return f"{v:.2f}x"
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
+
+
+def _load(v: float) -> str:
+    return str(int(v)) if v == int(v) else f"{v:g}"
+
+
+def render_compare_md(cmp: Mapping[str, Any], metrics: Sequence[str] = ("output_tok_s", "tpot_ms")) -> str:
+    """A Markdown table of ``compare_runs``'s result: values per run, then ratios to the baseline."""
+    labels: list[str] = list(cmp["labels"])
+    base = cmp["baseline"]
+    titles = {m["key"]: m["title"] for m in cmp["metrics"]}
+    axis_title = "C" if cmp["axis"] == "concurrency" else "rate (req/s)"
+    header = ["context", axis_title]
+    for m in metrics:
+        header += [f"{label} {titles[m]}" for label in labels]
+        header += [f"{label}/{base} {titles[m]}" for label in labels[1:]]
+    lines = ["| " + " | ".join(_esc(h) for h in header) + " |", "|" + "---|" * len(header)]
+    invalid_seen = False
+    for row in cmp["rows"]:
+        cells = [str(row["context_tokens"]) if row["context_tokens"] is not None else "—", _load(row[cmp["axis"]])]
+        for m in metrics:
+            for label in labels:
+                mark = "" if row["valid"][label] else " (invalid)"
+                invalid_seen |= bool(mark)
+                cells.append(_fmt(row["values"][label][m]) + mark)
+            cells += [_fmt(row["ratios"][label][m], ratio=True) for label in labels[1:]]
+        lines.append("| " + " | ".join(cells) + " |")
+    out = "\n".join(lines) + "\n"
+    if not cmp["rows"]:
+        out += "\nNo step was measured at the same context length and load in every run.\n"
+    if invalid_seen:
+        out += "\nRatios are left out (—) where either step is INVALID.\n"
+    missing = {label: ks for label, ks in cmp["unmatched"].items() if ks}
+    if missing:
+        parts = [f"{_esc(label)}: " + ", ".join(f"{_load(k[1])}@{k[0]}" for k in ks) for label, ks in missing.items()]
+        out += "\nSteps in only some runs (load@context): " + "; ".join(parts) + "\n"
+    return out
+
+
+def _esc(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def render_compare_html(cmp: Mapping[str, Any], metrics: Sequence[str] = ("output_tok_s", "tpot_ms")) -> str:
+    """The same table as :func:`render_compare_md` as an HTML ``<table>`` fragment; all text escaped."""
+    labels: list[str] = list(cmp["labels"])
+    base = cmp["baseline"]
+    titles = {m["key"]: m["title"] for m in cmp["metrics"]}
+    e = html.escape
+    head = ["context", "C" if cmp["axis"] == "concurrency" else "rate (req/s)"]
+    for m in metrics:
+        head += [f"{label} {titles[m]}" for label in labels]
+        head += [f"{label}/{base} {titles[m]}" for label in labels[1:]]
+    out = ['<table class="compare">', "<thead><tr>" + "".join(f"<th>{e(h)}</th>" for h in head) + "</tr></thead>"]
+    out.append("<tbody>")
+    for row in cmp["rows"]:
+        ctx = row["context_tokens"]
+        cells = [e(str(ctx)) if ctx is not None else "—", e(_load(row[cmp["axis"]]))]
+        for m in metrics:
+            for label in labels:
+                invalid = "" if row["valid"][label] else ' class="invalid" title="INVALID step"'
+                cells.append(f"<td{invalid}>{e(_fmt(row['values'][label][m]))}</td>")
+            cells += [f'<td class="ratio">{e(_fmt(row["ratios"][label][m], ratio=True))}</td>' for label in labels[1:]]
+        first = "".join(f"<td>{c}</td>" for c in cells[:2])
+        out.append(f"<tr>{first}{''.join(cells[2:])}</tr>")
+    out.append("</tbody></table>")
+    return "\n".join(out) + "\n"

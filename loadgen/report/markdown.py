@@ -1,0 +1,196 @@
+"""report.md: the human report of one run, rendered from its summary dict alone.
+
+Title with the label; the run's server URL, model, transport and date; the step table (the
+matrix-benchmark layout: context, concurrency, aggregate and per-request tok/s, wall time, prompt
+tokens, then TTFT/ITL/TPOT/E2E p50/p99, ok/failed); errors by class with one sample message each;
+invalid steps with their reasons. Every server-provided text is escaped for a table cell.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+Section = Callable[[dict[str, Any]], "str | None"]
+"""An extra report section: summary -> Markdown text (with its own heading), or None to skip."""
+
+MAX_MESSAGE_CHARS = 300
+
+
+def escape_cell(text: Any) -> str:
+    """One-line text safe inside a Markdown table cell: no pipes, newlines or raw HTML."""
+    s = str(text)
+    s = s.replace("\\", "\\\\").replace("|", "\\|")
+    s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    s = " ".join(s.split())  # newlines, tabs and runs of spaces -> one space
+    if len(s) > MAX_MESSAGE_CHARS:
+        s = s[: MAX_MESSAGE_CHARS - 1] + "…"
+    return s
+
+
+def _num(value: Any, digits: int = 1) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return f"{value:,}" if isinstance(value, int) else escape_cell(value)
+
+
+def _ms(value: Any) -> str:
+    if value is None:
+        return "–"
+    return f"{value:,.2f}" if abs(value) < 10 else f"{value:,.1f}"
+
+
+def _pair(dist: Any) -> str:
+    if not isinstance(dist, dict):
+        return "–"
+    return f"{_ms(dist.get('p50'))} / {_ms(dist.get('p99'))}"
+
+
+def _load(step: dict[str, Any]) -> str:
+    if step.get("concurrency") is not None:
+        return _num(step["concurrency"])
+    if step.get("rate") is not None:
+        return f"{_num(step['rate'], 2)} req/s"
+    return "–"
+
+
+def _header(summary: dict[str, Any]) -> list[str]:
+    title = summary.get("label") or summary.get("run_id") or "run"
+    lines = [f"# Load test report: {escape_cell(title)}", ""]
+    facts = [
+        ("Run", summary.get("run_id")),
+        ("Server", summary.get("url")),
+        ("Model", summary.get("model")),
+        ("Transport", summary.get("transport")),
+        ("Date", summary.get("created")),
+    ]
+    for name, value in facts:
+        if value is not None:
+            lines.append(f"- {name}: {escape_cell(value)}")
+    totals = summary.get("totals", {})
+    lines.append(
+        f"- Requests: {_num(totals.get('records', 0))} recorded, {_num(totals.get('requests_ok', 0))} ok, "
+        f"{_num(totals.get('requests_failed', 0))} failed; steps: {_num(totals.get('steps', 0))} "
+        f"({_num(totals.get('valid_steps', 0))} valid)"
+    )
+    if totals.get("peak_output_tok_s") is not None:
+        where = (
+            f"C={totals['peak_concurrency']}"
+            if totals.get("peak_concurrency") is not None
+            else (f"step {totals.get('peak_step')}")
+        )
+        lines.append(f"- Peak aggregate throughput: {_num(totals['peak_output_tok_s'])} tok/s at {where}")
+    if totals.get("skipped_lines"):
+        lines.append(f"- Skipped {totals['skipped_lines']} unreadable line(s) (a torn last line after a kill)")
+    lines.append("")
+    return lines
+
+
+_STEP_COLUMNS = (
+    "Step",
+    "Context",
+    "C",
+    "Agg tok/s",
+    "Per-req tok/s",
+    "Wall s",
+    "Prompt tok",
+    "TTFT p50/p99 ms",
+    "ITL p50/p99 ms",
+    "TPOT p50/p99 ms",
+    "E2E p50/p99 ms",
+    "OK / failed",
+    "Valid",
+)
+
+
+def _step_table(steps: Sequence[dict[str, Any]]) -> list[str]:
+    lines = ["## Steps", ""]
+    lines.append("| " + " | ".join(_STEP_COLUMNS) + " |")
+    lines.append("|" + "|".join("---" if i < 1 else "---:" for i in range(len(_STEP_COLUMNS))) + "|")
+    for s in steps:
+        cells = [
+            _num(s.get("step")),
+            _num(s.get("context_tokens")),
+            _load(s),
+            _num(s.get("output_tok_s")),
+            _num(s.get("per_request_tok_s")),
+            _num(s.get("wall_s")),
+            _num(s.get("prompt_tokens_mean"), 0),
+            _pair(s.get("ttft_ms")),
+            _pair(s.get("itl_ms")),
+            _pair(s.get("tpot_ms")),
+            _pair(s.get("e2e_ms")),
+            f"{_num(s.get('requests_ok', 0))} / {_num(s.get('requests_failed', 0))}",
+            "yes" if s.get("valid") else "**no**",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Agg tok/s: output tokens that arrived inside the step's steady window (warm-up excluded) / "
+        "window length. Latencies: successful requests sent inside the window; TTFT and E2E from the "
+        "intended send time; ITL is the gap between successive text chunks; percentiles by linear "
+        "interpolation (numpy's default). Wall s: the step's whole length, warm-up included.",
+        "",
+    ]
+    return lines
+
+
+def _errors(summary: dict[str, Any]) -> list[str]:
+    totals = summary.get("totals", {})
+    errors: dict[str, int] = totals.get("errors") or {}
+    if not errors:
+        return []
+    samples: dict[str, str] = totals.get("error_samples") or {}
+    in_windows: dict[str, int] = {}
+    for step in summary.get("steps", []):
+        for name, count in (step.get("errors") or {}).items():
+            in_windows[name] = in_windows.get(name, 0) + count
+    lines = ["## Errors", "", "| Class | Count | In steady windows | Sample message |", "|---|---:|---:|---|"]
+    for name, count in errors.items():
+        sample = samples.get(name)
+        lines.append(
+            f"| {escape_cell(name)} | {_num(count)} | {_num(in_windows.get(name, 0))} | "
+            f"{escape_cell(sample) if sample else '–'} |"
+        )
+    lines.append("")
+    return lines
+
+
+def _invalid(steps: Sequence[dict[str, Any]]) -> list[str]:
+    bad = [s for s in steps if not s.get("valid")]
+    if not bad:
+        return []
+    lines = ["## Invalid steps", ""]
+    for s in bad:
+        where = f"C={s['concurrency']}" if s.get("concurrency") is not None else _load(s)
+        ctx = f", context {s['context_tokens']}" if s.get("context_tokens") is not None else ""
+        lines.append(f"- Step {s.get('step')} ({where}{ctx}): {escape_cell(s.get('invalid_reason') or 'invalid')}")
+    lines.append("")
+    return lines
+
+
+def render_markdown(summary: dict[str, Any], sections: Sequence[Section] = ()) -> str:
+    """The report.md text for ``summary`` (from ``build_summary``), extra sections appended."""
+    lines = _header(summary)
+    steps: list[dict[str, Any]] = summary.get("steps", [])
+    totals = summary.get("totals", {})
+    if totals.get("empty", not steps):
+        lines += [
+            "**No requests were recorded in this run.** The load generator sent nothing or was stopped "
+            "before any request ended; check the server URL and the run's console output.",
+            "",
+        ]
+    if steps:
+        lines += _step_table(steps)
+    lines += _errors(summary)
+    lines += _invalid(steps)
+    for section in sections:
+        text = section(summary)
+        if text:
+            lines += [text.rstrip("\n"), ""]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+__all__ = ["Section", "escape_cell", "render_markdown"]

@@ -1,0 +1,254 @@
+"""Per-process run state shared by the Locust users and the load shape.
+
+One ``RunState`` lives on the Locust ``Environment`` (``env.loadgen``). It owns this process's
+request-record file, the current step, the live counters of the progress line, and the one function
+that turns a ``RequestSpec`` into a timed call and a ``RequestRecord`` (``execute``). Users only
+call ``execute`` and report through Locust's event; nothing else shares mutable state.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gevent
+import orjson
+
+from loadgen.client import CallResult, Timeouts, Transport, make_transport
+from loadgen.clock import ANCHOR
+from loadgen.errors import classify_stream_error, short
+from loadgen.records import JsonlAppender, RequestRecord
+from loadgen.request import ENDPOINT_PATHS, RequestSpec
+from loadgen.rundir import StepLog
+from loadgen.shape import StepPlan, StepSink
+
+
+@dataclass(slots=True)
+class TargetOptions:
+    """How to reach the server and shape each request's body."""
+
+    url: str
+    model: str
+    api_key: str | None = None
+    transport: str = "fast"
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    stream: bool = True
+    extra_headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class StepCounters:
+    ok: int = 0
+    failed: int = 0
+    output_tokens: int = 0
+    in_window: int = 0
+    first_ns: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+
+
+class LLMError(Exception):
+    """Carried by Locust's request event for a failed LLM call (its message is the error class)."""
+
+
+class RunState(StepSink):
+    def __init__(
+        self,
+        run_dir: Path,
+        target: TargetOptions,
+        workload_for: Callable[[StepPlan | None], Any],
+        worker: str = "w0",
+        fire_request: Callable[..., None] | None = None,
+        log_metric: Callable[[str, str, float], None] | None = None,
+    ) -> None:
+        self.run_dir = run_dir
+        self.target = target
+        self.worker = worker
+        self.workload_for = workload_for
+        self.records = JsonlAppender(run_dir / f"requests-{worker}.jsonl")
+        self.steps = StepLog(run_dir)
+        self.fire_request = fire_request
+        self.log_metric = log_metric
+        self._seq = itertools.count()
+        self._users = itertools.count()
+        self._prefix = f"{run_dir.name[-12:]}-{worker}-{os.getpid()}"
+        self.step_index = -1
+        self.step_plan: StepPlan | None = None
+        self.steady_ns: int | None = None
+        self.counters: list[StepCounters] = []
+        self.started_ns = ANCHOR.now_wall_ns()
+        headers = {"Content-Type": "application/json", **target.extra_headers}
+        if target.api_key:
+            headers["Authorization"] = f"Bearer {target.api_key}"
+        self._headers = headers
+
+    # -- StepSink -----------------------------------------------------------------------------
+    def step_started(self, index: int, plan: StepPlan, t_ns: int) -> None:
+        self.step_index = index
+        self.step_plan = plan
+        self.steady_ns = None
+        while len(self.counters) <= index:
+            self.counters.append(StepCounters())
+        self.counters[index].first_ns = t_ns
+        self.steps.start(index, t_ns, **plan.describe())
+
+    def step_steady(self, index: int, t_ns: int) -> None:
+        self.steady_ns = t_ns
+        self.steps.steady(index, t_ns)
+
+    def step_ended(self, index: int, t_ns: int, reason: str) -> None:
+        self.steps.end(index, t_ns, reason)
+
+    def requests_in_window(self, index: int) -> int:
+        return self.counters[index].in_window if index < len(self.counters) else 0
+
+    # -- users ----------------------------------------------------------------------------------
+    def next_user_index(self) -> int:
+        return next(self._users)
+
+    def make_transport(self) -> Transport:
+        t = self.target
+        return make_transport(t.transport, t.url, t.timeouts, t.api_key)
+
+    def body(self, spec: RequestSpec) -> bytes:
+        body: dict[str, Any] = {"model": self.target.model, "max_tokens": spec.max_tokens}
+        if spec.endpoint == "chat":
+            body["messages"] = spec.messages or [{"role": "user", "content": spec.prompt or ""}]
+        else:
+            body["prompt"] = spec.prompt if spec.prompt is not None else _flatten(spec.messages)
+        if spec.stream:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+        if spec.extra:
+            body.update(spec.extra)
+        return orjson.dumps(body)
+
+    def execute(self, transport: Transport, spec: RequestSpec, user: int) -> tuple[RequestRecord, str | None]:
+        """Send one request, record it, report it. Returns the record and the output text."""
+        step = self.step_index
+        if not self.target.stream:
+            spec.stream = False
+        rid = f"{self._prefix}-{next(self._seq)}"
+        headers = dict(self._headers)
+        headers["X-Request-Id"] = rid
+        body = self.body(spec)
+        path = ENDPOINT_PATHS[spec.endpoint]
+        try:
+            result = transport.call(path, body, headers, spec.stream)
+        except gevent.GreenletExit:
+            now = ANCHOR.now_wall_ns()
+            rec = RequestRecord(
+                id=rid,
+                worker=self.worker,
+                step=step,
+                intended_ns=spec.intended_ns or now,
+                sent_ns=now,
+                end_ns=now,
+                error_class="cancelled",
+                error="the user was stopped mid-request",
+                endpoint=spec.endpoint,
+                stream=spec.stream,
+                max_tokens=spec.max_tokens,
+                context_tokens=spec.context_tokens,
+                source=spec.source,
+                user=user,
+            )
+            self.records.write_bytes(rec.to_json())
+            raise
+        rec = self._record(rid, step, spec, result, user)
+        self.records.write_bytes(rec.to_json())
+        self._report(rec, spec)
+        text = result.stream.text if result.stream is not None else None
+        return rec, text
+
+    def _record(self, rid: str, step: int, spec: RequestSpec, res: CallResult, user: int) -> RequestRecord:
+        sent_ns = ANCHOR.wall_ns(res.sent_perf_ns)
+        rec = RequestRecord(
+            id=rid,
+            worker=self.worker,
+            step=step,
+            intended_ns=spec.intended_ns if spec.intended_ns is not None else sent_ns,
+            sent_ns=sent_ns,
+            end_ns=ANCHOR.wall_ns(res.end_perf_ns),
+            status=res.status,
+            error_class=res.error_class,
+            error=res.error,
+            endpoint=spec.endpoint,
+            stream=spec.stream,
+            max_tokens=spec.max_tokens,
+            context_tokens=spec.context_tokens,
+            source=spec.source,
+            user=user,
+            conversation=spec.conversation,
+            turn=spec.turn,
+        )
+        s = res.stream
+        if s is None:
+            return rec
+        sent_perf = res.sent_perf_ns
+        offsets = [t - sent_perf for t in s.chunk_times_ns]
+        rec.chunk_offsets_ns = offsets
+        if offsets:
+            rec.first_chunk_ns = sent_ns + offsets[0]
+        rec.prompt_tokens = s.prompt_tokens
+        rec.cached_tokens = s.cached_tokens
+        rec.finish_reason = s.finish_reason
+        rec.reasoning_chunks = s.reasoning_chunks
+        rec.server_request_id = s.server_id
+        rec.chunk_tokens, rec.output_tokens, rec.tokens_source = s.token_split()
+        if rec.error_class is None:
+            cls = s.error_class()
+            if cls == "stream_error" and s.error is not None:
+                msg = str(s.error.get("message") or s.error)
+                rec.error_class = classify_stream_error(msg)
+                rec.error = short("error inside a 200 stream: " + msg)
+            elif cls == "truncated":
+                rec.error_class = cls
+                rec.error = f"stream ended after {len(offsets)} output chunks without finish_reason or [DONE]"
+            elif cls == "malformed_stream":
+                rec.error_class = cls
+                rec.error = short(f"{s.malformed} malformed payload(s), first: {s.first_malformed}")
+        return rec
+
+    def _report(self, rec: RequestRecord, spec: RequestSpec) -> None:
+        ok = rec.error_class is None
+        idx = rec.step
+        if 0 <= idx < len(self.counters):
+            c = self.counters[idx]
+            if ok:
+                c.ok += 1
+                c.output_tokens += rec.output_tokens or 0
+            else:
+                c.failed += 1
+                c.errors[rec.error_class or "other"] = c.errors.get(rec.error_class or "other", 0) + 1
+            if self.steady_ns is not None and idx == self.step_index and rec.sent_ns >= self.steady_ns:
+                c.in_window += 1
+        e2e_ms = (rec.end_ns - rec.intended_ns) / 1e6
+        name = spec.endpoint
+        if self.fire_request is not None:
+            self.fire_request(
+                request_type="LLM",
+                name=name,
+                response_time=e2e_ms,
+                response_length=rec.output_tokens or 0,
+                exception=None if ok else LLMError(f"{rec.error_class}: {rec.error}"),
+                context={"step": idx},
+            )
+        if ok and self.log_metric is not None and rec.first_chunk_ns is not None:
+            self.log_metric("TTFT", name, (rec.first_chunk_ns - rec.intended_ns) / 1e6)
+            offs = rec.chunk_offsets_ns
+            if len(offs) > 1:
+                self.log_metric("ITL", name, (offs[-1] - offs[0]) / (len(offs) - 1) / 1e6)
+
+    def close(self) -> None:
+        self.records.close()
+        self.steps.close()
+
+
+def _flatten(messages: list[dict[str, Any]] | None) -> str:
+    if not messages:
+        return ""
+    return "\n\n".join(str(m.get("content", "")) for m in messages)

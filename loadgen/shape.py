@@ -1,0 +1,156 @@
+"""Load shapes: a staged concurrency ramp whose steps are timed from when they were actually reached.
+
+Locust calls ``tick()`` about once a second and blocks inside ``runner.start()`` while users
+spawn; a shape that keyed its stages to the time since the test began would silently skip a stage
+shorter than the spawn that precedes it. Here each step starts its warm-up only once the runner
+reports the step's user count (``spawning_complete``, or the next tick that sees it), and ends
+``duration_s`` after its warm-up ended (or once ``requests`` requests finished in its steady
+window), so every step gets its full steady window whatever the spawn took. The actual transition
+times go to ``steps.jsonl``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from locust import LoadTestShape
+
+from loadgen.clock import ANCHOR
+
+
+@dataclass(slots=True)
+class StepPlan:
+    concurrency: int
+    context_tokens: int | None = None
+    warmup_s: float = 5.0
+    duration_s: float | None = 30.0
+    requests: int | None = None
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "concurrency": self.concurrency,
+            "context_tokens": self.context_tokens,
+            "rate": None,
+            "warmup_s": self.warmup_s,
+            "duration_s": self.duration_s,
+            "requests": self.requests,
+        }
+
+
+def build_plan(
+    concurrency: list[int],
+    context_tokens: list[int] | None,
+    warmup_s: float,
+    duration_s: float | None,
+    requests: int | None,
+) -> list[StepPlan]:
+    """The matrix: every context length (outer) times every concurrency (inner)."""
+    if duration_s is None and requests is None:
+        raise ValueError("give --step-seconds or --requests-per-step (or both)")
+    contexts: list[int | None] = list(context_tokens) if context_tokens else [None]
+    return [StepPlan(c, ctx, warmup_s, duration_s, requests) for ctx in contexts for c in concurrency]
+
+
+class StepSink:
+    """Where a ramp reports its transitions; ``RunState`` implements it."""
+
+    def step_started(self, index: int, plan: StepPlan, t_ns: int) -> None: ...
+
+    def step_steady(self, index: int, t_ns: int) -> None: ...
+
+    def step_ended(self, index: int, t_ns: int, reason: str) -> None: ...
+
+    def requests_in_window(self, index: int) -> int:
+        return 0
+
+
+class RampShape(LoadTestShape):
+    """Walks a list of ``StepPlan``s; ``now_ns`` is injectable (wall-clock ns) for exact tests."""
+
+    abstract = True  # constructed with arguments; not picked up by ``locust -f`` on its own
+
+    def __init__(
+        self,
+        plan: list[StepPlan],
+        sink: StepSink,
+        now_ns: Callable[[], int] = ANCHOR.now_wall_ns,
+        spawn_rate: float = 10_000.0,
+    ) -> None:
+        super().__init__()
+        if not plan:
+            raise ValueError("a ramp needs at least one step")
+        self.plan = plan
+        self.sink = sink
+        self.now_ns = now_ns
+        self.spawn_rate = spawn_rate
+        self.index = -1
+        self.reached_ns: int | None = None
+        self.steady_ns: int | None = None
+        self.steady_logged = False
+        self.finished = False
+
+    def reset_time(self) -> None:
+        super().reset_time()
+        self.index = -1
+        self.finished = False
+
+    # Locust calls this when every user of a start() call is running.
+    def on_spawning_complete(self, user_count: int) -> None:
+        if (
+            0 <= self.index < len(self.plan)
+            and self.reached_ns is None
+            and user_count == self.plan[self.index].concurrency
+        ):
+            self._reached(self.now_ns())
+
+    def _reached(self, t: int) -> None:
+        self.reached_ns = t
+        self.steady_ns = t + int(self.plan[self.index].warmup_s * 1e9)
+
+    def _begin(self, index: int, t: int) -> None:
+        self.index = index
+        self.reached_ns = None
+        self.steady_ns = None
+        self.steady_logged = False
+        self.sink.step_started(index, self.plan[index], t)
+        runner = self.runner
+        if runner is not None and runner.user_count == self.plan[index].concurrency and index > 0:
+            self._reached(t)
+
+    def current(self) -> StepPlan | None:
+        return self.plan[self.index] if 0 <= self.index < len(self.plan) else None
+
+    def stop(self, reason: str) -> None:
+        """End the current step now (Ctrl-C, server down); the ramp returns None next tick."""
+        if not self.finished and 0 <= self.index < len(self.plan):
+            self.sink.step_ended(self.index, self.now_ns(), reason)
+        self.finished = True
+
+    def tick(self) -> tuple[int, float] | None:
+        if self.finished:
+            return None
+        now = self.now_ns()
+        if self.index < 0:
+            self._begin(0, now)
+        step = self.plan[self.index]
+        if self.reached_ns is None and self.runner is not None and self.runner.user_count == step.concurrency:
+            self._reached(now)
+        if self.steady_ns is not None and not self.steady_logged and now >= self.steady_ns:
+            self.sink.step_steady(self.index, self.steady_ns)
+            self.steady_logged = True
+        if self.steady_logged and self.steady_ns is not None:
+            reason = None
+            if step.duration_s is not None and now >= self.steady_ns + int(step.duration_s * 1e9):
+                reason = "duration"
+            elif step.requests is not None and self.sink.requests_in_window(self.index) >= step.requests:
+                reason = "requests"
+            if reason is not None:
+                self.sink.step_ended(self.index, now, reason)
+                if self.index + 1 >= len(self.plan):
+                    self.finished = True
+                    return None
+                self._begin(self.index + 1, now)
+                step = self.plan[self.index]
+        return step.concurrency, max(self.spawn_rate, float(step.concurrency))

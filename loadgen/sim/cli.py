@@ -1,0 +1,185 @@
+"""Command line of the simulator: ``python -m loadgen.sim`` (and ``loadgen sim``).
+
+Every profile field has a flag: server fields and fixed-timing fields by their own name
+(``--max-running-requests 256``, ``--nvls/--no-nvls``, ``--ttft-ms 20``), hardware, model and spec
+fields with a prefix (``--hw-hbm-gb 141``, ``--model-layers 40``, ``--spec-tau 5``), and any field
+as ``--set SECTION.FIELD=VALUE``. ``--hardware``, ``--model-config`` and ``--spec`` swap whole parts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import fields
+from typing import Any
+
+from loadgen.sim.profiles import (
+    SECTION_TYPES,
+    ProfileError,
+    apply_overrides,
+    load_profile,
+    part_names,
+    profile_description,
+    profile_names,
+)
+
+DEFAULT_PROFILE = "b300x8-kimi-k2.6-ddtree"
+PREFIX = {"server": "", "timing": "", "hardware": "hw-", "model": "model-", "spec": "spec-"}
+
+
+def _flag(section: str, name: str) -> str:
+    return "--" + PREFIX[section] + name.replace("_", "-")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="loadgen sim",
+        description="Simulated OpenAI-compatible LLM server (SGLang-like) with a calibrated step, KV-cache "
+        "and power model.",
+        allow_abbrev=False,
+    )
+    g = ap.add_argument_group("serving")
+    g.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    g.add_argument("--port", type=int, default=30000, help="port to bind; 0 picks a free one (default 30000)")
+    g.add_argument("--port-file", help="write the bound port to this file once listening")
+    g.add_argument("--profile", default=DEFAULT_PROFILE, help=f"named profile (default {DEFAULT_PROFILE})")
+    g.add_argument("--list-profiles", action="store_true", help="print the profiles and parts, then exit")
+    g.add_argument("--hardware", help="hardware part to use instead of the profile's (e.g. b200x8)")
+    g.add_argument("--model-config", help="model part to use instead of the profile's (e.g. kimi-k2.6)")
+    g.add_argument("--spec", help="speculative-decoding part to use instead of the profile's (none, ddtree...)")
+    g.add_argument("--served-model-name", help="model name reported by the API")
+    g.add_argument("--emission-log", help="append one JSON line per chunk sent to this file")
+    g.add_argument("--log-file", help="write the server log here (default: stderr)")
+    g.add_argument(
+        "--metrics-style",
+        choices=("sglang", "vllm"),
+        default="sglang",
+        help="metric names, log lines and error bodies to imitate (default sglang)",
+    )
+    g.add_argument("--seed", type=int, default=0, help="random seed (lengths, acceptance, text)")
+    g.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.FIELD=VALUE",
+        help="override any profile field (repeatable)",
+    )
+    fg = ap.add_argument_group("faults")
+    fg.add_argument("--crash-after-s", type=float, default=0.0, help="exit(1) this many seconds after start")
+    fg.add_argument("--crash-after-requests", type=int, default=0, help="exit(1) when request N+1 arrives")
+    fg.add_argument(
+        "--stall-after-chunks",
+        type=int,
+        default=-1,
+        help="stop sending a stream after K content chunks (connection stays open)",
+    )
+    fg.add_argument(
+        "--malformed-after-chunks", type=int, default=-1, help="send content chunk K+1 as truncated JSON, then carry on"
+    )
+    fg.add_argument(
+        "--error-after-chunks",
+        type=int,
+        default=-1,
+        help="after K content chunks send an error event inside the 200 stream and end it",
+    )
+    fg.add_argument(
+        "--fault-rate", type=float, default=1.0, help="share of requests the stream faults apply to (default 1.0)"
+    )
+    fg.add_argument(
+        "--reject-status",
+        type=int,
+        default=0,
+        choices=(0, 429, 503),
+        help="answer requests with this status during reject windows",
+    )
+    fg.add_argument("--reject-start-s", type=float, default=0.0, help="first reject window start, after ready")
+    fg.add_argument("--reject-duration-s", type=float, default=0.0, help="reject window length")
+    fg.add_argument("--reject-period-s", type=float, default=0.0, help="repeat reject windows with this period")
+    fg.add_argument(
+        "--ready-delay-s", type=float, default=0.0, help="stay unready (/health 503) this long after start-up"
+    )
+    for section, cls in SECTION_TYPES.items():
+        sg = ap.add_argument_group(f"{section} fields")
+        for f in fields(cls):
+            if section in ("hardware", "model", "spec") and f.name == "name":
+                continue
+            flag = _flag(section, f.name)
+            dest = f"ovr__{section}__{f.name}"
+            kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "str")
+            if kind == "bool":
+                sg.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction, default=None)
+            else:
+                conv: Any = {"int": int, "float": float}.get(kind, str)
+                sg.add_argument(flag, dest=dest, type=conv, default=None, metavar=kind.upper())
+    return ap
+
+
+def list_profiles() -> str:
+    lines = ["profiles:"]
+    for name in profile_names():
+        lines.append(f"  {name:28s} {profile_description(name)}")
+    for part, flag in (("hardware", "--hardware"), ("model", "--model-config"), ("spec", "--spec")):
+        lines.append(f"{part} parts ({flag}): {', '.join(part_names(part))}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.list_profiles:
+        try:
+            print(list_profiles())
+        except ProfileError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        return 0
+    overrides: dict[str, Any] = {}
+    for key, value in vars(args).items():
+        if key.startswith("ovr__") and value is not None:
+            _, section, name = key.split("__", 2)
+            overrides[f"{section}.{name}"] = value
+    if args.served_model_name:
+        overrides["model.served_name"] = args.served_model_name
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            print(f"error: --set {item!r}: expected SECTION.FIELD=VALUE", file=sys.stderr)
+            return 2
+        overrides[key.strip()] = value.strip()
+    try:
+        profile = load_profile(args.profile, hardware=args.hardware, model=args.model_config, spec=args.spec)
+        profile = apply_overrides(profile, overrides)
+    except ProfileError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    from loadgen.sim.server import Faults, ServerOptions, run_server
+
+    faults = Faults(
+        crash_after_s=args.crash_after_s,
+        crash_after_requests=args.crash_after_requests,
+        stall_after_chunks=args.stall_after_chunks,
+        malformed_after_chunks=args.malformed_after_chunks,
+        error_after_chunks=args.error_after_chunks,
+        fault_rate=args.fault_rate,
+        reject_status=args.reject_status,
+        reject_start_s=args.reject_start_s,
+        reject_duration_s=args.reject_duration_s,
+        reject_period_s=args.reject_period_s,
+        ready_delay_s=args.ready_delay_s,
+    )
+    options = ServerOptions(
+        host=args.host,
+        port=args.port,
+        port_file=args.port_file,
+        emission_log=args.emission_log,
+        log_file=args.log_file,
+        metrics_style=args.metrics_style,
+        seed=args.seed,
+        faults=faults,
+    )
+    try:
+        return run_server(profile, options)
+    except OSError as exc:
+        print(f"error: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0

@@ -1,0 +1,713 @@
+"""The simulated inference engine: continuous batching over a KV token pool, on an injected clock.
+
+Time is an input. :meth:`Engine.submit` and :meth:`Engine.advance` take ``now`` (seconds on any
+monotonic clock); :attr:`Engine.next_event_s` says when the running step ends. The HTTP server
+drives it on ``perf_counter`` and sleeps until ``next_event_s``; tests drive it on a virtual clock
+by jumping straight there, with no sleeping and no sockets.
+
+Scheduling follows SGLang's scheduler:
+
+* A step is either a prefill batch or a decode batch (no mixing). Waiting requests are prefilled
+  first, first come first served, while the batch stays within ``chunked_prefill_size`` tokens
+  (a long prompt is chunked over several steps), running + new requests stay within
+  ``max_running_requests``, and the KV pool can hold each new prompt plus its ``max_tokens``
+  (clipped at 4096) on top of what running requests reserve: ``new_token_ratio`` times their
+  remaining ``max_tokens``. ``new_token_ratio`` starts at 0.7 and decays to 0.098 over 600
+  decode steps, so admission is cautious after a retraction and then loosens.
+* A prefill commits one token (the first). A decode step commits one token per request, or
+  ``accepted + 1`` with speculative decoding, drawn per request from a truncated geometric
+  acceptance distribution whose mean is the profile's ``tau`` for the prompt's source class.
+  The verify pass costs ``num_draft_tokens`` per request whatever is accepted.
+* Before a decode step the pool must hold the step's new tokens (``C * num_draft_tokens`` with
+  speculative decoding). If it cannot, requests are retracted (fewest output tokens first), their
+  KV freed and they go back to the front of the queue to be re-prefilled (prompt + output so far),
+  with SGLang's log line. A lone request that cannot fit is aborted.
+
+Gauges (running, queued, token usage, throughput, acceptance length) are refreshed the way SGLang
+refreshes them: at each prefill batch and every ``decode_log_interval`` decode steps, together with
+the ``Prefill batch`` / ``Decode batch`` log lines.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from loadgen.sim.model import MemoryPlan, StepCost, StepModel
+from loadgen.sim.profiles import FixedTiming, Profile
+
+CLIP_MAX_NEW_TOKENS = 4096
+INIT_NEW_TOKEN_RATIO = 0.7
+MIN_NEW_TOKEN_RATIO = INIT_NEW_TOKEN_RATIO * 0.14
+NEW_TOKEN_RATIO_DECAY = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / 600
+RETRACT_DECODE_STEPS = 20
+
+WAITING, RUNNING, FINISHED, ABORTED = 0, 1, 2, 3
+
+LogFn = Callable[[str], None]
+
+
+class RejectError(Exception):
+    """A request refused at submission: ``status`` is the HTTP status, ``message`` the server's text."""
+
+    def __init__(self, status: int, message: str, err_type: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.err_type = err_type
+
+
+@dataclass(eq=False, slots=True)
+class SimRequest:
+    """One request inside the engine. Times are on the engine's clock, in seconds."""
+
+    rid: str
+    prompt_tokens: int
+    max_new_tokens: int  # what the request allows (scheduler reservations use this)
+    target_tokens: int  # when it will stop (the server knows; the scheduler does not use it)
+    stop_reason: str  # "length" or "stop", reported when target_tokens is reached
+    source: str = "default"
+    arrival_s: float = 0.0
+    generated: int = 0
+    prefilled: int = 0  # tokens of (prompt + output so far) already in the KV cache
+    kv_tokens: int = 0
+    state: int = WAITING
+    first_token_s: float = -1.0
+    last_token_s: float = -1.0
+    finish_s: float = -1.0
+    queue_end_s: float = -1.0
+    retractions: int = 0
+    verify_ct: int = 0
+    finish_reason: str = ""
+    abort_message: str = ""
+    context: object = None  # the server's per-request state
+
+    @property
+    def recompute_len(self) -> int:
+        return self.prompt_tokens + self.generated
+
+
+@dataclass(slots=True)
+class Emission:
+    """Tokens a request committed in one step. ``finished`` marks the request's last emission."""
+
+    req: SimRequest
+    tokens: int
+    finished: bool
+
+
+@dataclass(slots=True)
+class _Step:
+    kind: str  # "prefill" or "decode"
+    start_s: float
+    end_s: float
+    cost: StepCost
+    reqs: list[SimRequest]
+    chunks: list[int] = field(default_factory=list)  # prefill: tokens per request
+
+
+class Histogram:
+    """Cumulative Prometheus-style histogram."""
+
+    __slots__ = ("bounds", "count", "counts", "total")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.total = 0.0
+        self.count = 0
+
+    def observe(self, value: float, n: int = 1) -> None:
+        i = 0
+        bounds = self.bounds
+        while i < len(bounds) and value > bounds[i]:
+            i += 1
+        self.counts[i] += n
+        self.total += value * n
+        self.count += n
+
+
+TTFT_BOUNDS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    60.0,
+)
+ITL_BOUNDS = (
+    0.002,
+    0.005,
+    0.01,
+    0.015,
+    0.02,
+    0.025,
+    0.03,
+    0.035,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.0,
+)
+E2E_BOUNDS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 40.0, 60.0, 120.0, 300.0, 600.0, 1200.0)
+
+
+@dataclass
+class Counters:
+    """Monotonic totals since start."""
+
+    requests: int = 0
+    finished: int = 0
+    aborted: int = 0
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    retracted_reqs: int = 0
+    retracted_input_tokens: int = 0
+    retracted_output_tokens: int = 0
+    spec_cycles: int = 0  # request-cycles (drafts)
+    spec_draft_tokens: int = 0
+    spec_accepted_tokens: int = 0
+    finished_stop: int = 0
+    finished_length: int = 0
+    prefill_steps: int = 0
+    decode_steps: int = 0
+    busy_s: float = 0.0
+
+
+@dataclass
+class Gauges:
+    """Values as last published (SGLang refreshes them at log points only)."""
+
+    num_running_reqs: int = 0
+    num_queue_reqs: int = 0
+    num_used_tokens: int = 0
+    token_usage: float = 0.0
+    gen_throughput: float = 0.0
+    spec_accept_length: float = 0.0
+    spec_accept_rate: float = 0.0
+    num_retracted_reqs: int = 0
+    cache_hit_rate: float = 0.0
+
+
+class FixedStepModel:
+    """Step durations from :class:`FixedTiming` (TTFT and per-step time given), same interface."""
+
+    def __init__(self, timing: FixedTiming, real: StepModel) -> None:
+        self.t = timing
+        self.real = real
+
+    def decode(self, n_reqs: int, ctx_sum: float) -> StepCost:
+        d = self.t.itl_ms * (1.0 + self.t.itl_growth * max(0, n_reqs - 1)) / 1e3
+        return self._cost(d)
+
+    def prefill(self, n_tokens: int, attn_pairs: float) -> StepCost:
+        d = (self.t.ttft_ms + self.t.ttft_per_1k_ms * n_tokens / 1000.0) / 1e3
+        return self._cost(d)
+
+    def _cost(self, d: float) -> StepCost:
+        hw = self.real.p.hardware
+        busy = min(self.t.power_busy_w, hw.power_limit_w)
+        share = (busy - hw.idle_w) / max(1.0, hw.power_limit_w - hw.idle_w)
+        return StepCost(d, share, share, 0.0, busy)
+
+
+def acceptance_cdf(tau: float, depth: int) -> np.ndarray:
+    """CDF over committed tokens 1..depth+1 with P(committed > j) = p**j and mean ``tau``."""
+    if depth <= 0 or tau <= 1.0:
+        return np.array([1.0])
+    tau = min(tau, depth + 1.0 - 1e-6)
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        p = (lo + hi) / 2
+        mean = 1.0 + sum(p**j for j in range(1, depth + 1))
+        if mean < tau:
+            lo = p
+        else:
+            hi = p
+    p = (lo + hi) / 2
+    surv = np.array([p**j for j in range(depth + 1)])  # P(committed > j), j = 0..depth
+    pmf = surv - np.append(surv[1:], 0.0)
+    cdf = np.cumsum(pmf)
+    cdf[-1] = 1.0
+    return cdf
+
+
+class Engine:
+    """Continuous-batching engine. Not thread-safe; one caller drives it."""
+
+    def __init__(self, profile: Profile, *, seed: int = 0, log: LogFn | None = None) -> None:
+        self.profile = profile
+        self.model = StepModel(profile)
+        self.timing: StepModel | FixedStepModel = (
+            FixedStepModel(profile.timing, self.model) if profile.timing else self.model
+        )
+        self.plan: MemoryPlan = self.model.memory_plan()
+        self.pool_tokens = self.plan.kv_pool_tokens if profile.timing is None else max(self.plan.kv_pool_tokens, 1)
+        self.rng = np.random.default_rng(seed)
+        self.log = log or (lambda line: None)
+        self.max_running = profile.max_running_requests
+        self.waiting: deque[SimRequest] = deque()
+        self.running: list[SimRequest] = []
+        self.requests: dict[str, SimRequest] = {}
+        self.used_tokens = 0
+        self.new_token_ratio = INIT_NEW_TOKEN_RATIO
+        self.current: _Step | None = None
+        self.counters = Counters()
+        self.gauges = Gauges()
+        self.ttft = Histogram(TTFT_BOUNDS)
+        self.itl = Histogram(ITL_BOUNDS)
+        self.e2e = Histogram(E2E_BOUNDS)
+        self.queue_time = Histogram(TTFT_BOUNDS)
+        self.spec = profile.spec if profile.spec.enabled else None
+        self.n_v = profile.verify_width
+        self._cdfs: dict[str, np.ndarray] = {}
+        if self.spec is not None:
+            sp = self.spec
+            self._cdfs["default"] = acceptance_cdf(sp.tau, sp.depth)
+            self._cdfs["code"] = acceptance_cdf(sp.tau_code or sp.tau, sp.depth)
+            self._cdfs["prose"] = acceptance_cdf(sp.tau_prose or sp.tau, sp.depth)
+        # energy / busy accounting per GPU: (time, energy_j, busy_s) at step boundaries
+        self.energy_j = 0.0
+        self._acct_t: float | None = None
+        self.history: deque[tuple[float, float, float]] = deque()
+        # interval stats for the Decode batch line
+        self._log_t: float | None = None
+        self._log_tokens = 0
+        self._log_cycles = 0
+        self._log_committed = 0
+        self._log_retracted = 0
+        self.last_cost: StepCost | None = None
+        self._aborted_now: list[SimRequest] = []
+
+    # -- submission -----------------------------------------------------------------------------
+
+    def check(self, prompt_tokens: int, max_new_tokens: int | None) -> None:
+        """Raise :class:`RejectError` if the request cannot be accepted (context, queue limits)."""
+        ctx = self.profile.context_length
+        if prompt_tokens >= ctx:
+            raise RejectError(
+                400,
+                f"The input ({prompt_tokens} tokens) is longer than the model's context length ({ctx} tokens).",
+                "BadRequestError",
+            )
+        if max_new_tokens is not None and prompt_tokens + max_new_tokens > ctx:
+            raise RejectError(
+                400,
+                f"Requested token count exceeds the model's maximum context length of {ctx} tokens. "
+                f"You requested a total of {prompt_tokens + max_new_tokens} tokens: {prompt_tokens} tokens "
+                f"from the input messages and {max_new_tokens} tokens for the completion. Please reduce "
+                "the number of tokens in the input messages or the completion to fit within the limit.",
+                "BadRequestError",
+            )
+        limit = self.profile.server.max_queued_requests
+        if limit > 0 and len(self.waiting) >= limit:
+            raise RejectError(503, "The request queue is full.", "ServiceUnavailableError")
+
+    def submit(self, req: SimRequest, now: float) -> None:
+        """Queue a request (call :meth:`check` first). Call :meth:`advance` afterwards if idle."""
+        req.arrival_s = now
+        req.state = WAITING
+        self.waiting.append(req)
+        self.requests[req.rid] = req
+        self.counters.requests += 1
+        self.counters.prompt_tokens += req.prompt_tokens
+
+    def abort(self, rid: str, now: float, message: str = "") -> SimRequest | None:
+        """Drop a request (client went away). Its KV is freed; no emission follows."""
+        req = self.requests.pop(rid, None)
+        if req is None:
+            return None
+        if req.state == WAITING:
+            try:
+                self.waiting.remove(req)
+            except ValueError:
+                pass
+        elif req.state == RUNNING:
+            try:
+                self.running.remove(req)
+            except ValueError:
+                pass
+        self._free(req)
+        req.state = ABORTED
+        req.finish_reason = "abort"
+        req.abort_message = message
+        req.finish_s = now
+        self.counters.aborted += 1
+        return req
+
+    # -- time -----------------------------------------------------------------------------------
+
+    @property
+    def next_event_s(self) -> float | None:
+        """When the running step ends (None when idle)."""
+        return self.current.end_s if self.current is not None else None
+
+    @property
+    def busy(self) -> bool:
+        return self.current is not None
+
+    def advance(self, now: float) -> list[Emission]:
+        """Complete the running step if it is due, then start the next one if there is work.
+
+        Returns the emissions of the completed step (empty if none was due). The next step starts
+        at the scheduled end of the previous one, so lateness of the caller does not accumulate.
+        """
+        out: list[Emission] = []
+        if self.current is not None:
+            if now + 1e-9 < self.current.end_s:
+                return out
+            step = self.current
+            self.current = None
+            out = self._complete(step)
+            start = step.end_s
+        else:
+            start = now
+        self._start(start)
+        if self._aborted_now:
+            out.extend(Emission(req, 0, True) for req in self._aborted_now)
+            self._aborted_now = []
+        return out
+
+    # -- step planning --------------------------------------------------------------------------
+
+    def _account_idle(self, t: float) -> None:
+        if self._acct_t is None:
+            self._acct_t = t
+            self.history.append((t, self.energy_j, self.counters.busy_s))
+            return
+        if t > self._acct_t:
+            self.energy_j += self.profile.hardware.idle_w * (t - self._acct_t)
+            self._acct_t = t
+            self.history.append((t, self.energy_j, self.counters.busy_s))
+
+    def _start(self, t: float) -> None:
+        self._account_idle(t)
+        step = self._plan_prefill(t)
+        if step is None and self.running:
+            step = self._plan_decode(t)
+        self.current = step
+
+    def _reserved_tokens(self) -> float:
+        ratio = self.new_token_ratio
+        total = 0.0
+        for r in self.running:
+            total += min(r.max_new_tokens - r.generated, CLIP_MAX_NEW_TOKENS) * ratio
+        return total
+
+    def _plan_prefill(self, t: float) -> _Step | None:
+        if not self.waiting or len(self.running) >= self.max_running:
+            return None
+        budget = self.profile.server.chunked_prefill_size
+        if budget <= 0:
+            budget = 1 << 30
+        rem = self.pool_tokens - self.used_tokens - self._reserved_tokens()
+        batch: list[SimRequest] = []
+        chunks: list[int] = []
+        pairs = 0.0
+        slots = self.max_running - len(self.running)
+        while self.waiting and len(batch) < slots and budget > 0:
+            req = self.waiting[0]
+            need_total = req.recompute_len - req.prefilled
+            if req.recompute_len + 1 > self.pool_tokens:
+                self.waiting.popleft()
+                self._abort_unfittable(req, t)
+                continue
+            reserve = need_total + min(req.max_new_tokens - req.generated, CLIP_MAX_NEW_TOKENS)
+            if reserve > rem and (batch or self.running):
+                break
+            chunk = min(need_total, budget)
+            self.waiting.popleft()
+            batch.append(req)
+            chunks.append(chunk)
+            pairs += chunk * (req.prefilled + chunk / 2.0)
+            budget -= chunk
+            rem -= reserve
+            if req.queue_end_s < 0:
+                req.queue_end_s = t
+                self.queue_time.observe(t - req.arrival_s)
+            # KV for the prompt is taken now
+            req.kv_tokens += chunk
+            self.used_tokens += chunk
+            if chunk < need_total:
+                break  # a chunked request ends the batch, as SGLang's single chunked request does
+        if not batch:
+            return None
+        n_tokens = sum(chunks)
+        cost = self.timing.prefill(n_tokens, pairs)
+        self.counters.prefill_steps += 1
+        self._log_prefill(len(batch), n_tokens)
+        return _Step("prefill", t, t + cost.duration_s, cost, batch, chunks)
+
+    def _plan_decode(self, t: float) -> _Step | None:
+        need = len(self.running) * self.n_v
+        free = self.pool_tokens - self.used_tokens
+        if free < need:
+            self._retract(free, need, t)
+            if not self.running:
+                return self._plan_prefill(t)
+            need = len(self.running) * self.n_v
+        ctx_sum = float(sum(r.kv_tokens for r in self.running))
+        cost = self.timing.decode(len(self.running), ctx_sum)
+        self.counters.decode_steps += 1
+        return _Step("decode", t, t + cost.duration_s, cost, list(self.running))
+
+    def _retract(self, free: int, need: int, t: float) -> None:
+        """Free KV by retracting requests until the next decode step fits (SGLang's policy)."""
+        order = sorted(self.running, key=lambda r: (r.generated, -r.prompt_tokens), reverse=True)
+        retracted: list[SimRequest] = []
+        while free < need and len(order) > 1:
+            req = order.pop()
+            self.running.remove(req)
+            free += req.kv_tokens
+            self.counters.retracted_input_tokens += req.prompt_tokens
+            self.counters.retracted_output_tokens += req.generated
+            self._free(req)
+            req.prefilled = 0
+            req.state = WAITING
+            req.retractions += 1
+            retracted.append(req)
+            need = len(order) * self.n_v
+        if free < need and len(order) == 1:
+            req = order.pop()
+            self.running.remove(req)
+            self._abort_unfittable(req, t)
+        for req in reversed(retracted):
+            self.waiting.appendleft(req)
+        if retracted:
+            old = self.new_token_ratio
+            total_decoded = sum(r.generated for r in self.running)
+            total_max_new = sum(r.max_new_tokens for r in self.running) or 1
+            self.new_token_ratio = min(1.0, (total_decoded + RETRACT_DECODE_STEPS * len(self.running)) / total_max_new)
+            self.counters.retracted_reqs += len(retracted)
+            self._log_retracted += len(retracted)
+            self.log(
+                f"KV cache pool is full. Retract requests. #retracted_reqs: {len(retracted)}, "
+                f"#new_token_ratio: {old:.4f} -> {self.new_token_ratio:.4f}"
+            )
+
+    def _abort_unfittable(self, req: SimRequest, t: float) -> None:
+        self._free(req)
+        self.requests.pop(req.rid, None)
+        req.state = ABORTED
+        req.finish_reason = "abort"
+        req.abort_message = (
+            f"Request {req.rid} cannot fit in the KV cache pool "
+            f"({req.recompute_len} tokens needed, pool {self.pool_tokens} tokens)."
+        )
+        req.finish_s = t
+        self.counters.aborted += 1
+        self.log(f"Abort request {req.rid}: {req.abort_message}")
+        self._aborted_now.append(req)
+
+    def _free(self, req: SimRequest) -> None:
+        self.used_tokens -= req.kv_tokens
+        req.kv_tokens = 0
+
+    # -- step completion ------------------------------------------------------------------------
+
+    def _complete(self, step: _Step) -> list[Emission]:
+        out: list[Emission] = []
+        end = step.end_s
+        cost = step.cost
+        self.energy_j += cost.power_w * (end - step.start_s)
+        self.counters.busy_s += end - step.start_s
+        self._acct_t = end
+        self.history.append((end, self.energy_j, self.counters.busy_s))
+        while self.history and self.history[0][0] < end - 5.0 and len(self.history) > 2:
+            self.history.popleft()
+        self.last_cost = cost
+        if step.kind == "prefill":
+            for req, chunk in zip(step.reqs, step.chunks, strict=True):
+                if req.state == ABORTED:
+                    continue
+                req.prefilled += chunk
+                if req.prefilled < req.recompute_len:
+                    self.waiting.appendleft(req)  # chunked: continue next step
+                    continue
+                req.state = RUNNING
+                self.running.append(req)
+                out.append(self._commit(req, 1, end))
+        else:
+            n = len(step.reqs)
+            committed: np.ndarray | None = None
+            if self.spec is not None:
+                committed = self._draw(step.reqs)
+                self.counters.spec_cycles += n
+                self.counters.spec_draft_tokens += n * (self.n_v - 1)
+                self._log_cycles += n
+            for i, req in enumerate(step.reqs):
+                if req.state != RUNNING:
+                    continue
+                c = int(committed[i]) if committed is not None else 1
+                if committed is not None:
+                    req.verify_ct += 1
+                    self.counters.spec_accepted_tokens += c - 1
+                    self._log_committed += c
+                out.append(self._commit(req, c, end))
+            self.new_token_ratio = max(self.new_token_ratio - NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
+            if self.counters.decode_steps % self.profile.server.decode_log_interval == 0:
+                self._log_decode(end)
+        return out
+
+    def _draw(self, reqs: list[SimRequest]) -> np.ndarray:
+        u = self.rng.random(len(reqs))
+        result = np.empty(len(reqs), dtype=np.int64)
+        for i, req in enumerate(reqs):
+            cdf = self._cdfs.get(req.source, self._cdfs["default"])
+            result[i] = int(np.searchsorted(cdf, u[i], side="right")) + 1
+        return result
+
+    def _commit(self, req: SimRequest, tokens: int, t: float) -> Emission:
+        tokens = min(tokens, req.target_tokens - req.generated)
+        tokens = max(tokens, 0)
+        req.generated += tokens
+        req.kv_tokens += tokens
+        req.prefilled += tokens
+        self.used_tokens += tokens
+        self.counters.generation_tokens += tokens
+        self._log_tokens += tokens
+        if req.first_token_s < 0:
+            req.first_token_s = t
+            self.ttft.observe(t - req.arrival_s)
+        elif tokens > 0:
+            self.itl.observe((t - req.last_token_s) / tokens, tokens)
+        req.last_token_s = t
+        finished = req.generated >= req.target_tokens
+        if finished:
+            req.state = FINISHED
+            req.finish_reason = req.stop_reason
+            req.finish_s = t
+            self.running.remove(req)
+            self._free(req)
+            self.requests.pop(req.rid, None)
+            self.counters.finished += 1
+            if req.stop_reason == "stop":
+                self.counters.finished_stop += 1
+            else:
+                self.counters.finished_length += 1
+            self.e2e.observe(t - req.arrival_s)
+        return Emission(req, tokens, finished)
+
+    # -- gauges and log lines -------------------------------------------------------------------
+
+    def _publish_common(self) -> None:
+        g = self.gauges
+        g.num_running_reqs = len(self.running)
+        g.num_queue_reqs = len(self.waiting)
+        g.num_used_tokens = self.used_tokens
+        g.token_usage = self.used_tokens / self.pool_tokens if self.pool_tokens else 0.0
+
+    def _log_prefill(self, n_seq: int, n_tokens: int) -> None:
+        self._publish_common()
+        g = self.gauges
+        g.cache_hit_rate = 0.0
+        self.log(
+            f"Prefill batch, #new-seq: {n_seq}, #new-token: {n_tokens}, #cached-token: 0, "
+            f"token usage: {g.token_usage:.2f}, #running-req: {g.num_running_reqs}, "
+            f"#queue-req: {g.num_queue_reqs},"
+        )
+
+    def _log_decode(self, t: float) -> None:
+        self._publish_common()
+        g = self.gauges
+        if self._log_t is not None and t > self._log_t:
+            g.gen_throughput = self._log_tokens / (t - self._log_t)
+        self._log_t = t
+        self._log_tokens = 0
+        g.num_retracted_reqs = self._log_retracted
+        self._log_retracted = 0
+        spec = ""
+        if self.spec is not None and self._log_cycles:
+            g.spec_accept_length = self._log_committed / self._log_cycles
+            g.spec_accept_rate = (g.spec_accept_length - 1) / max(1, self.n_v - 1)
+            spec = f"accept len: {g.spec_accept_length:.2f}, accept rate: {g.spec_accept_rate:.2f}, "
+            self._log_cycles = 0
+            self._log_committed = 0
+        self.log(
+            f"Decode batch, #running-req: {g.num_running_reqs}, #token: {g.num_used_tokens}, "
+            f"token usage: {g.token_usage:.2f}, {spec}cuda graph: "
+            f"{g.num_running_reqs <= self.profile.server.cuda_graph_max_bs}, "
+            f"gen throughput (token/s): {g.gen_throughput:.2f}, #queue-req: {g.num_queue_reqs},"
+        )
+
+    # -- telemetry ------------------------------------------------------------------------------
+
+    def _cumulative(self, t: float) -> tuple[float, float]:
+        """Energy (J per GPU) and busy seconds accumulated up to ``t`` (t at or after the last boundary)."""
+        e, b = self.energy_j, self.counters.busy_s
+        last = self._acct_t if self._acct_t is not None else t
+        if t > last:
+            if self.current is not None and t > self.current.start_s:
+                span = min(t, self.current.end_s) - max(self.current.start_s, last)
+                e += self.current.cost.power_w * max(0.0, span)
+                b += max(0.0, span)
+            else:
+                e += self.profile.hardware.idle_w * (t - last)
+        return e, b
+
+    def _at(self, t: float) -> tuple[float, float]:
+        hist = self.history
+        if not hist or t >= hist[-1][0]:
+            return self._cumulative(t)
+        prev = hist[0]
+        if t <= prev[0]:
+            return prev[1], prev[2]
+        for item in hist:
+            if item[0] >= t:
+                span = item[0] - prev[0]
+                f = (t - prev[0]) / span if span > 0 else 1.0
+                return prev[1] + f * (item[1] - prev[1]), prev[2] + f * (item[2] - prev[2])
+            prev = item
+        return self._cumulative(t)
+
+    def power_w(self, now: float, window_s: float = 1.0) -> float:
+        """Average per-GPU power over the last ``window_s`` (NVML reports a 1-s average)."""
+        e1, _ = self._at(now)
+        e0, _ = self._at(now - window_s)
+        first = self.history[0][0] if self.history else now
+        span = min(window_s, now - first)
+        if span <= 0:
+            return self.profile.hardware.idle_w
+        return (e1 - e0) / span
+
+    def busy_share(self, now: float, window_s: float = 1.0) -> float:
+        _, b1 = self._at(now)
+        _, b0 = self._at(now - window_s)
+        first = self.history[0][0] if self.history else now
+        span = min(window_s, now - first)
+        return min(1.0, max(0.0, (b1 - b0) / span)) if span > 0 else 0.0
+
+    def energy_at(self, now: float) -> float:
+        """Per-GPU energy in joules since the engine started, up to ``now``."""
+        return self._cumulative(now)[0]
+
+
+def natural_length(rng: np.random.Generator, median: int, sigma: float) -> int:
+    """Output length of a request that may stop on its own: log-normal around ``median`` tokens."""
+    return max(1, int(math.exp(math.log(max(1, median)) + sigma * rng.standard_normal())))

@@ -1,0 +1,309 @@
+"""Simulator profiles: hardware, model, server and speculative-decoding parts, as data.
+
+A profile is four parts combined: a hardware entry (``hardware.toml``), a model entry
+(``models.toml``), a speculative-decoding entry (``spec.toml``) and server settings. Named profiles
+(``profiles/<name>.toml``) pick the parts and override fields; the command line can swap any part
+(``--hardware b200x8 --model-config kimi-k2.6 --spec none``) and override any field afterwards
+(``SECTION.FIELD=VALUE``, see :func:`apply_overrides`). Units live in the field names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+PROFILE_DIR = Path(__file__).parent / "profiles"
+PART_FILES = {"hardware": "hardware.toml", "model": "models.toml", "spec": "spec.toml"}
+
+
+class ProfileError(ValueError):
+    """A profile file, part name or override is wrong; the message says which and what to do."""
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One node: ``gpus`` identical GPUs. Capacities and rates are per GPU unless named ``node``."""
+
+    name: str = "custom"
+    gpu_name: str = "NVIDIA GPU"
+    gpus: int = 1
+    hbm_gb: float = 80.0  # usable HBM per GPU, GB (1e9 bytes)
+    hbm_bw_tb_s: float = 3.35  # peak HBM bandwidth per GPU
+    bf16_tflops: float = 989.0  # dense BF16 tensor FLOP/s per GPU, in 1e12
+    nvlink_uni_gb_s: float = 450.0  # NVLink bandwidth per GPU, one direction
+    allreduce_ring_gb_s: float = 370.0  # all-reduce algorithm bandwidth, large messages, ring
+    allreduce_nvls_gb_s: float = 0.0  # same with NVLink SHARP (0 = not available)
+    power_limit_w: float = 700.0
+    idle_w: float = 80.0  # model resident, server polling
+    p_hbm_w: float = 150.0  # extra watts at 100 % HBM bandwidth
+    p_tc_w: float = 400.0  # extra watts at 100 % BF16 tensor throughput
+    p_nvl_w: float = 40.0  # extra watts while large collectives run
+    sm_clock_mhz: int = 1980
+    sm_clock_idle_mhz: int = 345
+    mem_clock_mhz: int = 2619
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A model's shape as the step model needs it. Byte counts are for the whole (unsharded) model."""
+
+    name: str = "custom"
+    served_name: str = "custom"
+    layers: int = 32
+    moe_layers: int = 0
+    hidden: int = 4096
+    vocab: int = 128256
+    experts: int = 0  # routed experts per MoE layer (0 = dense)
+    experts_active: int = 0  # routed experts per token
+    expert_bytes: float = 0.0  # bytes of one routed expert
+    streamed_dense_bytes: float = 16.06e9  # non-expert weights read by every forward step
+    weight_bytes: float = 16.06e9  # whole checkpoint resident in HBM (node total)
+    active_params: float = 8.03e9  # parameters used per token (2 FLOPs each)
+    kv_bytes_per_token: int = 131072  # KV cache bytes per token, all layers, whole model
+    kv_replicated: bool = False  # True for MLA under TP: each rank keeps the whole latent cache
+    attn_flops_per_ctx: float = 16384.0  # attention FLOPs per (query token, context token, layer)
+    context_length: int = 131072
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    """Speculative decoding. ``algorithm`` is none, chain (DFlash/EAGLE chain) or tree (DDTree).
+
+    One cycle drafts, then verifies ``num_draft_tokens`` tokens per request in one target forward
+    (the verify width; the tree budget + 1 for DDTree), whatever is accepted, and commits
+    ``accepted + 1`` tokens, at most ``depth + 1``. ``tau`` is the mean committed per cycle;
+    ``tau_code`` / ``tau_prose`` replace it for prompts classified as code or prose (0 = use tau).
+    """
+
+    name: str = "none"
+    algorithm: str = "none"
+    num_draft_tokens: int = 1
+    depth: int = 0
+    tau: float = 1.0
+    tau_code: float = 0.0
+    tau_prose: float = 0.0
+    beta: float = 0.5  # expert overlap of one request's verify tokens: n_eff = C * width**beta
+    drafter_ms: float = 0.0  # drafter forward + tree build per cycle
+    drafter_bytes: float = 0.0  # drafter weights (node total)
+
+    @property
+    def enabled(self) -> bool:
+        return self.algorithm != "none"
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Serving settings (SGLang names) and the engine constants fitted per deployment."""
+
+    tp: int = 1
+    max_running_requests: int = 0  # 0 = SGLang's default (48 with speculative decoding)
+    max_queued_requests: int = 0  # 0 = unbounded; beyond it new requests get 503
+    mem_fraction_static: float = 0.88
+    cuda_graph_max_bs: int = 256
+    context_length: int = 0  # 0 = the model's
+    chunked_prefill_size: int = 8192
+    nvls: bool = True  # use NVLS all-reduce when the hardware has it
+    t_fix_ms: float = 5.0  # fixed cost per forward step (launches, small all-reduces, sampling)
+    t_fix_prefill_ms: float = 0.0  # extra fixed cost of a prefill step (no CUDA graph)
+    eta_bw: float = 0.8  # share of peak HBM bandwidth reached streaming weights
+    eta_attn: float = 0.32  # share of peak HBM bandwidth reached streaming KV
+    eta_c: float = 0.5  # share of peak BF16 FLOP/s reached by the forward
+    small_allreduce_bytes: float = 1e6  # messages below this are folded into t_fix
+    graph_headroom_gb: float = 18.0  # activations, NCCL/NVLS buffers, misc outside the static pool
+    decode_log_interval: int = 40  # decode steps between metric refreshes / Decode batch lines
+    startup_s: float = 0.0  # simulated start-up time (weights load, graph capture), scaled down
+    natural_len_median: int = 300  # output length when the request does not ask ignore_eos
+    natural_len_sigma: float = 0.8
+    chars_per_token: float = 4.0  # prompt token estimator
+
+
+@dataclass(frozen=True)
+class FixedTiming:
+    """Override of the step model for demos and tests: a given TTFT and per-step time.
+
+    Decode step time = ``itl_ms * (1 + itl_growth * (running - 1))``, so per-request speed falls as
+    concurrency rises and aggregate throughput saturates at ``itl_ms / itl_growth`` requests' worth.
+    A prefill step takes ``ttft_ms`` (plus ``ttft_per_1k_ms`` per 1,000 prompt tokens).
+    """
+
+    ttft_ms: float = 20.0
+    itl_ms: float = 5.0
+    itl_growth: float = 0.01
+    ttft_per_1k_ms: float = 0.0
+    power_busy_w: float = 300.0  # per-GPU power while stepping
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str
+    hardware: Hardware
+    model: ModelConfig
+    spec: SpecConfig
+    server: ServerConfig
+    timing: FixedTiming | None = None
+    sources: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def context_length(self) -> int:
+        return self.server.context_length or self.model.context_length
+
+    @property
+    def max_running_requests(self) -> int:
+        if self.server.max_running_requests > 0:
+            return self.server.max_running_requests
+        return 48 if self.spec.enabled else 4096
+
+    @property
+    def verify_width(self) -> int:
+        return self.spec.num_draft_tokens if self.spec.enabled else 1
+
+
+SECTION_TYPES: dict[str, Any] = {
+    "hardware": Hardware,
+    "model": ModelConfig,
+    "spec": SpecConfig,
+    "server": ServerConfig,
+    "timing": FixedTiming,
+}
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError as exc:
+        raise ProfileError(f"{path}: file not found") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ProfileError(f"{path}: invalid TOML: {exc}") from exc
+
+
+def _build(cls: Any, values: dict[str, Any], where: str) -> Any:
+    known = {f.name: f for f in fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in values.items():
+        if key not in known:
+            raise ProfileError(f"{where}: unknown field {key!r}; known fields: {', '.join(sorted(known))}")
+        kwargs[key] = _coerce(known[key], value, f"{where}.{key}")
+    return cls(**kwargs)
+
+
+def _coerce(f: dataclasses.Field[Any], value: Any, where: str) -> Any:
+    kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+    try:
+        if kind == "bool":
+            if isinstance(value, str):
+                low = value.strip().lower()
+                if low in ("1", "true", "yes", "on"):
+                    return True
+                if low in ("0", "false", "no", "off"):
+                    return False
+                raise ValueError(value)
+            return bool(value)
+        if kind == "int":
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError(value)
+            return int(float(value)) if isinstance(value, str) else int(value)
+        if kind == "float":
+            return float(value)
+        if kind == "str":
+            return str(value)
+    except (TypeError, ValueError) as exc:
+        raise ProfileError(f"{where}: {value!r} is not a valid {kind}") from exc
+    return value
+
+
+def part_names(part: str) -> list[str]:
+    """Entry names available for one part (``hardware``, ``model`` or ``spec``)."""
+    return sorted(_read_toml(PROFILE_DIR / PART_FILES[part]))
+
+
+def load_part(part: str, name: str) -> Any:
+    path = PROFILE_DIR / PART_FILES[part]
+    table = _read_toml(path)
+    if name not in table:
+        raise ProfileError(f"{path}: no {part} entry {name!r}; choose one of: {', '.join(sorted(table))}")
+    values = dict(table[name])
+    values.setdefault("name", name)
+    return _build(SECTION_TYPES[part], values, f"{path.name}[{name}]")
+
+
+def profile_names() -> list[str]:
+    """Named profiles shipped in ``profiles/`` (every ``*.toml`` that is not a parts file)."""
+    parts = set(PART_FILES.values())
+    return sorted(p.stem for p in PROFILE_DIR.glob("*.toml") if p.name not in parts)
+
+
+def profile_description(name: str) -> str:
+    return str(_read_toml(PROFILE_DIR / f"{name}.toml").get("description", ""))
+
+
+def load_profile(
+    name: str,
+    *,
+    hardware: str | None = None,
+    model: str | None = None,
+    spec: str | None = None,
+) -> Profile:
+    """Load the named profile, optionally swapping its hardware, model or spec part."""
+    path = PROFILE_DIR / f"{name}.toml"
+    if not path.exists():
+        raise ProfileError(f"unknown profile {name!r}; choose one of: {', '.join(profile_names())}")
+    data = _read_toml(path)
+    hw = load_part("hardware", hardware or str(data.get("hardware", "")))
+    mc = load_part("model", model or str(data.get("model", "")))
+    sp = load_part("spec", spec or str(data.get("spec", "none")))
+    for section, part_obj in (("hardware", hw), ("model", mc), ("spec", sp)):
+        extra = data.get(f"{section}_overrides")
+        if extra:
+            values = {f.name: getattr(part_obj, f.name) for f in fields(part_obj)}
+            values.update(extra)
+            part_obj = _build(SECTION_TYPES[section], values, f"{path.name}[{section}_overrides]")
+            if section == "hardware":
+                hw = part_obj
+            elif section == "model":
+                mc = part_obj
+            else:
+                sp = part_obj
+    server = _build(ServerConfig, dict(data.get("server", {})), f"{path.name}[server]")
+    timing = _build(FixedTiming, dict(data["timing"]), f"{path.name}[timing]") if "timing" in data else None
+    return Profile(
+        name=name,
+        description=str(data.get("description", "")),
+        hardware=hw,
+        model=mc,
+        spec=sp,
+        server=server,
+        timing=timing,
+        sources=tuple(str(s) for s in data.get("sources", [])),
+    )
+
+
+def apply_overrides(profile: Profile, overrides: dict[str, Any]) -> Profile:
+    """Return ``profile`` with ``{"section.field": value}`` overrides applied (strings are parsed).
+
+    Overriding any ``timing.*`` field on a profile without fixed timing switches it to fixed timing.
+    """
+    by_section: dict[str, dict[str, Any]] = {}
+    for key, value in overrides.items():
+        section, _, name = key.partition(".")
+        if section not in SECTION_TYPES or not name:
+            raise ProfileError(f"override {key!r}: expected SECTION.FIELD with SECTION in {sorted(SECTION_TYPES)}")
+        by_section.setdefault(section, {})[name] = value
+    changes: dict[str, Any] = {}
+    for section, values in by_section.items():
+        current = getattr(profile, section)
+        if current is None:
+            current = FixedTiming()
+        base = {f.name: getattr(current, f.name) for f in fields(current)}
+        base.update(values)
+        changes[section] = _build(SECTION_TYPES[section], base, f"override {section}")
+    return replace(profile, **changes)

@@ -1,0 +1,88 @@
+"""Output text, prompt token counting and prompt classification for the simulator.
+
+Output: every token is one English word with a leading space (``" the"``), so the number of tokens
+in a chunk is known exactly and the text reads like prose. Words are pre-encoded as JSON-safe
+bytes; building a chunk is a byte join.
+
+Prompt tokens are estimated, not tokenized: ``ceil(characters / chars_per_token)`` (4 by default,
+the usual rule of thumb for English with BPE tokenizers) over the prompt text, plus 4 tokens per
+chat message for the chat template's role markers. A completions prompt given as a list of token
+ids counts one token per id.
+
+Prompt source (for source-dependent speculative acceptance): "code" when at least 3 % of the
+characters are code punctuation (``{}();=<>[]``) or the text contains a code fence or common
+keywords (``def ``, ``function``, ``#include``, ``import ``, ``class ``); otherwise "prose".
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+_WORDS = ["the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "was", "with", "be", "by", "on", "not", "he", "this", "are", "or", "his", "from", "at", "which", "but", "have", "an", "they", "you", "were", "her", "she", "there", "been", "one", "all", "we", "their", "has", "would", "when", "if", "so", "no", "will", "can", "more", "other", "its", "into", "only", "time", "new", "some", "could", "these", "two", "may", "first", "then", "do", "any", "like", "my", "now", "over", "such", "our", "man", "me", "even", "most", "made", "after", "also", "did", "many", "before", "must", "through", "back", "years", "where", "much", "your", "way", "well", "down", "should", "because", "each", "just", "those", "people", "how", "too", "little", "state", "good", "very", "make", "world", "still", "own", "see", "men", "work", "long", "get", "here", "between", "both", "life", "being", "under", "never", "day", "same", "another", "know", "while", "last", "might", "us", "great", "old", "year", "off", "come", "since", "against", "go", "came", "right", "used", "take", "three", "states", "himself", "few", "house", "use", "during", "without", "again", "place", "american", "around", "however", "home", "small", "found", "thought", "went", "say", "part", "once", "general", "high", "upon", "school", "every", "does", "got", "united", "left", "number", "course", "war", "until", "always", "away", "something", "fact", "though", "water", "less", "public", "put", "think", "almost", "hand", "enough", "far", "took", "head", "yet", "government", "system", "better", "set", "told", "nothing", "night", "end", "why", "called", "didn", "eyes", "find", "going", "look", "asked", "later", "knew", "point", "next", "program", "city", "business", "give", "group", "toward", "young", "days", "let", "room", "president", "side", "social", "given", "present", "several", "order", "national", "possible", "rather", "second", "face", "per", "among", "form", "important", "often", "things", "looked", "early", "white", "john", "case", "become", "large", "big", "need", "four", "within", "felt", "along", "children", "saw", "best", "church", "ever", "least", "power", "development", "light", "thing", "seemed", "family", "interest", "want", "members", "mind", "country", "area", "others", "done", "turned", "although", "open", "god", "service", "certain", "kind", "problem", "began", "different", "door", "thus", "help", "sense", "means", "whole", "matter", "perhaps", "itself", "york", "times", "law", "human", "line", "above", "name", "example", "action", "company", "hands", "local", "show", "whether", "five", "history", "gave", "today", "either", "act", "feet", "across", "taken", "past", "quite", "anything", "seen", "having", "death", "experience", "body", "word", "half", "really", "field", "am", "car", "words", "already", "themselves", "information", "tell", "together", "college", "shall", "money", "period", "held", "keep", "sure", "probably", "free", "seems", "real", "behind", "cannot", "miss", "political", "air", "question", "making", "office", "brought", "whose", "special", "heard", "major", "problems", "ago", "became", "federal", "moment", "study", "available", "known", "result", "street", "economic", "boy", "position", "reason", "change", "south", "board", "individual", "job", "areas", "society", "west", "close", "turn", "love", "community", "true", "court", "force", "full", "seem", "model", "data", "value", "energy", "memory", "cache", "token", "request", "server", "latency", "throughput", "batch", "queue"]
+
+WORDS: list[bytes] = [(" " + w).encode() for w in _WORDS]
+N_WORDS = len(WORDS)
+
+_CODE_CHARS = frozenset("{}();=<>[]")
+_CODE_MARKERS = ("```", "def ", "function", "#include", "import ", "class ", "return ", "=>")
+
+
+class TextSource:
+    """Deterministic stream of word tokens from a seeded generator."""
+
+    def __init__(self, seed: int) -> None:
+        self._idx = np.random.default_rng(seed).integers(0, N_WORDS, size=1 << 16).tolist()
+        self._pos = 0
+
+    def take(self, n: int) -> bytes:
+        """``n`` tokens of text, JSON-safe (plain ASCII words)."""
+        idx, pos, size = self._idx, self._pos, len(self._idx)
+        if pos + n > size:
+            pos = 0
+        self._pos = pos + n
+        return b"".join([WORDS[i] for i in idx[pos : pos + n]])
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # multimodal parts: count the text parts
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return "" if content is None else str(content)
+
+
+def prompt_text(body: dict[str, Any], chat: bool) -> tuple[str, int]:
+    """The prompt's text and the number of chat messages (0 for completions)."""
+    if chat:
+        messages = body.get("messages") or []
+        if not isinstance(messages, list):
+            return "", 0
+        text = "".join(_content_text(m.get("content")) for m in messages if isinstance(m, dict))
+        return text, len(messages)
+    prompt = body.get("prompt", "")
+    if isinstance(prompt, list):
+        if prompt and all(isinstance(x, int) for x in prompt):
+            return "", -len(prompt)  # token ids: negative count signals "exact"
+        return "".join(str(x) for x in prompt), 0
+    return str(prompt), 0
+
+
+def count_prompt_tokens(text: str, n_messages: int, chars_per_token: float) -> int:
+    """Estimated prompt tokens (see module docstring); ``n_messages < 0`` means exact token ids."""
+    if n_messages < 0:
+        return -n_messages
+    return max(1, math.ceil(len(text) / chars_per_token) + 4 * n_messages)
+
+
+def classify_source(text: str) -> str:
+    """ "code" or "prose" (see module docstring)."""
+    if not text:
+        return "default"
+    sample = text[:4000]
+    if any(marker in sample for marker in _CODE_MARKERS):
+        return "code"
+    punct = sum(1 for ch in sample if ch in _CODE_CHARS)
+    return "code" if punct >= 0.03 * len(sample) else "prose"

@@ -1,0 +1,731 @@
+"""OpenAI-compatible response chunks -> ``StreamResult``. Pure: no I/O, no gevent, no locust.
+
+Streaming: the transport takes ``perf_counter_ns()`` when a read returns, feeds the bytes to an
+``SSEDecoder`` and hands the payloads to ``ChunkAccumulator.add`` / ``add_all`` with that time.
+Those only append to lists (and spot ``[DONE]``); all decoding waits for ``finish(end_ns)``, after
+the stream, so the per-chunk path stays a few hundred ns and timing is not delayed by parsing.
+
+``finish`` decodes each payload once. The first text chunk of a request goes through orjson; if it
+is a plain one (one choice, one non-empty text field, no finish_reason, no usage), its raw bytes
+become a template: everything before and after the text string. Later chunks that start and end
+with the very same bytes differ from it only in that string, so the string is sliced out instead
+of decoding the whole object (an escaped string is still decoded exactly, with orjson, on its own).
+Chunks that do not match (role-only, finish, usage, errors, continuous usage stats) are decoded in
+full. The result is identical to decoding every chunk with orjson; the tests check that.
+
+Shapes understood (chat, completions, and the vLLM / SGLang variants of both):
+- chat chunk ``choices[i].delta.content`` / ``reasoning_content`` / ``reasoning`` / ``tool_calls``;
+  completions chunk ``choices[i].text``; non-streaming ``choices[i].message.*`` or ``text``;
+- a role-only first chunk (content ``""`` or null), ``finish_reason`` on the last text chunk or on
+  a separate empty-delta chunk, several tokens in one chunk (speculative decoding);
+- ``usage`` on a final chunk with ``choices: []``, or on every chunk (vLLM
+  ``stream_options.continuous_usage_stats``), giving exact tokens per chunk;
+- errors inside a 200 stream: ``{"error": {...}}``, ``{"object": "error", "message": ...}`` and
+  ``event: error``; payloads that are not JSON objects; a stream cut before ``[DONE]``.
+
+A chunk "carries output" when any choice has non-empty content, reasoning text or tool-call text.
+Only those chunks get an entry in ``chunk_times_ns`` / ``chunk_chars`` (TTFT and ITL are measured
+on them); ``text`` holds the content of choice 0 only.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from itertools import accumulate, pairwise, repeat
+from operator import getitem
+from typing import Any
+
+import orjson
+
+_DONE = b"[DONE]"
+_LF = 10
+_QUOTE = 34
+_BACKSLASH = 92
+_TEXT_KEYS = ("content", "reasoning_content", "reasoning", "text")
+# Templates are derived from plain text chunks; stop trying when a stream's chunks never repeat
+# the template's bytes (e.g. a server that stamps each chunk), so derivation cannot cost per chunk.
+_MAX_TEMPLATE_MISSES = 8
+# Blocks of template chunks shorter than this are not worth the bulk path's fixed cost.
+_BULK_MIN = 8
+_RUN_END_LOOKBACK = 8
+_FIRST_MALFORMED_CHARS = 200
+
+TOKENS_PER_CHUNK_USAGE = "usage_per_chunk"
+TOKENS_USAGE = "usage"
+TOKENS_CHUNKS = "chunks"
+
+
+@dataclass(slots=True)
+class StreamResult:
+    """What one response carried, decoded after the stream ended.
+
+    Times are ``perf_counter_ns`` values as given to the accumulator. ``chunk_*`` lists are aligned:
+    one entry per chunk that carried output. ``chunk_tokens`` is exact and present only when every
+    such chunk carried a cumulative ``usage`` (vLLM ``continuous_usage_stats``); tokens of chunks
+    without output (a final empty-delta chunk with the EOS token) go to the next output chunk, or to
+    the last one when none follows, so ``sum(chunk_tokens) == completion_tokens``.
+    """
+
+    chunk_times_ns: list[int] = field(default_factory=list)
+    chunk_chars: list[int] = field(default_factory=list)
+    chunk_tokens: list[int] | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None
+    finish_reason: str | None = None
+    text: str = ""
+    reasoning_chunks: int = 0
+    reasoning_text_chars: int = 0
+    tool_call_chunks: int = 0
+    done: bool = False
+    error: dict[str, Any] | None = None
+    malformed: int = 0
+    first_malformed: str | None = None
+    server_id: str | None = None
+    model: str | None = None
+    role_only_chunks: int = 0
+    empty_chunks: int = 0
+    named_events: int = 0
+    n_payloads: int = 0
+    end_ns: int = 0
+
+    @property
+    def first_chunk_ns(self) -> int | None:
+        """Arrival of the first chunk that carried output (the end of TTFT), or None."""
+        return self.chunk_times_ns[0] if self.chunk_times_ns else None
+
+    def token_split(self) -> tuple[list[int], int | None, str]:
+        """``(tokens per output chunk, output tokens, tokens_source)`` from the best source present.
+
+        ``usage_per_chunk``: exact per-chunk counts; ``usage``: the final usage's total spread over
+        the chunks by characters (``distribute_tokens``); ``chunks``: no usage at all, one token per
+        output chunk (a lower bound on a speculative server; a tokenizer would do better).
+        """
+        if self.chunk_tokens is not None and self.completion_tokens is not None:
+            return list(self.chunk_tokens), self.completion_tokens, TOKENS_PER_CHUNK_USAGE
+        if self.completion_tokens is not None:
+            return (
+                distribute_tokens(self.chunk_chars, self.completion_tokens),
+                self.completion_tokens,
+                TOKENS_USAGE,
+            )
+        n = len(self.chunk_times_ns)
+        return [1] * n, n, TOKENS_CHUNKS
+
+    def error_class(self) -> str | None:
+        """The records' error class this result implies on an HTTP 200, or None when it is clean.
+
+        An error object wins (``stream_error``); a stream with neither ``[DONE]`` nor a finish
+        reason was cut (``truncated``: its last payload may be half a JSON object, which is not
+        counted against the server as malformed); otherwise undecodable payloads give
+        ``malformed_stream``.
+        """
+        if self.error is not None:
+            return "stream_error"
+        if not self.done and self.finish_reason is None:
+            return "truncated"
+        if self.malformed:
+            return "malformed_stream"
+        return None
+
+
+class ChunkAccumulator:
+    """Collects one stream's SSE payloads with their arrival times; ``finish`` decodes them.
+
+    The transport must read the clock before feeding the decoder, and pass the same time for
+    every payload of one read.
+    """
+
+    __slots__ = ("_done", "_named", "_payloads", "_times")
+
+    def __init__(self) -> None:
+        self._payloads: list[bytes] = []
+        self._times: list[int] = []
+        self._named: list[tuple[str, bytes, int]] = []
+        self._done = False
+
+    def add(self, payload: bytes, t_ns: int) -> bool:
+        """Store one payload; False once ``[DONE]`` has been seen (the caller may stop reading)."""
+        self._payloads.append(payload)
+        self._times.append(t_ns)
+        if payload == _DONE:
+            self._done = True
+        return not self._done
+
+    def add_all(self, payloads: list[bytes], t_ns: int) -> bool:
+        """``add`` for every payload of one read (all arrived at ``t_ns``); cheaper per payload."""
+        n = len(payloads)
+        if n == 1:
+            self._payloads.append(payloads[0])
+            self._times.append(t_ns)
+        elif n:
+            self._payloads += payloads
+            self._times += [t_ns] * n
+        if _DONE in payloads:
+            self._done = True
+        return not self._done
+
+    def add_named(self, event: str, payload: bytes, t_ns: int) -> None:
+        """Store an event that had an ``event:`` name other than ``message`` (see ``SSEDecoder.named``)."""
+        self._named.append((event, payload, t_ns))
+
+    @property
+    def n_payloads(self) -> int:
+        return len(self._payloads)
+
+    def finish(self, end_ns: int) -> StreamResult:
+        """Decode everything stored; ``end_ns`` is when the stream ended (EOF, error or cancel)."""
+        return _decode_stream(self._payloads, self._times, self._named, end_ns)
+
+
+def parse_completion_body(body: bytes, t_first_ns: int, end_ns: int) -> StreamResult:
+    """Decode a non-streaming response body (chat ``message`` or completions ``text``).
+
+    The whole output counts as one chunk arriving at ``t_first_ns`` (when the body started to
+    arrive); with a usage object its token count is that chunk's exact token count. ``done`` is
+    always True (the body was complete); a bad body shows in ``malformed`` or ``error``.
+    """
+    b = _Builder(end_ns)
+    b.payload(body, t_first_ns)
+    res = b.result()
+    res.n_payloads = 1
+    res.done = True  # the whole body was read; a bad one shows as malformed or error
+    return res
+
+
+def distribute_tokens(chunk_chars: list[int], total_tokens: int) -> list[int]:
+    """Split ``total_tokens`` over chunks in proportion to their characters.
+
+    Integers summing exactly to ``total_tokens`` (0 per chunk when it is <= 0). Cumulative
+    rounding keeps every chunk within one token of its exact share; when there are at least as
+    many tokens as chunks every chunk then gets >= 1, taken from the chunks with the most.
+    Chunks with no characters weigh as one character.
+    """
+    n = len(chunk_chars)
+    if n == 0:
+        return []
+    if total_tokens <= 0:
+        return [0] * n
+    if total_tokens == n:
+        return [1] * n
+    weights = [c if c > 0 else 1 for c in chunk_chars]
+    cum = list(accumulate(weights))
+    whole = cum[-1]
+    twice = 2 * whole
+    bounds = [(2 * c * total_tokens + whole) // twice for c in cum]
+    out = [bounds[0], *(b - a for a, b in pairwise(bounds))]
+    if total_tokens >= n and 0 in out:
+        heap = [(-v, i) for i, v in enumerate(out) if v > 1]
+        heapq.heapify(heap)
+        for i, v in enumerate(out):
+            if v == 0:
+                neg, j = heapq.heappop(heap)
+                out[j] = -neg - 1
+                out[i] = 1
+                if out[j] > 1:
+                    heapq.heappush(heap, (-out[j], j))
+    return out
+
+
+def _error_dict(obj: Any) -> dict[str, Any]:
+    """Normalise an error object (OpenAI, vLLM flat, or anything) to message/type/code."""
+    if isinstance(obj, dict):
+        msg = obj.get("message")
+        if msg is None:
+            msg = obj.get("detail", obj.get("error"))
+        return {
+            "message": msg if isinstance(msg, str) else ("" if msg is None else str(msg)),
+            "type": obj.get("type"),
+            "code": obj.get("code"),
+        }
+    return {"message": obj if isinstance(obj, str) else str(obj), "type": None, "code": None}
+
+
+class _Builder:
+    """Mutable state of one decode; the slow path for chunks that do not match a template."""
+
+    __slots__ = (
+        "chars",
+        "error_t",
+        "last_ct",
+        "pending_tokens",
+        "per_chunk_ok",
+        "res",
+        "text",
+        "times",
+        "tokens",
+    )
+
+    def __init__(self, end_ns: int) -> None:
+        self.res = StreamResult(end_ns=end_ns)
+        self.times = self.res.chunk_times_ns
+        self.chars = self.res.chunk_chars
+        self.text: list[str] = []
+        self.tokens: list[int] = []
+        self.per_chunk_ok = True
+        self.last_ct = 0
+        self.pending_tokens = 0
+        self.error_t = 0
+
+    def set_error(self, err: dict[str, Any], t_ns: int) -> None:
+        if self.res.error is None or t_ns < self.error_t:
+            self.res.error = err
+            self.error_t = t_ns
+
+    def bad(self, payload: bytes) -> None:
+        res = self.res
+        res.malformed += 1
+        if res.first_malformed is None:
+            res.first_malformed = payload[: _FIRST_MALFORMED_CHARS * 4].decode("utf-8", "replace")[
+                :_FIRST_MALFORMED_CHARS
+            ]
+
+    def payload(self, payload: bytes, t_ns: int) -> dict[str, Any] | None:
+        """Decode one payload fully and take it in; returns the object (None when not one)."""
+        try:
+            obj = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            if payload.strip() == _DONE:
+                self.res.done = True
+            else:
+                self.bad(payload)
+            return None
+        if not isinstance(obj, dict):
+            self.bad(payload)
+            return None
+        self.obj(obj, t_ns)
+        return obj
+
+    def obj(self, obj: dict[str, Any], t_ns: int) -> None:
+        res = self.res
+        if res.server_id is None:
+            sid = obj.get("id")
+            if isinstance(sid, str):
+                res.server_id = sid
+        if res.model is None:
+            model = obj.get("model")
+            if isinstance(model, str):
+                res.model = model
+        err = obj.get("error")
+        if err is not None:
+            self.set_error(_error_dict(err), t_ns)
+        if obj.get("object") == "error":
+            self.set_error(_error_dict(obj), t_ns)
+        chunk_tokens: int | None = None
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            ct = self.take_usage(usage)
+            if ct is not None:
+                chunk_tokens = ct - self.last_ct
+                if chunk_tokens < 0:  # not cumulative after all: no exact per-chunk counts
+                    self.per_chunk_ok = False
+                self.last_ct = ct
+        choices = obj.get("choices")
+        n_chars = 0
+        reasoning = False
+        role = False
+        tool = False
+        if isinstance(choices, list):
+            for ch in choices:
+                if not isinstance(ch, dict):
+                    continue
+                first = ch.get("index", 0) == 0
+                fr = ch.get("finish_reason")
+                if isinstance(fr, str):
+                    res.finish_reason = fr
+                delta = ch.get("delta")
+                if delta is None:
+                    delta = ch.get("message")
+                if isinstance(delta, dict):
+                    if delta.get("role"):
+                        role = True
+                    c = delta.get("content")
+                    if isinstance(c, str) and c:
+                        n_chars += len(c)
+                        if first:
+                            self.text.append(c)
+                    r = delta.get("reasoning_content")
+                    if not (isinstance(r, str) and r):
+                        r = delta.get("reasoning")
+                    if isinstance(r, str) and r:
+                        n_chars += len(r)
+                        reasoning = True
+                        res.reasoning_text_chars += len(r)
+                    calls = delta.get("tool_calls")
+                    if calls:
+                        k = _tool_call_chars(calls)
+                        if k:
+                            n_chars += k
+                            tool = True
+                t = ch.get("text")
+                if isinstance(t, str) and t:
+                    n_chars += len(t)
+                    if first:
+                        self.text.append(t)
+        if n_chars:
+            self.times.append(t_ns)
+            self.chars.append(n_chars)
+            if reasoning:
+                res.reasoning_chunks += 1
+            if tool:
+                res.tool_call_chunks += 1
+            if chunk_tokens is None:
+                self.per_chunk_ok = False
+                self.tokens.append(self.pending_tokens)
+            else:
+                self.tokens.append(self.pending_tokens + chunk_tokens)
+            self.pending_tokens = 0
+        else:
+            if chunk_tokens is not None:
+                self.pending_tokens += chunk_tokens
+            if role:
+                res.role_only_chunks += 1
+            elif isinstance(choices, list) and choices:
+                res.empty_chunks += 1
+
+    def take_usage(self, usage: dict[str, Any]) -> int | None:
+        res = self.res
+        pt = usage.get("prompt_tokens")
+        if isinstance(pt, int):
+            res.prompt_tokens = pt
+        ct = usage.get("completion_tokens")
+        if isinstance(ct, int):
+            res.completion_tokens = ct
+        else:
+            ct = None
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict):
+            cached = details.get("cached_tokens")
+            if isinstance(cached, int):
+                res.cached_tokens = cached
+        return ct
+
+    def named(self, event: str, payload: bytes, t_ns: int) -> None:
+        self.res.named_events += 1
+        if event != "error":
+            return
+        try:
+            obj: Any = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            obj = payload[:1000].decode("utf-8", "replace")
+        if isinstance(obj, dict) and isinstance(obj.get("error"), (dict, str)):
+            obj = obj["error"]
+        self.set_error(_error_dict(obj), t_ns)
+
+    def result(self) -> StreamResult:
+        res = self.res
+        res.text = "".join(self.text)
+        tokens = self.tokens
+        if self.per_chunk_ok and tokens and res.completion_tokens is not None:
+            tokens[-1] += self.pending_tokens
+            res.chunk_tokens = tokens
+        return res
+
+
+def _tool_call_chars(calls: Any) -> int:
+    n = 0
+    if isinstance(calls, list):
+        for call in calls:
+            if isinstance(call, dict):
+                fn = call.get("function")
+                if isinstance(fn, dict):
+                    for key in ("name", "arguments"):
+                        v = fn.get(key)
+                        if isinstance(v, str):
+                            n += len(v)
+    return n
+
+
+def _plain_text(obj: dict[str, Any]) -> tuple[str, str] | None:
+    """``(key, text)`` when ``obj`` is a plain output chunk: one choice (index 0) with exactly one
+    non-empty text field, and no finish_reason, usage, tool calls or error."""
+    if obj.get("usage") is not None or obj.get("error") is not None or obj.get("object") == "error":
+        return None
+    choices = obj.get("choices")
+    if not isinstance(choices, list) or len(choices) != 1:
+        return None
+    ch = choices[0]
+    if not isinstance(ch, dict) or ch.get("index", 0) != 0 or ch.get("finish_reason") is not None:
+        return None
+    found: tuple[str, str] | None = None
+    delta = ch.get("delta")
+    if delta is not None:
+        if not isinstance(delta, dict) or delta.get("tool_calls"):
+            return None
+        for key in ("content", "reasoning_content", "reasoning"):
+            v = delta.get(key)
+            if isinstance(v, str) and v:
+                if found is not None:
+                    return None
+                found = (key, v)
+    t = ch.get("text")
+    if isinstance(t, str) and t:
+        if found is not None:
+            return None
+        found = ("text", t)
+    return found
+
+
+_PROBE = "q"
+
+
+def _template(payload: bytes, obj: dict[str, Any]) -> tuple[bytes, bytes, str] | None:
+    """``(prefix, suffix, key)``: the raw bytes around the text of a plain chunk, or None.
+
+    The text's raw occurrence must be unique, and a probe object built from the prefix and suffix
+    must decode to the same plain shape with the probe as its text, which proves the bytes found
+    are that field and not an equal string elsewhere.
+    """
+    plain = _plain_text(obj)
+    if plain is None:
+        return None
+    key, text = plain
+    if '"' in text or "\\" in text:
+        return None
+    raw = text.encode()
+    for sep in (b'":"', b'": "'):
+        pattern = b'"' + key.encode() + sep + raw + b'"'
+        at = payload.find(pattern)
+        if at < 0:
+            continue
+        if payload.find(pattern, at + 1) >= 0:
+            return None
+        start = at + len(pattern) - len(raw) - 1
+        pre, suf = payload[:start], payload[start + len(raw) :]
+        try:
+            probe = orjson.loads(pre + _PROBE.encode() + suf)
+        except orjson.JSONDecodeError:
+            return None
+        if not isinstance(probe, dict) or _plain_text(probe) != (key, _PROBE):
+            return None
+        return pre, suf, key
+    return None
+
+
+def _decode_stream(
+    payloads: list[bytes], times: list[int], named: list[tuple[str, bytes, int]], end_ns: int
+) -> StreamResult:
+    p = _Pass(payloads, times, end_ns)
+    p.run()
+    b = p.b
+    res = b.res
+    res.reasoning_chunks += p.fast_reasoning_chunks
+    res.reasoning_text_chars += p.fast_reasoning_chars
+    for event, payload, t_ns in named:
+        b.named(event, payload, t_ns)
+    res.n_payloads = len(payloads) - p.n_done
+    return b.result()
+
+
+class _Pass:
+    """One decode of a stream's payloads, in order.
+
+    Three paths: a block of consecutive template chunks is checked and decoded with a handful of
+    C-level operations over the whole block (``block``); a single template chunk is sliced
+    (``one``); anything else is decoded in full by the ``_Builder``. Template chunks carry no usage
+    (the chunk the template came from had none), so they never disturb per-chunk token counts.
+    """
+
+    __slots__ = (
+        "b",
+        "bulk",
+        "fast_reasoning_chars",
+        "fast_reasoning_chunks",
+        "have",
+        "hits",
+        "lp",
+        "ls",
+        "misses",
+        "n_done",
+        "next_bulk",
+        "payloads",
+        "pre",
+        "reasoning",
+        "sep",
+        "suf",
+        "times",
+    )
+
+    def __init__(self, payloads: list[bytes], times: list[int], end_ns: int) -> None:
+        self.b = _Builder(end_ns)
+        self.payloads = payloads
+        self.times = times
+        self.have = False
+        self.bulk = False
+        self.pre = self.suf = self.sep = b""
+        self.lp = self.ls = 0
+        self.reasoning = False
+        self.hits = 0
+        self.misses = 0
+        self.n_done = 0
+        self.next_bulk = 0
+        self.fast_reasoning_chunks = 0
+        self.fast_reasoning_chars = 0
+
+    def run(self) -> None:
+        payloads = self.payloads
+        n = len(payloads)
+        i = 0
+        while i < n:
+            if self.bulk and i >= self.next_bulk and n - i >= _BULK_MIN:
+                p = payloads[i]
+                if p.startswith(self.pre) and p.endswith(self.suf):
+                    k = self.bulk_run(i, self.run_end(i))
+                    if k > i:
+                        i = k
+                        continue
+                    self.next_bulk = i + _BULK_MIN  # no progress: do not retry at every chunk
+            self.one(payloads[i], self.times[i])
+            i += 1
+
+    def run_end(self, i: int) -> int:
+        """End of the template run starting at i: the last few payloads (finish, usage, [DONE])
+        are usually not template chunks, so look back from the end a few steps."""
+        payloads = self.payloads
+        pre, suf = self.pre, self.suf
+        j = len(payloads)
+        for _ in range(_RUN_END_LOOKBACK):
+            if j <= i:
+                break
+            p = payloads[j - 1]
+            if p.startswith(pre) and p.endswith(suf):
+                return j
+            j -= 1
+        return len(payloads) if j > i else i
+
+    def bulk_run(self, i: int, end: int) -> int:
+        """Decode [i, end) in as few blocks as possible; returns the first index not decoded."""
+        size = end - i
+        while i < end and size >= _BULK_MIN:
+            if self.block(i, i + size):
+                i += size
+                size = end - i
+            else:
+                size //= 2
+        return i
+
+    def block(self, lo: int, hi: int) -> bool:
+        """Decode payloads[lo:hi] if every one is a template chunk whose text decodes; else False
+        and nothing recorded. Exactness: with no LF in the texts, prefix or suffix, joining the
+        payloads with LF equals prefix + texts joined by (suffix LF prefix) + suffix exactly when
+        each payload is prefix + text + suffix."""
+        chunk = self.payloads[lo:hi]
+        pre, suf = self.pre, self.suf
+        mids = list(map(getitem, chunk, repeat(slice(self.lp, -self.ls))))
+        if not all(mids):
+            return False
+        blob = b"".join(mids)
+        if _LF in blob or pre + self.sep.join(mids) + suf != b"\n".join(chunk):
+            return False
+        if _QUOTE in blob or _BACKSLASH in blob:
+            strs = _decode_strings(mids, blob)
+            if strs is None:
+                return False
+            text = "".join(strs)
+            chars = list(map(len, strs))
+        else:
+            try:
+                text = blob.decode()
+                chars = list(map(len, mids)) if blob.isascii() else list(map(len, map(bytes.decode, mids)))
+            except UnicodeDecodeError:
+                return False
+        b = self.b
+        b.times += self.times[lo:hi]
+        b.chars += chars
+        if self.reasoning:
+            self.fast_reasoning_chunks += len(chars)
+            self.fast_reasoning_chars += len(text)
+        else:
+            b.text.append(text)
+        self.hits += len(chars)
+        return True
+
+    def one(self, payload: bytes, t_ns: int) -> None:
+        if self.have:
+            n = len(payload)
+            lp, ls = self.lp, self.ls
+            if n > lp + ls and payload.startswith(self.pre) and payload.endswith(self.suf):
+                mid = payload[lp : n - ls]
+                s: Any = None
+                if _QUOTE not in mid and _BACKSLASH not in mid:
+                    try:
+                        s = mid.decode()
+                    except UnicodeDecodeError:
+                        s = None
+                else:
+                    # Escapes: decode the string alone; it fails unless mid is exactly one string.
+                    try:
+                        s = orjson.loads(b'"' + mid + b'"')
+                    except orjson.JSONDecodeError:
+                        s = None
+                if s:
+                    self.hits += 1
+                    b = self.b
+                    b.times.append(t_ns)
+                    b.chars.append(len(s))
+                    if self.reasoning:
+                        self.fast_reasoning_chunks += 1
+                        self.fast_reasoning_chars += len(s)
+                    else:
+                        b.text.append(s)
+                    return
+        if payload == _DONE:
+            self.n_done += 1
+            self.b.res.done = True
+            return
+        obj = self.b.payload(payload, t_ns)
+        if obj is not None and self.misses < _MAX_TEMPLATE_MISSES:
+            tpl = _template(payload, obj)
+            if tpl is not None:
+                if self.have and not self.hits:
+                    self.misses += 1
+                pre, suf, key = tpl
+                self.pre, self.suf = pre, suf
+                self.lp, self.ls = len(pre), len(suf)
+                self.sep = suf + b"\n" + pre
+                self.have = True
+                self.bulk = _LF not in pre and _LF not in suf
+                self.next_bulk = 0
+                self.hits = 0
+                self.reasoning = key in ("reasoning_content", "reasoning")
+
+
+def _decode_strings(mids: list[bytes], blob: bytes) -> list[str] | None:
+    """Decode JSON string bodies (escapes allowed) in one orjson call, or None if any is not one.
+
+    They are decoded as one JSON array. That is exact only when no body contains a quote or ends
+    in a backslash (then each body is delimited by our quotes); the few that do are decoded on
+    their own, which also rejects a body that is not exactly one string.
+    """
+    special: set[int] = set()
+    if _QUOTE in blob:
+        ends = list(accumulate(map(len, mids)))
+        at = blob.find(b'"')
+        while at >= 0:
+            special.add(bisect_right(ends, at))
+            at = blob.find(b'"', at + 1)
+    framed = b"\0".join(mids) + b"\0"
+    at = framed.find(b"\\\0")
+    if at >= 0:
+        ends0 = list(accumulate(len(m) + 1 for m in mids))
+        while at >= 0:
+            special.add(bisect_right(ends0, at))
+            at = framed.find(b"\\\0", at + 1)
+    bodies = mids
+    if special:
+        bodies = mids.copy()
+        for k in special:
+            bodies[k] = b""
+    try:
+        strs = orjson.loads(b'["' + b'","'.join(bodies) + b'"]')
+        for k in special:
+            strs[k] = orjson.loads(b'"' + mids[k] + b'"')
+    except orjson.JSONDecodeError:
+        return None
+    # With the special bodies taken out, every body is delimited by our own quotes, so the array
+    # holds exactly len(mids) strings; the specials were each decoded as one whole string.
+    if not isinstance(strs, list) or len(strs) != len(mids):
+        return None
+    return strs

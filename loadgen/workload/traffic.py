@@ -1,0 +1,467 @@
+"""From a :class:`~loadgen.scenario.Scenario` to the requests a user sends.
+
+The interface the Locust users call:
+
+- closed loop, one :class:`Session` per simulated user::
+
+      session = workload.session(user_index)
+      spec, think_s = session.next(warmup=in_warmup)   # wait think_s, then send spec
+      session.record_reply(text, ok)                   # the assistant's reply (None if not kept)
+
+- open loop, intended send times (wall-clock ns) decided up front::
+
+      for intended_ns, spec in workload.arrivals(start_ns, target, duration_s, step=k):
+          ...                                          # wait until intended_ns, then send
+
+Reproducibility: every random stream is seeded from the scenario's seed and a stable label
+(session index, step, block id), never from shared state, so the same scenario gives the same
+requests whatever the order in which users run. Multi-turn follow-ups carry the replies the server
+actually gave, so those are the same only for the same replies.
+
+Warm-up (``load.warmup_prompts``): ``"separate"`` draws warm-up requests from their own streams and
+their own shared-prefix pool, so warm-up does not put the measured prompts into the server's prefix
+cache; ``"same"`` draws them from the measured streams (warm-up then primes the cache the way a
+long-running service would have).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+from loadgen.request import Endpoint, RequestSpec
+from loadgen.scenario import (
+    DEFAULT_CONTEXT_LIMIT,
+    LoadSpec,
+    OutputSpec,
+    PromptSpec,
+    Scenario,
+)
+from loadgen.workload.arrivals import gamma_offsets, poisson_offsets, schedule_ns, trace_offsets
+from loadgen.workload.corpus import get_corpus
+from loadgen.workload.datasets import MOONCAKE_BLOCK_TOKENS, Trace, TraceRow
+from loadgen.workload.lengths import Fixed, sample_length
+from loadgen.workload.prompts import build_chat_prompt, build_prompt
+from loadgen.workload.tokens import TokenCounter, load_counter
+
+DOCUMENT_TASK = "With the document above as context:\n\n"
+FOLLOWUPS = (
+    "Thanks. Here is the next part; do the same for it.\n\n{doc}",
+    "Can you go into more detail, using this passage as well?\n\n{doc}",
+    "How does that compare with the following?\n\n{doc}",
+    "Good. Now look at this and tell me what changes.\n\n{doc}",
+)
+
+
+@dataclass(frozen=True)
+class TraceReplay:
+    """An open-loop step that replays a trace: its times multiplied by ``time_scale``."""
+
+    trace: Trace
+    time_scale: float = 1.0
+    offset_s: float = 0.0
+
+
+@dataclass
+class _Turn:
+    """What the workload built for one request, before it is rendered for an endpoint."""
+
+    system: str | None
+    user: str
+    prompt_tokens: int
+    max_tokens: int
+    source: str
+    # A dataset conversation's later user turns, with their reply lengths when known.
+    followups: tuple[tuple[str, int | None], ...] = ()
+
+
+class Workload:
+    """Requests for one scenario (and, for a matrix, one context length)."""
+
+    def __init__(self, scenario: Scenario, *, counter: TokenCounter | None = None, salt: str = "") -> None:
+        self.scenario = scenario
+        self._salt = salt  # keeps the request streams of matrix cells apart
+        self.counter = counter if counter is not None else load_counter(scenario.tokenizer)
+        self._prefix_pools: dict[str, list[str]] = {}
+
+    @classmethod
+    def simple(
+        cls,
+        context_tokens: int,
+        max_tokens: int,
+        endpoint: Endpoint = "chat",
+        extra: dict[str, Any] | None = None,
+        seed: int = 0,
+    ) -> Workload:
+        """Chat-style requests of a fixed prompt length, for ``--context-tokens`` without a scenario."""
+        if context_tokens < 1 or max_tokens < 1:
+            raise ValueError(f"context_tokens and max_tokens must be >= 1, got {context_tokens}, {max_tokens}")
+        scenario = Scenario(
+            name=f"context-{context_tokens}",
+            seed=seed,
+            endpoint=endpoint,
+            context_limit=max(DEFAULT_CONTEXT_LIMIT, context_tokens + max_tokens),
+            prompt=PromptSpec("chat", Fixed(context_tokens)),
+            output=OutputSpec(Fixed(max_tokens)),
+            body=dict(extra or {}),
+            load=LoadSpec(),
+        )
+        return cls(scenario)
+
+    def for_context(self, context_tokens: int) -> Workload:
+        """This workload with the per-request prompt length fixed (one cell row of a matrix)."""
+        s = self.scenario
+        prompt = replace(s.prompt, input_tokens=Fixed(context_tokens))
+        return Workload(
+            replace(s, prompt=prompt, name=f"{s.name}@{context_tokens}"),
+            counter=self.counter,
+            salt=f"{self._salt}@{context_tokens}",
+        )
+
+    def session(self, user_index: int, step: int = 0) -> Session:
+        """The closed-loop request stream of simulated user ``user_index``.
+
+        Keep one session per user across steps (its stream continues), or pass ``step`` to get a
+        different stream per step: two sessions with the same index and step send the same
+        prompts, which a prefix cache would serve from cache.
+        """
+        return Session(self, user_index, step)
+
+    def rng(self, label: str) -> random.Random:
+        """A random stream for ``label``, independent of every other label (seeded by the scenario)."""
+        return random.Random(f"{self.scenario.seed}{self._salt}:{label}")
+
+    def step_targets(self) -> list[float | TraceReplay]:
+        """The steps of the scenario's load: concurrencies, rates, or trace replays."""
+        load = self.scenario.load
+        if load.mode == "open" and load.arrival == "trace":
+            trace = self.scenario.trace
+            assert trace is not None  # the scenario loader guarantees it
+            return [TraceReplay(trace.trace, scale, trace.offset_s) for scale in load.time_scales]
+        return list(load.steps())
+
+    def arrivals(
+        self,
+        start_ns: int,
+        rate_or_trace: float | TraceReplay,
+        duration_s: float,
+        *,
+        step: int = 0,
+        warmup_s: float = 0.0,
+    ) -> Iterator[tuple[int, RequestSpec]]:
+        """Open-loop requests with their intended send time (wall-clock ns), lazily, in time order.
+
+        ``rate_or_trace`` is requests/s (Poisson or gamma, as the scenario's ``arrival`` says) or a
+        :class:`TraceReplay`. Requests whose intended time falls within ``warmup_s`` of the start
+        are warm-up requests (see the module docstring). Nothing here sleeps.
+        """
+        s = self.scenario
+        timing = self.rng(f"arrivals:{step}")
+        measured = self.rng(f"open:{step}")
+        warm = measured if s.load.warmup_prompts == "same" else self.rng(f"open-warmup:{step}")
+        warmup_ns = start_ns + round(warmup_s * 1e9)
+        if isinstance(rate_or_trace, TraceReplay):
+            replay = rate_or_trace
+            rows = trace_offsets(replay.trace, replay.time_scale, replay.offset_s)
+            for intended_ns, row in schedule_ns(start_ns, rows, duration_s):
+                in_warmup = intended_ns < warmup_ns
+                turn = self._single(warm if in_warmup else measured, in_warmup, row)
+                spec = self._render(turn, [], None, 0)
+                spec.intended_ns = intended_ns
+                yield intended_ns, spec
+            return
+        rate = float(rate_or_trace)
+        if s.load.arrival == "gamma":
+            offsets = gamma_offsets(rate, s.load.burstiness, timing)
+        else:
+            offsets = poisson_offsets(rate, timing)
+        for intended_ns, _ in schedule_ns(start_ns, ((t, None) for t in offsets), duration_s):
+            in_warmup = intended_ns < warmup_ns
+            turn = self._single(warm if in_warmup else measured, in_warmup)
+            spec = self._render(turn, [], None, 0)
+            spec.intended_ns = intended_ns
+            yield intended_ns, spec
+
+    # -- building requests -------------------------------------------------------------------
+
+    def _prefix_pool(self, warmup: bool) -> list[str]:
+        """The shared prefixes (system prompts or documents), built once per phase."""
+        spec = self.scenario.shared_prefix
+        assert spec is not None
+        key = "warmup" if warmup and self.scenario.load.warmup_prompts == "separate" else "measure"
+        pool = self._prefix_pools.get(key)
+        if pool is None:
+            pool = []
+            for i in range(spec.pool):
+                rng = random.Random(f"{self.scenario.seed}:prefix:{key}:{i}")
+                n = sample_length(spec.tokens, rng, self.scenario.context_limit - 2)
+                pool.append(build_prompt(n, rng, spec.source, self.counter))
+            self._prefix_pools[key] = pool
+        return pool
+
+    def _prefix(self, rng: random.Random, warmup: bool) -> tuple[str, int] | None:
+        spec = self.scenario.shared_prefix
+        if spec is None:
+            return None
+        if rng.random() < spec.ratio:
+            text = self._prefix_pool(warmup)[rng.randrange(spec.pool)]
+        else:
+            # Not shared: a prefix of the same length distribution, unique to this request.
+            n = sample_length(spec.tokens, rng, self.scenario.context_limit - 2)
+            text = build_prompt(n, rng, spec.source, self.counter)
+        return text, self.counter.count(text)
+
+    def _single(self, rng: random.Random, warmup: bool, row: TraceRow | None = None) -> _Turn:
+        """A first (or only) turn: optional shared prefix, the prompt, and its output length."""
+        s = self.scenario
+        limit = s.context_limit
+        prefix = self._prefix(rng, warmup)
+        prefix_tokens = prefix[1] if prefix else 0
+        system = s.prompt.system_prompt
+        system_tokens = self.counter.count(system) if system else 0
+        room = max(1, limit - prefix_tokens - system_tokens - 1)
+        out_known: int | None = None
+        followups: tuple[tuple[str, int | None], ...] = ()
+        source = s.prompt.source
+        if source == "trace":
+            if row is None:
+                assert s.trace is not None
+                row = s.trace.trace.rows[rng.randrange(len(s.trace.trace.rows))]
+            n_in = min(room, max(1, row.input_tokens))
+            text = self._trace_text(row, n_in)
+            out_known = row.output_tokens
+            label = f"trace:{s.trace.format if s.trace else 'trace'}"
+        elif source in ("sharegpt", "jsonl"):
+            data = s.prompt.dataset
+            pick = data[rng.randrange(len(data))]
+            text = pick.prompt
+            out_known = pick.output_tokens[0] if pick.output_tokens else None
+            later = pick.turns[1:]
+            replies = [*pick.output_tokens[1:], *([None] * len(later))]
+            followups = tuple(zip(later, replies[: len(later)], strict=True))
+            label = source
+        else:
+            n_in = sample_length(s.prompt.input_tokens, rng, room)
+            if source == "chat":
+                task = rng.choice(s.prompt.tasks)
+                corpus = rng.choice(s.prompt.corpora)
+                text = build_chat_prompt(n_in, rng, task, corpus, self.counter)
+                label = f"chat:{task}/{corpus}"
+            else:
+                text = build_prompt(n_in, rng, source, self.counter)
+                label = source
+        max_tokens = self._max_tokens(rng, out_known)
+        if prefix is not None:
+            if s.shared_prefix is not None and s.shared_prefix.kind == "system":
+                system = prefix[0] if system is None else f"{system}\n\n{prefix[0]}"
+            else:
+                # The document first (the shared, cacheable part), then this request's task.
+                text = f"{prefix[0]}\n\n{DOCUMENT_TASK}{text}"
+        prompt_tokens = (self.counter.count(system) if system else 0) + self.counter.count(text)
+        max_tokens = max(1, min(max_tokens, limit - prompt_tokens))
+        return _Turn(system, text, prompt_tokens, max_tokens, label, followups)
+
+    def _max_tokens(self, rng: random.Random, known: int | None) -> int:
+        out = self.scenario.output
+        if known is not None and out.from_dataset and known > 0:
+            return known
+        return sample_length(out.max_tokens, rng, self.scenario.context_limit - 1)
+
+    def _trace_text(self, row: TraceRow, n_tokens: int) -> str:
+        """Prompt text for a trace row; rows with Mooncake ``hash_ids`` get one text per block.
+
+        Block ``h`` is always the same excerpt (seeded by the scenario seed and ``h``), so rows
+        that share ids share those blocks byte for byte; the last block may be partial, and is then
+        a prefix of the full block's text.
+        """
+        if not row.hash_ids:
+            return build_prompt(n_tokens, random.Random(f"{self.scenario.seed}:row:{row.offset_s}"), "prose")
+        corpus = get_corpus("prose")
+        parts = []
+        left = n_tokens
+        for i, h in enumerate(row.hash_ids):
+            if left <= 0:
+                break
+            last = i == len(row.hash_ids) - 1 or left <= MOONCAKE_BLOCK_TOKENS
+            start = corpus.random_start(random.Random(f"{self.scenario.seed}:block:{h}").random())
+            if last:
+                parts.append(corpus.excerpt(start, min(left, MOONCAKE_BLOCK_TOKENS)))
+                break
+            # A full block: 511 tokens of text and a newline, so blocks never merge into one word.
+            parts.append(corpus.excerpt(start, MOONCAKE_BLOCK_TOKENS - 1) + "\n")
+            left -= MOONCAKE_BLOCK_TOKENS
+        return "".join(parts)
+
+    def _followup(self, rng: random.Random, room: int) -> tuple[str, str]:
+        conv = self.scenario.conversation
+        assert conv is not None
+        n = sample_length(conv.followup_tokens, rng, max(1, room))
+        frame = rng.choice(FOLLOWUPS)
+        overhead = self.counter.count(frame.replace("{doc}", "x")) - self.counter.count("x")
+        corpus = rng.choice(self.scenario.prompt.corpora)
+        doc = build_prompt(max(0, n - overhead), rng, corpus, self.counter) if n > overhead else ""
+        return frame.replace("{doc}", doc).rstrip(), "followup"
+
+    def _extra(self, max_tokens: int) -> dict[str, Any]:
+        s = self.scenario
+        extra: dict[str, Any] = dict(s.sampling)
+        if s.output.ignore_eos:
+            extra["ignore_eos"] = True
+        if s.output.min_tokens == "max_tokens":
+            extra["min_tokens"] = max_tokens
+        elif s.output.min_tokens:
+            extra["min_tokens"] = min(s.output.min_tokens, max_tokens)
+        extra.update(s.body)
+        return extra
+
+    def _render(
+        self, turn: _Turn, history: list[dict[str, Any]], conversation: str | None, turn_index: int
+    ) -> RequestSpec:
+        """A RequestSpec for the scenario's endpoint; ``history`` holds earlier turns (chat form)."""
+        s = self.scenario
+        if history:
+            messages = [*history, {"role": "user", "content": turn.user}]
+        else:
+            messages = [{"role": "user", "content": turn.user}]
+            if turn.system:
+                messages.insert(0, {"role": "system", "content": turn.system})
+        spec = RequestSpec(
+            endpoint=s.endpoint,
+            max_tokens=turn.max_tokens,
+            extra=self._extra(turn.max_tokens),
+            context_tokens=turn.prompt_tokens,
+            source=turn.source,
+            conversation=conversation,
+            turn=turn_index,
+        )
+        if s.endpoint == "chat":
+            spec.messages = messages
+        else:
+            spec.prompt = _transcript(messages)
+        return spec
+
+
+def _transcript(messages: list[dict[str, Any]]) -> str:
+    """Chat messages as one completions prompt (plain text; a single user turn is sent as is)."""
+    if len(messages) == 1:
+        return str(messages[0]["content"])
+    names = {"system": "System", "user": "User", "assistant": "Assistant"}
+    lines = [f"{names.get(m['role'], m['role'])}: {m['content']}" for m in messages]
+    return "\n\n".join(lines) + "\n\nAssistant:"
+
+
+class Session:
+    """The closed-loop request stream of one simulated user (single requests or conversations).
+
+    Not thread-safe: one session belongs to one user. ``next()`` returns the request to send and
+    the think time (s) to wait before sending it; ``record_reply()`` reports how it went. A failed
+    request (``ok=False``), or a ``next()`` without a reply recorded, ends the conversation: the
+    following request starts a new one. A reply recorded as ``None`` (the transport kept no text)
+    is stood in for by corpus text of the requested output length, and the follow-up's ``source``
+    says ``stand-in``.
+    """
+
+    def __init__(self, workload: Workload, user_index: int, step: int = 0) -> None:
+        self.workload = workload
+        self.user_index = user_index
+        self._rng = workload.rng(f"user:{user_index}:{step}")
+        separate = workload.scenario.load.warmup_prompts == "separate"
+        self._warm_rng = workload.rng(f"user-warmup:{user_index}:{step}") if separate else self._rng
+        self._history: list[dict[str, Any]] = []
+        self._history_tokens = 0
+        self._turns_left = 0
+        self._turn = 0
+        self._conversations = 0
+        self._conversation: str | None = None
+        self._phase_warmup = False
+        self._pending: RequestSpec | None = None
+        self._stand_in = False
+        self._dataset_turns: list[tuple[str, int | None]] = []
+
+    @property
+    def conversations_started(self) -> int:
+        return self._conversations
+
+    def next(self, warmup: bool = False) -> tuple[RequestSpec, float]:
+        """The next request and the think time (seconds) to wait before sending it."""
+        w = self.workload
+        s = w.scenario
+        rng = self._warm_rng if warmup else self._rng
+        conv = s.conversation
+        if conv is None:
+            spec = w._render(w._single(rng, warmup), [], None, 0)
+            self._pending = spec
+            return spec, max(0.0, s.load.think_time_s.sample(rng))
+        continuing = (
+            self._conversation is not None
+            and self._pending is None
+            and self._turns_left > 0
+            and warmup == self._phase_warmup
+        )
+        if continuing:
+            room = s.context_limit - self._history_tokens - 2
+            if room > 16:
+                known: int | None = None
+                if self._dataset_turns:
+                    text, known = self._dataset_turns.pop(0)
+                    label = f"{s.prompt.source}:followup"
+                else:
+                    text, label = w._followup(rng, room // 2)
+                text_tokens = w.counter.count(text)
+                max_tokens = w._max_tokens(rng, known)
+                max_tokens = min(max_tokens, s.context_limit - self._history_tokens - text_tokens)
+                if max_tokens >= 1:
+                    if self._stand_in:
+                        label += "+stand-in"
+                    turn = _Turn(None, text, self._history_tokens + text_tokens, max_tokens, label)
+                    spec = w._render(turn, self._history, self._conversation, self._turn)
+                    self._pending = spec
+                    self._history.append({"role": "user", "content": text})
+                    self._history_tokens += text_tokens
+                    self._turns_left -= 1
+                    self._turn += 1
+                    return spec, max(0.0, conv.think_time_s.sample(rng))
+        # A new conversation.
+        self._phase_warmup = warmup
+        self._conversations += 1
+        self._conversation = f"{s.seed}-{'w' if warmup else 'm'}-{self.user_index}-{self._conversations}"
+        self._stand_in = False
+        first = w._single(rng, warmup)
+        turns = sample_length(conv.turns, rng, 1_000_000)
+        self._dataset_turns = list(first.followups)
+        if s.prompt.source in ("sharegpt", "jsonl"):
+            # A dataset conversation has the turns its users wrote, up to the drawn number.
+            turns = min(turns, 1 + len(self._dataset_turns))
+        self._turns_left = turns - 1
+        spec = w._render(first, [], self._conversation, 0)
+        self._history = _chat_messages(first)
+        self._history_tokens = first.prompt_tokens
+        self._pending = spec
+        self._turn = 1
+        return spec, 0.0
+
+    def record_reply(self, text: str | None, ok: bool) -> None:
+        """Report the outcome of the last request: the reply text (None if not kept) and success."""
+        spec = self._pending
+        self._pending = None
+        if spec is None or self.workload.scenario.conversation is None:
+            return
+        if not ok:
+            self._conversation = None
+            self._turns_left = 0
+            return
+        if text is None:
+            self._stand_in = True
+            rng = random.Random(f"{self.workload.scenario.seed}:stand-in:{spec.conversation}:{spec.turn}")
+            text = build_prompt(spec.max_tokens, rng, "prose", self.workload.counter)
+        self._history.append({"role": "assistant", "content": text})
+        self._history_tokens += self.workload.counter.count(text)
+
+
+def _chat_messages(turn: _Turn) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [{"role": "user", "content": turn.user}]
+    if turn.system:
+        messages.insert(0, {"role": "system", "content": turn.system})
+    return messages

@@ -1,0 +1,92 @@
+"""Shared fixtures: real servers on 127.0.0.1, started and stopped by the tests that use them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class SimServer:
+    url: str
+    proc: subprocess.Popen[bytes]
+    emission_log: Path
+    log_file: Path
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def start_sim(tmp: Path, *args: str, wait_ready: bool = True, timeout_s: float = 30.0) -> SimServer:
+    """Start ``python -m loadgen.sim`` on an ephemeral port; return once /health answers 200."""
+    port_file = tmp / f"sim-{time.monotonic_ns()}.port"
+    emission = tmp / "emission.jsonl"
+    log_file = tmp / "sim.log"
+    cmd = [sys.executable, "-m", "loadgen.sim", "--port", "0", "--port-file", str(port_file),
+           "--emission-log", str(emission), "--log-file", str(log_file), *args]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + timeout_s
+    while not (port_file.exists() and port_file.read_text().strip()):
+        if proc.poll() is not None:
+            err = proc.stderr.read().decode() if proc.stderr else ""
+            raise RuntimeError(f"simulator exited with {proc.returncode}: {err}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError("simulator did not write its port file")
+        time.sleep(0.02)
+    url = f"http://127.0.0.1:{int(port_file.read_text().strip())}"
+    server = SimServer(url, proc, emission, log_file)
+    if wait_ready:
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=2) as resp:
+                    if resp.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline or proc.poll() is not None:
+                server.stop()
+                raise RuntimeError("simulator did not become ready")
+            time.sleep(0.05)
+    return server
+
+
+@pytest.fixture
+def sim_factory(tmp_path: Path) -> Iterator[object]:
+    servers: list[SimServer] = []
+
+    def factory(*args: str, wait_ready: bool = True) -> SimServer:
+        sub = tmp_path / f"sim{len(servers)}"
+        sub.mkdir()
+        s = start_sim(sub, *args, wait_ready=wait_ready)
+        servers.append(s)
+        return s
+
+    yield factory
+    for s in servers:
+        s.stop()
+
+
+def loadgen_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "loadgen.cli", *args]
+
+
+def run_loadgen(*args: str, timeout: float = 120.0, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(loadgen_cmd(*args), cwd=REPO, capture_output=True, text=True, timeout=timeout, env=full_env)

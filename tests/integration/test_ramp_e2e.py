@@ -1,0 +1,188 @@
+"""`loadgen ramp` as a user runs it: a real process against the simulated server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.conftest import REPO, loadgen_cmd, run_loadgen
+
+pytestmark = pytest.mark.slow
+
+FAST = ["--profile", "tiny"]
+
+
+def _run_dir(proc: subprocess.CompletedProcess[str]) -> Path:
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
+def _records(run_dir: Path) -> list[dict[str, Any]]:
+    out = []
+    for f in sorted(run_dir.glob("requests*.jsonl")):
+        out += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+    return out
+
+
+def test_three_step_ramp_gives_three_sane_rows(sim_factory: Any, tmp_path: Path) -> None:
+    sim = sim_factory(*FAST)
+    proc = run_loadgen("ramp", "--url", sim.url, "--concurrency", "1,4,16", "--step-seconds", "2.5",
+                       "--warmup-seconds", "0.5", "--max-tokens", "24", "--label", "three steps",
+                       "--out", str(tmp_path / "reports"))
+    run_dir = _run_dir(proc)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    steps = summary["steps"]
+    assert [s["concurrency"] for s in steps] == [1, 4, 16]
+    assert summary["label"] == "three steps"
+    for s in steps:
+        assert s["requests_ok"] > 0 and s["requests_failed"] == 0, s
+        assert s["valid"], s
+        assert 0 < s["ttft_ms"]["p50"] <= s["ttft_ms"]["p99"] < 2000
+        assert 0 < s["itl_ms"]["p50"] < 1000
+        assert s["e2e_ms"]["p50"] > s["ttft_ms"]["p50"]
+        assert s["output_tok_s"] > 0 and s["per_request_tok_s"] > 0
+    # more users, more aggregate throughput, each user slower or equal (a batching server)
+    assert steps[2]["output_tok_s"] > steps[0]["output_tok_s"] * 2
+    assert steps[2]["per_request_tok_s"] <= steps[0]["per_request_tok_s"] * 1.1
+    rows = list(csv.DictReader((run_dir / "steps.csv").open()))
+    assert len(rows) == 3
+    report = (run_dir / "report.md").read_text()
+    assert "three steps" in report and "16" in report
+    # steps.jsonl: every step has its three transitions, in order, steady = start + warm-up or later
+    lines = [json.loads(x) for x in (run_dir / "steps.jsonl").read_text().splitlines()]
+    for i in range(3):
+        ev = {x["event"]: x["t_ns"] for x in lines if x["step"] == i}
+        assert ev["start"] + 0.5e9 <= ev["steady"] < ev["end"]
+        assert ev["end"] - ev["steady"] >= 2.5e9 - 1e6
+
+
+def _emissions(path: Path) -> dict[str, list[dict[str, Any]]]:
+    by_req: dict[str, list[dict[str, Any]]] = {}
+    for line in path.read_text().splitlines():
+        e = json.loads(line)
+        if e.get("tokens", 0) > 0:
+            by_req.setdefault(e["request_id"], []).append(e)
+    return by_req
+
+
+def test_measured_timing_matches_the_servers_truth(sim_factory: Any, tmp_path: Path) -> None:
+    """TTFT, ITL and tokens per chunk as measured against when the simulator sent each chunk."""
+    sim = sim_factory(*FAST)
+    usage = '{"stream_options": {"include_usage": true, "continuous_usage_stats": true}}'
+    proc = run_loadgen("ramp", "--url", sim.url, "--concurrency", "2", "--step-seconds", "2",
+                       "--warmup-seconds", "0", "--max-tokens", "32", "--extra-body", usage,
+                       "--out", str(tmp_path / "reports"))
+    run_dir = _run_dir(proc)
+    emitted = _emissions(sim.emission_log)
+    recs = [r for r in _records(run_dir) if r["error_class"] is None]
+    assert len(recs) >= 10
+    first_err, gap_err = [], []
+    for r in recs:
+        sent = emitted[r["id"]]
+        assert r["server_request_id"] is None or r["id"] in r["server_request_id"]
+        assert r["tokens_source"] == "usage_per_chunk"
+        assert r["chunk_tokens"] == [e["tokens"] for e in sent]
+        assert r["output_tokens"] == sum(e["tokens"] for e in sent)
+        arrivals = [r["sent_ns"] + o for o in r["chunk_offsets_ns"]]
+        emits = [e["emit_ns"] for e in sent]
+        first_err.append((arrivals[0] - emits[0]) / 1e6)
+        gap_err += list((np.diff(arrivals) - np.diff(emits)) / 1e6)
+    first = np.array(first_err)
+    gaps = np.array(gap_err)
+    # arrival follows emission by the loopback hop and one read: never before, rarely by > 5 ms
+    assert first.min() > -0.5, first.min()
+    assert np.median(first) < 2.0, np.median(first)
+    assert np.percentile(first, 95) < 10.0
+    assert abs(gaps.mean()) < 0.5, gaps.mean()
+    assert np.percentile(np.abs(gaps), 95) < 5.0
+
+
+def test_kill_9_keeps_finished_records_and_report_rebuilds(sim_factory: Any, tmp_path: Path) -> None:
+    sim = sim_factory(*FAST)
+    out = tmp_path / "reports"
+    proc = subprocess.Popen(
+        loadgen_cmd("ramp", "--url", sim.url, "--concurrency", "4,8", "--step-seconds", "60",
+                    "--warmup-seconds", "0.2", "--max-tokens", "16", "--out", str(out)),
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        files: list[Path] = []
+        while time.monotonic() < deadline:
+            files = list(out.glob("*/requests*.jsonl"))
+            if files and len(files[0].read_bytes().splitlines()) >= 30:
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail("no requests recorded within 30 s")
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    run_dir = files[0].parent
+    assert not (run_dir / "summary.json").exists()
+    complete = [json.loads(x) for x in files[0].read_bytes().splitlines() if x.endswith(b"}")]
+    ok = sum(1 for r in complete if r["error_class"] is None)
+    rebuilt = run_loadgen("report", str(run_dir))
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert len(summary["steps"]) == 1
+    assert sum(s["requests_ok"] for s in summary["steps"]) <= ok
+    assert summary["steps"][0]["requests_ok"] > 0
+    assert (run_dir / "report.md").exists() and (run_dir / "steps.csv").exists()
+
+
+def test_server_not_listening_is_a_clear_error(tmp_path: Path) -> None:
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    proc = run_loadgen("ramp", "--url", f"http://127.0.0.1:{port}", "--model", "m", "--concurrency", "1",
+                       "--step-seconds", "1", "--out", str(tmp_path))
+    assert proc.returncode == 3
+    assert "not ready" in proc.stderr and "Connection" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_bad_flags_name_the_flag(tmp_path: Path) -> None:
+    proc = run_loadgen("ramp", "--url", "http://127.0.0.1:1", "--concurrency", "1,x", "--out", str(tmp_path))
+    assert proc.returncode == 2 and "--concurrency '1,x'" in proc.stderr
+    proc = run_loadgen("ramp", "--url", "http://127.0.0.1:1", "--extra-body", "temperature", "--out", str(tmp_path))
+    assert proc.returncode == 2 and "--extra-body 'temperature'" in proc.stderr
+
+
+def test_openai_sdk_transport(sim_factory: Any, tmp_path: Path) -> None:
+    sim = sim_factory(*FAST)
+    proc = run_loadgen("ramp", "--url", sim.url + "/v1", "--concurrency", "2", "--step-seconds", "2",
+                       "--warmup-seconds", "0", "--max-tokens", "16", "--transport", "openai",
+                       "--out", str(tmp_path / "reports"))
+    run_dir = _run_dir(proc)
+    recs = _records(run_dir)
+    assert recs and all(r["error_class"] is None for r in recs), recs[:2]
+    emitted = _emissions(sim.emission_log)
+    for r in recs:
+        assert r["output_tokens"] == sum(e["tokens"] for e in emitted[r["id"]])
+        assert r["first_chunk_ns"] >= emitted[r["id"]][0]["emit_ns"]
+
+
+def test_completions_endpoint_and_non_streaming(sim_factory: Any, tmp_path: Path) -> None:
+    sim = sim_factory(*FAST)
+    for extra in (["--endpoint", "completions"], ["--no-stream"]):
+        proc = run_loadgen("ramp", "--url", sim.url, "--concurrency", "2", "--step-seconds", "1.5",
+                           "--warmup-seconds", "0", "--max-tokens", "12", *extra,
+                           "--out", str(tmp_path / "reports"))
+        run_dir = _run_dir(proc)
+        recs = _records(run_dir)
+        assert recs and all(r["error_class"] is None for r in recs), (extra, recs[:1])
+        assert all(r["output_tokens"] and r["output_tokens"] <= 12 for r in recs)
+        assert all(r["endpoint"] == ("completions" if "completions" in extra else "chat") for r in recs)
