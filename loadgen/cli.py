@@ -61,15 +61,21 @@ def _extra_body(items: list[str]) -> dict[str, Any]:
     return out
 
 
+# ramp defaults when neither a flag nor a scenario says otherwise
+RAMP_DEFAULTS = {"concurrency": "1,8,32,64,128", "step_seconds": 30.0, "warmup_seconds": 5.0, "max_tokens": 512}
+
+
 def _add_ramp_flags(p: argparse.ArgumentParser, demo: bool = False) -> None:
     if not demo:
         p.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:30000")
         p.add_argument("--model", help="model name (default: the first one /v1/models lists)")
-        p.add_argument("--concurrency", default="1,8,32,64,128", help="comma-separated user counts per step")
-        p.add_argument("--step-seconds", type=float, default=30.0, help="steady window length per step")
-        p.add_argument("--warmup-seconds", type=float, default=5.0, help="warm-up excluded from each step")
-        p.add_argument("--max-tokens", type=int, default=512)
+        p.add_argument("--concurrency", help="comma-separated user counts per step (default 1,8,32,64,128)")
+        p.add_argument("--step-seconds", type=float, help="steady window length per step (default 30)")
+        p.add_argument("--warmup-seconds", type=float, help="warm-up excluded from each step (default 5)")
+        p.add_argument("--max-tokens", type=int, help="max_tokens of each request (default 512)")
         p.add_argument("--label", help="a name for this run (shown in reports, part of the run id)")
+    p.add_argument("--scenario", help="a scenario file (TOML): prompts, lengths, load pattern; flags override it")
+    p.add_argument("--rate", help="open loop: comma-separated request rates per step (req/s), e.g. 1,2,4")
     p.add_argument("--requests-per-step", type=int, help="end a step once this many requests finished in its window")
     p.add_argument("--context-tokens", help="prompt lengths for a matrix, e.g. 60,4000,16000")
     p.add_argument("--endpoint", choices=["chat", "completions"], default="chat")
@@ -94,29 +100,75 @@ def _add_ramp_flags(p: argparse.ArgumentParser, demo: bool = False) -> None:
         help="poll the server until it answers (0: check once)",
     )
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--drain-seconds",
+        type=float,
+        default=60.0,
+        help="after the last step, wait this long for requests in flight to finish",
+    )
     p.add_argument("--out", default="reports", help="folder for run directories")
+
+
+def _float_list(flag: str, text: str) -> list[float]:
+    try:
+        values = [float(v) for v in text.replace(" ", "").split(",") if v]
+    except ValueError:
+        raise UsageError(f"{flag} {text!r}: expected comma-separated numbers, e.g. 0.5,1,2") from None
+    if not values or any(not v > 0 for v in values):
+        raise UsageError(f"{flag} {text!r}: every value must be above 0")
+    return values
 
 
 def _ramp_options(ns: argparse.Namespace, argv: list[str]) -> Any:
     from loadgen.client import Timeouts
     from loadgen.ramp import RampOptions
 
-    if ns.step_seconds is not None and ns.step_seconds <= 0:
-        raise UsageError(f"--step-seconds {ns.step_seconds:g}: must be above 0")
-    if ns.warmup_seconds < 0:
-        raise UsageError(f"--warmup-seconds {ns.warmup_seconds:g}: must be 0 or more")
-    if ns.max_tokens <= 0:
-        raise UsageError(f"--max-tokens {ns.max_tokens}: must be above 0")
-    if ns.requests_per_step is not None and ns.requests_per_step <= 0:
-        raise UsageError(f"--requests-per-step {ns.requests_per_step}: must be above 0")
+    scenario = None
+    if ns.scenario:
+        from loadgen.scenario import ScenarioError, load_scenario
+
+        try:
+            scenario = load_scenario(ns.scenario)
+        except ScenarioError as exc:
+            raise UsageError(str(exc)) from None
+    if ns.rate and ns.concurrency:
+        raise UsageError("--rate and --concurrency: give one (open loop or closed loop), not both")
+    load = scenario.load if scenario is not None else None
+    step_seconds = ns.step_seconds
+    if step_seconds is None:
+        step_seconds = load.step_seconds if load is not None else RAMP_DEFAULTS["step_seconds"]
+    warmup = ns.warmup_seconds
+    if warmup is None:
+        warmup = load.warmup_seconds if load is not None else RAMP_DEFAULTS["warmup_seconds"]
+    requests = ns.requests_per_step
+    if requests is None and load is not None and load.requests_per_step:
+        requests = load.requests_per_step
+    max_tokens = ns.max_tokens if ns.max_tokens is not None else RAMP_DEFAULTS["max_tokens"]
+    concurrency = ns.concurrency
+    if concurrency is None and scenario is None and not ns.rate:
+        concurrency = RAMP_DEFAULTS["concurrency"]
+    if step_seconds is not None and step_seconds <= 0:
+        raise UsageError(f"--step-seconds {step_seconds:g}: must be above 0")
+    if warmup < 0:
+        raise UsageError(f"--warmup-seconds {warmup:g}: must be 0 or more")
+    if max_tokens <= 0:
+        raise UsageError(f"--max-tokens {max_tokens}: must be above 0")
+    if requests is not None and requests <= 0:
+        raise UsageError(f"--requests-per-step {requests}: must be above 0")
+    if scenario is not None and (ns.max_tokens is not None or ns.extra_body):
+        raise UsageError(
+            "--max-tokens / --extra-body with --scenario: set output lengths and body fields in the scenario file"
+        )
     return RampOptions(
         url=ns.url,
-        model=ns.model or "",
-        concurrency=_int_list("--concurrency", ns.concurrency),
-        step_seconds=ns.step_seconds,
-        warmup_seconds=ns.warmup_seconds,
-        requests_per_step=ns.requests_per_step,
-        max_tokens=ns.max_tokens,
+        model=ns.model or (scenario.model if scenario is not None and scenario.model else ""),
+        concurrency=_int_list("--concurrency", str(concurrency)) if concurrency else None,
+        rates=_float_list("--rate", ns.rate) if ns.rate else None,
+        scenario=ns.scenario,
+        step_seconds=step_seconds,
+        warmup_seconds=warmup,
+        requests_per_step=requests,
+        max_tokens=max_tokens,
         context_tokens=_int_list("--context-tokens", ns.context_tokens) if ns.context_tokens else None,
         endpoint=ns.endpoint,
         stream=not ns.no_stream,
@@ -127,6 +179,7 @@ def _ramp_options(ns: argparse.Namespace, argv: list[str]) -> Any:
         api_key=ns.api_key or os.environ.get("OPENAI_API_KEY") or None,
         timeouts=Timeouts(connect_s=ns.connect_timeout, stall_s=ns.stall_timeout, request_s=ns.request_timeout),
         seed=ns.seed,
+        drain_seconds=ns.drain_seconds,
         argv=_redact(argv),
     )
 

@@ -39,7 +39,8 @@ def wait_ready(
     progress: Callable[[str], None] | None = None,
     interval_s: float = 0.25,
 ) -> None:
-    """Return when GET /v1/models answers 200; raise NotReady otherwise.
+    """Return when GET /health answers 200 (or, where there is no /health, GET /v1/models);
+    raise NotReady otherwise.
 
     ``alive`` returns None while the server can still come up, else the reason it cannot (its
     process exited, its unit failed): the wait stops at once with that reason.
@@ -53,10 +54,15 @@ def wait_ready(
             if dead:
                 raise NotReady(dead)
         try:
-            status, body = _get(base + "/v1/models", timeout=2.0, api_key=api_key)
+            status, body = _get(base + "/health", timeout=2.0, api_key=api_key)
+            if status in (404, 405):  # no health endpoint: the models list answering is the best sign
+                status, body = _get(base + "/v1/models", timeout=2.0, api_key=api_key)
+                where = "/v1/models"
+            else:
+                where = "/health"
             if status == 200:
                 return
-            last = f"HTTP {status} from /v1/models: {body[:200].decode('utf-8', 'replace')}"
+            last = f"HTTP {status} from {where}: {body[:200].decode('utf-8', 'replace')}"
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             last = f"{type(reason).__name__}: {reason}"

@@ -6,6 +6,7 @@ the standard library for gevent.
 
 from __future__ import annotations
 
+import logging
 import signal
 import sys
 from dataclasses import asdict, dataclass, field
@@ -19,8 +20,8 @@ from loadgen.client import Timeouts
 from loadgen.clock import ANCHOR
 from loadgen.rundir import create_run_dir, write_manifest
 from loadgen.runtime import RunState, TargetOptions
-from loadgen.shape import RampShape, StepPlan, build_plan
-from loadgen.user import LLMUser
+from loadgen.shape import RampShape, StepPlan, build_open_plan, build_plan
+from loadgen.user import LLMUser, OpenLoopUser
 
 
 # prompt length when no --context-tokens is given: a short chat turn (the story's smallest cell)
@@ -31,7 +32,7 @@ DEFAULT_CONTEXT_TOKENS = 60
 class RampOptions:
     url: str
     model: str
-    concurrency: list[int]
+    concurrency: list[int] | None = None
     step_seconds: float | None = 30.0
     warmup_seconds: float = 5.0
     requests_per_step: int | None = None
@@ -46,6 +47,9 @@ class RampOptions:
     api_key: str | None = None
     timeouts: Timeouts = field(default_factory=Timeouts)
     seed: int = 0
+    drain_seconds: float = 60.0
+    rates: list[float] | None = None
+    scenario: str | None = None
     argv: list[str] = field(default_factory=list)
 
     def manifest(self) -> dict[str, Any]:
@@ -55,24 +59,61 @@ class RampOptions:
         return data
 
 
-def _workload_factory(opts: RampOptions) -> Any:
+def _base_workload(opts: RampOptions) -> Any:
+    """The scenario's workload, or chat prompts of a fixed length built from the ramp's flags."""
+    from loadgen.scenario import load_scenario
     from loadgen.workload import Workload
 
+    if opts.scenario:
+        return Workload(load_scenario(opts.scenario))
+    return Workload.simple(
+        context_tokens=DEFAULT_CONTEXT_TOKENS,
+        max_tokens=opts.max_tokens,
+        endpoint=opts.endpoint,  # type: ignore[arg-type]
+        extra=dict(opts.extra_body),
+        seed=opts.seed,
+    )
+
+
+def _workload_factory(base: Any) -> Any:
     cache: dict[int | None, Any] = {}
 
     def workload_for(plan: StepPlan | None) -> Any:
         ctx = plan.context_tokens if plan is not None else None
         if ctx not in cache:
-            cache[ctx] = Workload.simple(
-                context_tokens=ctx or DEFAULT_CONTEXT_TOKENS,
-                max_tokens=opts.max_tokens,
-                endpoint=opts.endpoint,
-                extra=dict(opts.extra_body),
-                seed=opts.seed,
-            )
+            cache[ctx] = base.for_context(ctx) if ctx else base
         return cache[ctx]
 
     return workload_for
+
+
+def _scenario_manifest(base: Any) -> dict[str, Any]:
+    s = base.scenario
+    return {"name": s.name, "path": s.path, "description": s.description, "seed": s.seed}
+
+
+def build_ramp_plan(opts: RampOptions, base: Any) -> list[StepPlan]:
+    """Steps from the flags, falling back to the scenario's ``[load]`` for what the flags leave out."""
+    if opts.rates:
+        return build_open_plan(list(opts.rates), opts.context_tokens, opts.warmup_seconds, opts.step_seconds,
+                               opts.requests_per_step)
+    if opts.concurrency:
+        return build_plan(opts.concurrency, opts.context_tokens, opts.warmup_seconds, opts.step_seconds,
+                          opts.requests_per_step)
+    load = base.scenario.load
+    if load.mode == "open":
+        return build_open_plan(base.step_targets(), opts.context_tokens, opts.warmup_seconds, opts.step_seconds,
+                               opts.requests_per_step)
+    return build_plan([int(c) for c in load.concurrency], opts.context_tokens, opts.warmup_seconds,
+                      opts.step_seconds, opts.requests_per_step)
+
+
+def _load_label(plan: StepPlan) -> str:
+    if plan.rate is not None:
+        return f"rate={plan.rate:g}/s"
+    if plan.replay is not None:
+        return f"trace x{plan.replay.time_scale:g}"
+    return f"C={plan.concurrency}"
 
 
 class Progress:
@@ -96,7 +137,7 @@ class Progress:
         errs = " ".join(f"{k}={v}" for k, v in sorted(c.errors.items()))
         users = self.env.runner.user_count if self.env.runner is not None else 0
         return (
-            f"step {i + 1}/{len(shape.plan)} C={plan.concurrency}{ctx} users={users} {phase} "
+            f"step {i + 1}/{len(shape.plan)} {_load_label(plan)}{ctx} users={users} {phase} "
             f"ok={c.ok} failed={c.failed} tok/s={c.output_tokens / elapsed:,.0f}" + (f" errors: {errs}" if errs else "")
         )
 
@@ -115,11 +156,17 @@ class Progress:
             gevent.sleep(1.0 if self.tty else 5.0)
 
 
+class _QuietSpawnWarning(logging.Filter):
+    """Locust warns about spawn rates above 100/s; a ramp starts each step's users at once on purpose."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "spawn rate is very high" not in record.getMessage()
+
+
 def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
     """Run the ramp to the end (or Ctrl-C), write the report; return the run directory."""
-    plan = build_plan(
-        opts.concurrency, opts.context_tokens, opts.warmup_seconds, opts.step_seconds, opts.requests_per_step
-    )
+    base = _base_workload(opts)
+    plan = build_ramp_plan(opts, base)
     run_dir = create_run_dir(opts.out, opts.label)
     write_manifest(
         run_dir,
@@ -129,6 +176,7 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
             "run_id": run_dir.name,
             "options": opts.manifest(),
             "plan": [p.describe() for p in plan],
+            "scenario": _scenario_manifest(base),
         },
     )
     target = TargetOptions(
@@ -139,20 +187,26 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
         timeouts=opts.timeouts,
         stream=opts.stream,
     )
-    state = RunState(run_dir, target, _workload_factory(opts))
-    shape = RampShape(plan, state)
-    env = Environment(user_classes=[LLMUser], shape_class=shape, host=opts.url)
+    state = RunState(run_dir, target, _workload_factory(base))
+    shape = RampShape(plan, state, closed_classes=[LLMUser], open_classes=[OpenLoopUser])
+    # in-flight requests finish after the last step (and when a matrix row lowers concurrency):
+    # they were sent inside a steady window and belong to its statistics
+    env = Environment(
+        user_classes=[LLMUser, OpenLoopUser], shape_class=shape, host=opts.url, stop_timeout=opts.drain_seconds
+    )
     env.loadgen = state  # type: ignore[attr-defined]
     state.fire_request = env.events.request.fire
     state.log_metric = lambda kind, name, ms: env.stats.log_request(kind, name, ms, 0)
     env.events.spawning_complete.add_listener(lambda user_count, **_: shape.on_spawning_complete(user_count))
     runner = env.create_local_runner()
+    logging.getLogger("locust.runners").addFilter(_QuietSpawnWarning())
     progress = Progress(state, shape, env, out)
     printer = gevent.spawn(progress.run)
     interrupted = []
 
     def on_sigint(*_: Any) -> None:
         interrupted.append(True)
+        env.stop_timeout = 0.0  # Ctrl-C: stop now; in-flight calls are recorded as cancelled
         shape.stop("stopped")
 
     previous = signal.signal(signal.SIGINT, on_sigint)

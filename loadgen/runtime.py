@@ -77,6 +77,7 @@ class RunState(StepSink):
         self._prefix = f"{run_dir.name[-12:]}-{worker}-{os.getpid()}"
         self.step_index = -1
         self.step_plan: StepPlan | None = None
+        self.step_live = False
         self.steady_ns: int | None = None
         self.counters: list[StepCounters] = []
         self.started_ns = ANCHOR.now_wall_ns()
@@ -90,6 +91,7 @@ class RunState(StepSink):
         self.step_index = index
         self.step_plan = plan
         self.steady_ns = None
+        self.step_live = True
         while len(self.counters) <= index:
             self.counters.append(StepCounters())
         self.counters[index].first_ns = t_ns
@@ -100,6 +102,7 @@ class RunState(StepSink):
         self.steps.steady(index, t_ns)
 
     def step_ended(self, index: int, t_ns: int, reason: str) -> None:
+        self.step_live = False
         self.steps.end(index, t_ns, reason)
 
     def requests_in_window(self, index: int) -> int:

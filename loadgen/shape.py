@@ -22,17 +22,28 @@ from loadgen.clock import ANCHOR
 
 @dataclass(slots=True)
 class StepPlan:
+    """One step. Closed loop: ``concurrency`` users. Open loop (``rate`` req/s, or ``replay``, a
+    trace replayed at a time scale): ``concurrency`` is the number of dispatching users (1 per
+    process); requests are sent at their scheduled times whatever is in flight."""
+
     concurrency: int
     context_tokens: int | None = None
     warmup_s: float = 5.0
     duration_s: float | None = 30.0
     requests: int | None = None
+    rate: float | None = None
+    replay: Any = None
+
+    @property
+    def open_loop(self) -> bool:
+        return self.rate is not None or self.replay is not None
 
     def describe(self) -> dict[str, Any]:
         return {
-            "concurrency": self.concurrency,
+            "concurrency": None if self.open_loop else self.concurrency,
             "context_tokens": self.context_tokens,
-            "rate": None,
+            "rate": self.rate,
+            "time_scale": getattr(self.replay, "time_scale", None),
             "warmup_s": self.warmup_s,
             "duration_s": self.duration_s,
             "requests": self.requests,
@@ -51,6 +62,27 @@ def build_plan(
         raise ValueError("give --step-seconds or --requests-per-step (or both)")
     contexts: list[int | None] = list(context_tokens) if context_tokens else [None]
     return [StepPlan(c, ctx, warmup_s, duration_s, requests) for ctx in contexts for c in concurrency]
+
+
+def build_open_plan(
+    targets: list[Any],
+    context_tokens: list[int] | None,
+    warmup_s: float,
+    duration_s: float | None,
+    requests: int | None,
+) -> list[StepPlan]:
+    """Open-loop steps: each target a rate (req/s, a number) or a trace replay; one dispatcher."""
+    if duration_s is None and requests is None:
+        raise ValueError("give --step-seconds or --requests-per-step (or both)")
+    contexts: list[int | None] = list(context_tokens) if context_tokens else [None]
+    plan = []
+    for ctx in contexts:
+        for target in targets:
+            if isinstance(target, (int, float)):
+                plan.append(StepPlan(1, ctx, warmup_s, duration_s, requests, rate=float(target)))
+            else:
+                plan.append(StepPlan(1, ctx, warmup_s, duration_s, requests, replay=target))
+    return plan
 
 
 class StepSink:
@@ -77,6 +109,8 @@ class RampShape(LoadTestShape):
         sink: StepSink,
         now_ns: Callable[[], int] = ANCHOR.now_wall_ns,
         spawn_rate: float = 10_000.0,
+        closed_classes: list[Any] | None = None,
+        open_classes: list[Any] | None = None,
     ) -> None:
         super().__init__()
         if not plan:
@@ -85,6 +119,8 @@ class RampShape(LoadTestShape):
         self.sink = sink
         self.now_ns = now_ns
         self.spawn_rate = spawn_rate
+        self.closed_classes = closed_classes
+        self.open_classes = open_classes
         self.index = -1
         self.reached_ns: int | None = None
         self.steady_ns: int | None = None
@@ -128,7 +164,7 @@ class RampShape(LoadTestShape):
             self.sink.step_ended(self.index, self.now_ns(), reason)
         self.finished = True
 
-    def tick(self) -> tuple[int, float] | None:
+    def tick(self) -> tuple[int, float] | tuple[int, float, list[Any]] | None:
         if self.finished:
             return None
         now = self.now_ns()
@@ -153,4 +189,7 @@ class RampShape(LoadTestShape):
                     return None
                 self._begin(self.index + 1, now)
                 step = self.plan[self.index]
-        return step.concurrency, max(self.spawn_rate, float(step.concurrency))
+        classes = self.open_classes if step.open_loop else self.closed_classes
+        if classes is None:
+            return step.concurrency, max(self.spawn_rate, float(step.concurrency))
+        return step.concurrency, max(self.spawn_rate, float(step.concurrency)), classes  # type: ignore[return-value]

@@ -1,10 +1,17 @@
-"""The Locust user: one LLM call per task iteration, reported once, after the stream ends.
+"""The Locust users: one LLM call -> one request event, fired after the stream ends.
 
 Locust's own HTTP users fire their request event when the response headers arrive; for a stream
-that is before the first token, so LLM calls never go through them. ``LLMUser`` times the call with
-a transport, writes the RequestRecord, and fires exactly one ``request`` event (E2E as the response
+that is before the first token, so LLM calls never go through them. A user times the call with a
+transport, writes the RequestRecord, and fires exactly one ``request`` event (E2E as the response
 time, output tokens as the length). TTFT and mean inter-chunk latency are logged into Locust's
 statistics as their own rows (types ``TTFT`` and ``ITL``) without firing further request events.
+
+* ``LLMUser``: closed loop. Each user sends its next request when the previous one ended (after
+  the workload's think time).
+* ``OpenLoopUser``: open loop. One dispatcher per process sends each request at its scheduled
+  (intended) time in a greenlet of its own, whatever is still in flight, so a slow server cannot
+  slow the arrivals down (no coordinated omission). Latencies count from the intended time; the
+  lag between intended and actual send is recorded, and a step whose lag grows is flagged.
 """
 
 from __future__ import annotations
@@ -12,21 +19,31 @@ from __future__ import annotations
 from typing import Any
 
 import gevent
+from gevent.pool import Pool
 from locust import User, constant, task
 
+from loadgen.client import Transport
+from loadgen.clock import ANCHOR
+from loadgen.request import RequestSpec
 from loadgen.runtime import RunState
+
+FAILURE_PAUSE_S = 0.1
+
+
+def _state(user: User) -> RunState:
+    state: RunState | None = getattr(user.environment, "loadgen", None)
+    if state is None:
+        raise RuntimeError("the loadgen users need the run state; start Locust with -f loadgen/locustfile.py")
+    return state
 
 
 class LLMUser(User):
     wait_time = constant(0)
 
     def on_start(self) -> None:
-        state: RunState | None = getattr(self.environment, "loadgen", None)
-        if state is None:
-            raise RuntimeError("LLMUser needs the loadgen run state; start Locust with -f loadgen/locustfile.py")
-        self.state = state
-        self.index = state.next_user_index()
-        self.transport = state.make_transport()
+        self.state = _state(self)
+        self.index = self.state.next_user_index()
+        self.transport = self.state.make_transport()
         self._session: Any = None
         self._session_plan: Any = None
 
@@ -37,11 +54,69 @@ class LLMUser(User):
     def call(self) -> None:
         state = self.state
         plan = state.step_plan
+        if plan is not None and plan.open_loop:
+            gevent.sleep(0.05)  # an open-loop step: the dispatcher sends
+            return
         if self._session is None or plan is not self._session_plan:
             self._session = state.workload_for(plan).session(self.index)
             self._session_plan = plan
-        spec, think_s = self._session.next()
-        rec, text = state.execute(self.transport, spec, self.index)
-        self._session.record_reply(text, rec.error_class is None)
+        spec, think_s = self._session.next(warmup=state.steady_ns is None)
         if think_s:
             gevent.sleep(think_s)
+        rec, text = state.execute(self.transport, spec, self.index)
+        ok = rec.error_class is None
+        self._session.record_reply(text, ok)
+        if not ok:
+            # a failed call returns at once; without a pause a closed loop turns into a hot loop
+            # against a server that is down, and floods the run with identical records
+            gevent.sleep(FAILURE_PAUSE_S)
+
+
+class OpenLoopUser(User):
+    """Dispatches one open-loop step's arrivals; ``max_in_flight`` bounds the greenlets alive."""
+
+    wait_time = constant(0)
+    max_in_flight = 10_000
+
+    def on_start(self) -> None:
+        self.state = _state(self)
+        self.index = self.state.next_user_index()
+        self._idle: list[Transport] = []
+        self._pool = Pool(self.max_in_flight)
+
+    def on_stop(self) -> None:
+        self._pool.join(timeout=self.environment.stop_timeout or 0)
+        self._pool.kill()
+        for t in self._idle:
+            t.close()
+
+    def _send(self, spec: RequestSpec) -> None:
+        transport = self._idle.pop() if self._idle else self.state.make_transport()
+        try:
+            self.state.execute(transport, spec, self.index)
+        finally:
+            self._idle.append(transport)
+
+    @task
+    def dispatch(self) -> None:
+        state = self.state
+        plan, index = state.step_plan, state.step_index
+        if plan is None or not plan.open_loop or not state.step_live:
+            gevent.sleep(0.05)
+            return
+        workload = state.workload_for(plan)
+        target = plan.replay if plan.replay is not None else plan.rate
+        start_ns = state.counters[index].first_ns
+        # arrivals past the step's end are never sent: the step ends at its duration (or count)
+        horizon_s = plan.warmup_s + (plan.duration_s if plan.duration_s is not None else 86_400.0)
+        spawn = self._pool.spawn
+        now = ANCHOR.now_wall_ns
+        for intended_ns, spec in workload.arrivals(start_ns, target, horizon_s, step=index, warmup_s=plan.warmup_s):
+            delay_ns = intended_ns - now()
+            if delay_ns > 0:
+                gevent.sleep(delay_ns / 1e9)
+            if state.step_index != index or not state.step_live:
+                break
+            spawn(self._send, spec)  # blocks only when max_in_flight greenlets are alive
+        while state.step_index == index and state.step_live:
+            gevent.sleep(0.05)  # schedule exhausted: wait for the step to end

@@ -473,3 +473,22 @@ def step_telemetry(
             row["memory_bound"] = None
         rows.append(row)
     return rows
+
+
+def telemetry_enricher(run: Any, steps: list[dict[str, Any]]) -> None:
+    """A step enricher for ``analysis.summary``: adds ``step_telemetry``'s keys to each step row.
+
+    The window is the step's steady part (``steady_ns`` .. ``end_ns``), the ok count its
+    ``requests_ok`` and the tokens its ``output_tokens_in_window``; ``run`` needs ``samples`` and
+    ``events`` (the loaded JSONL lines).
+    """
+    if not steps:
+        return
+    windows = [(int(s["steady_ns"]), int(s["end_ns"])) for s in steps]
+    ok = [int(s.get("requests_ok") or 0) for s in steps]
+    tokens = [s.get("output_tokens_in_window") for s in steps]
+    rows = step_telemetry(list(run.samples), list(run.events), windows, ok, tokens)
+    for step, row in zip(steps, rows, strict=True):
+        for key, value in row.items():
+            if key not in ("step", "window_s"):
+                step[key] = value

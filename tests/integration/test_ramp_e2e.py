@@ -186,3 +186,26 @@ def test_completions_endpoint_and_non_streaming(sim_factory: Any, tmp_path: Path
         assert recs and all(r["error_class"] is None for r in recs), (extra, recs[:1])
         assert all(r["output_tokens"] and r["output_tokens"] <= 12 for r in recs)
         assert all(r["endpoint"] == ("completions" if "completions" in extra else "chat") for r in recs)
+
+
+def test_open_loop_rate_is_kept_and_latency_counts_from_intended_time(sim_factory: Any, tmp_path: Path) -> None:
+    sim = sim_factory(*FAST)
+    proc = run_loadgen("ramp", "--url", sim.url, "--rate", "40", "--step-seconds", "5", "--warmup-seconds", "0.5",
+                       "--max-tokens", "8", "--out", str(tmp_path / "reports"))
+    run_dir = _run_dir(proc)
+    steps = json.loads((run_dir / "summary.json").read_text())["steps"]
+    assert len(steps) == 1 and steps[0]["rate"] == 40.0
+    lines = [json.loads(x) for x in (run_dir / "steps.jsonl").read_text().splitlines()]
+    ev = {x["event"]: x["t_ns"] for x in lines}
+    recs = _records(run_dir)
+    in_window = [r for r in recs if ev["steady"] <= r["intended_ns"] < ev["end"]]
+    window_s = (ev["end"] - ev["steady"]) / 1e9
+    achieved = len(in_window) / window_s
+    # Poisson count over ~5 s at 40/s: sd ~ 14 requests, so +-25% is beyond 4 sd
+    assert 30 <= achieved <= 50, achieved
+    lag_ms = np.array([(r["sent_ns"] - r["intended_ns"]) / 1e6 for r in recs])
+    assert lag_ms.min() >= 0 and np.percentile(lag_ms, 99) < 25, np.percentile(lag_ms, 99)
+    # inter-arrival times of the intended schedule look exponential (mean 25 ms)
+    gaps = np.diff(sorted(r["intended_ns"] for r in recs)) / 1e9
+    assert 0.018 < gaps.mean() < 0.034
+    assert 0.7 < gaps.std() / gaps.mean() < 1.3
