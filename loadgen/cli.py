@@ -107,6 +107,11 @@ def _add_ramp_flags(p: argparse.ArgumentParser, demo: bool = False) -> None:
         help="after the last step, wait this long for requests in flight to finish",
     )
     p.add_argument("--out", default="reports", help="folder for run directories")
+    p.add_argument("--no-telemetry", action="store_true", help="start no telemetry side process")
+    if not demo:
+        from loadgen.telemetry.options import add_source_args
+
+        add_source_args(p)
 
 
 def _float_list(flag: str, text: str) -> list[float]:
@@ -180,7 +185,29 @@ def _ramp_options(ns: argparse.Namespace, argv: list[str]) -> Any:
         timeouts=Timeouts(connect_s=ns.connect_timeout, stall_s=ns.stall_timeout, request_s=ns.request_timeout),
         seed=ns.seed,
         drain_seconds=ns.drain_seconds,
+        telemetry=None if ns.no_telemetry else _telemetry_options(ns),
         argv=_redact(argv),
+    )
+
+
+def _telemetry_options(ns: argparse.Namespace) -> Any:
+    from loadgen.telemetry import TelemetryOptions
+
+    if not hasattr(ns, "gpu_source"):  # the demo sets its sources itself
+        return TelemetryOptions(gpu_source="none")
+    return TelemetryOptions(
+        gpu_source=ns.gpu_source,
+        gpu_hz=ns.gpu_hz,
+        gpus=ns.gpus,
+        metrics_url=ns.metrics_url,
+        metrics_hz=ns.metrics_hz,
+        metrics_map=dict(ns.metrics_map),
+        server_logs=ns.server_logs,
+        server_log_file=ns.server_log_file,
+        log_from_start=ns.log_from_start,
+        monitor_url=ns.monitor_url,
+        monitor_token=os.environ.get("LOADGEN_MONITOR_TOKEN") or None,
+        monitor_hz=ns.monitor_hz,
     )
 
 
@@ -216,6 +243,10 @@ def cmd_ramp(ns: argparse.Namespace, argv: list[str]) -> int:
     except NotReady as exc:
         print(f"error: server not ready: {exc}", file=sys.stderr)
         return EXIT_NOT_READY
+    if opts.telemetry is not None and not opts.telemetry.metrics_url:
+        from loadgen.lifecycle import probe_metrics
+
+        opts.telemetry.metrics_url = probe_metrics(opts.url, opts.api_key)
     if not opts.model:
         opts.model = first_model(opts.url, opts.api_key) or ""
         if not opts.model:
@@ -278,6 +309,12 @@ def cmd_demo(ns: argparse.Namespace, argv: list[str]) -> int:
 
             opts.model = first_model(url) or "demo"
             opts.label = ns.label or f"demo {ns.profile}"
+            if opts.telemetry is not None:
+                opts.telemetry.gpu_source = f"{url}/gpu/metrics"
+                opts.telemetry.gpu_hz = 5.0
+                opts.telemetry.metrics_url = f"{url}/metrics"
+                opts.telemetry.server_log_file = str(sim_log)
+                opts.telemetry.log_from_start = True
             run_dir = ramp.run_ramp(opts)
         finally:
             proc.terminate()
@@ -292,14 +329,14 @@ def cmd_demo(ns: argparse.Namespace, argv: list[str]) -> int:
 
 
 def cmd_report(ns: argparse.Namespace, argv: list[str]) -> int:
-    from loadgen.report import write_outputs
+    from loadgen.pipeline import rebuild
 
     run_dir = Path(ns.run_dir)
     if not run_dir.is_dir():
         raise UsageError(f"{run_dir}: no such run directory")
     if not (run_dir / "steps.jsonl").exists() and not any(run_dir.glob("requests*.jsonl")):
         raise UsageError(f"{run_dir}: not a run directory (no steps.jsonl, no requests*.jsonl)")
-    write_outputs(run_dir)
+    rebuild(run_dir)
     print(f"report: {run_dir / 'report.md'}")
     print(run_dir)
     return EXIT_OK
@@ -309,6 +346,12 @@ def cmd_sim(ns: argparse.Namespace, argv: list[str]) -> int:
     from loadgen.sim.cli import main as sim_main
 
     return sim_main(ns.sim_args)
+
+
+def cmd_monitor(ns: argparse.Namespace, argv: list[str]) -> int:
+    from loadgen.telemetry.monitor import main as monitor_main
+
+    return monitor_main(ns.monitor_args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -338,6 +381,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sim", help="the simulated server on its own (loadgen sim --help)", add_help=False)
     p.add_argument("sim_args", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_sim)
+
+    p = sub.add_parser("monitor", help="the telemetry side process on its own (loadgen monitor --help)", add_help=False)
+    p.add_argument("monitor_args", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_monitor)
     return parser
 
 
@@ -346,6 +393,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     if argv and argv[0] == "sim":
         return cmd_sim(argparse.Namespace(sim_args=argv[1:]), argv)
+    if argv and argv[0] == "monitor":
+        return cmd_monitor(argparse.Namespace(monitor_args=argv[1:]), argv)
     ns = parser.parse_args(argv)
     try:
         code: int = ns.func(ns, argv)

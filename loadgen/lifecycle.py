@@ -86,3 +86,15 @@ def first_model(url: str, api_key: str | None = None) -> str | None:
         return str(data["data"][0]["id"])
     except (ValueError, KeyError, IndexError, TypeError):
         return None
+
+
+def probe_metrics(url: str, api_key: str | None = None) -> str | None:
+    """The server's Prometheus endpoint (``/metrics`` beside the API) when it serves one, else None."""
+    target = base_of(url) + "/metrics"
+    try:
+        status, body = _get(target, timeout=3.0, api_key=api_key)
+    except (urllib.error.URLError, OSError):
+        return None
+    if status == 200 and (b"# TYPE" in body[:65536] or b"# HELP" in body[:65536]):
+        return target
+    return None

@@ -50,10 +50,18 @@ class RampOptions:
     drain_seconds: float = 60.0
     rates: list[float] | None = None
     scenario: str | None = None
+    telemetry: Any = None  # loadgen.telemetry.TelemetryOptions, or None for no side process
     argv: list[str] = field(default_factory=list)
 
     def manifest(self) -> dict[str, Any]:
-        data = asdict(self)
+        telemetry = self.telemetry
+        self.telemetry = None
+        try:
+            data = asdict(self)
+        finally:
+            self.telemetry = telemetry
+        if telemetry is not None:
+            data["telemetry"] = {k: v for k, v in asdict(telemetry).items() if k != "monitor_token"}
         data.pop("api_key", None)  # secrets never reach the run directory
         data["api_key_set"] = self.api_key is not None
         return data
@@ -163,6 +171,18 @@ class _QuietSpawnWarning(logging.Filter):
         return "spawn rate is very high" not in record.getMessage()
 
 
+def _start_telemetry(run_dir: Path, options: Any, out: TextIO) -> Any:
+    """The telemetry side process (a separate process: NVML blocks), or None when not asked for."""
+    if options is None:
+        return None
+    from loadgen.telemetry import start_side_process
+
+    side = start_side_process(run_dir, options)
+    if not side.wait_ready(10.0):
+        out.write(f"warning: the telemetry process did not start; see {run_dir / 'telemetry.log'}\n")
+    return side
+
+
 def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
     """Run the ramp to the end (or Ctrl-C), write the report; return the run directory."""
     base = _base_workload(opts)
@@ -198,6 +218,7 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
     state.fire_request = env.events.request.fire
     state.log_metric = lambda kind, name, ms: env.stats.log_request(kind, name, ms, 0)
     env.events.spawning_complete.add_listener(lambda user_count, **_: shape.on_spawning_complete(user_count))
+    side = _start_telemetry(run_dir, opts.telemetry, out)
     runner = env.create_local_runner()
     logging.getLogger("locust.runners").addFilter(_QuietSpawnWarning())
     progress = Progress(state, shape, env, out)
@@ -220,12 +241,14 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
     finally:
         signal.signal(signal.SIGINT, previous)
         printer.kill()
+        if side is not None:
+            side.stop()
         out.write("\n" if progress.tty else "")
         out.write(progress.line() + "\n")
         state.close()
     if interrupted:
         out.write("interrupted: writing a partial report\n")
-    from loadgen.report import write_outputs
+    from loadgen.pipeline import rebuild
 
-    write_outputs(run_dir)
+    rebuild(run_dir)
     return run_dir
