@@ -348,6 +348,14 @@ def cmd_sim(ns: argparse.Namespace, argv: list[str]) -> int:
     return sim_main(ns.sim_args)
 
 
+def cmd_scenario(ns: argparse.Namespace, argv: list[str]) -> int:
+    from loadgen.workload.cli import check_main, show_main
+
+    if ns.action == "check":
+        return check_main(ns.file)
+    return show_main(ns.file, ns.n)
+
+
 def cmd_monitor(ns: argparse.Namespace, argv: list[str]) -> int:
     from loadgen.telemetry.monitor import main as monitor_main
 
@@ -381,6 +389,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sim", help="the simulated server on its own (loadgen sim --help)", add_help=False)
     p.add_argument("sim_args", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_sim)
+
+    p = sub.add_parser("scenario", help="validate a scenario file, or draw requests from it and show them")
+    p.add_argument("action", choices=["check", "show"])
+    p.add_argument("file")
+    p.add_argument("-n", type=int, default=20, help="requests to draw (show)")
+    p.set_defaults(func=cmd_scenario)
 
     p = sub.add_parser("monitor", help="the telemetry side process on its own (loadgen monitor --help)", add_help=False)
     p.add_argument("monitor_args", nargs=argparse.REMAINDER)

@@ -481,6 +481,10 @@ def _load(t: Table, trace: TraceSpec | None) -> LoadSpec:
             think_time_s=think,
         )
     arrival = t.get_choice("arrival", ARRIVALS, "poisson")
+    for name, wanted in (("burstiness", ("gamma",)), ("time_scales", ("trace",)), ("rates", ("poisson", "gamma"))):
+        if t.has(name) and arrival not in wanted:
+            shown = " or ".join(f'"{w}"' for w in wanted)
+            raise SpecError(t.key(name), t.raw(name), f'applies to arrival = {shown} only (this table has "{arrival}")')
     rates: tuple[float, ...] = ()
     time_scales: tuple[float, ...] = (1.0,)
     burstiness = 1.0

@@ -28,6 +28,7 @@ def check_main(path: str, out: TextIO | None = None, err: TextIO | None = None) 
     err = err or sys.stderr
     try:
         scenario = load_scenario(path)
+        Workload(scenario)  # loads the tokenizer and corpora it names
     except WorkloadError as exc:
         print(f"error: {exc}", file=err)
         return EXIT_INVALID

@@ -18,6 +18,7 @@ import sysconfig
 from itertools import accumulate
 from pathlib import Path
 
+from loadgen.workload.errors import WorkloadError
 from loadgen.workload.tokens import PIECE_RE, piece_tokens
 
 CORPUS_NAMES = ("prose", "code")
@@ -47,7 +48,7 @@ CODE_MODULES = (
 )
 
 
-class CorpusError(RuntimeError):
+class CorpusError(WorkloadError):
     """A built-in corpus is unavailable in this Python installation."""
 
 
@@ -85,8 +86,12 @@ class Corpus:
         The excerpt ends on a non-space run and falls short of ``n_tokens`` by at most the size of
         one run (one or two tokens). It wraps around the corpus when it runs past the end.
         """
+        return self.excerpt_counted(start_piece, n_tokens)[0]
+
+    def excerpt_counted(self, start_piece: int, n_tokens: int) -> tuple[str, int]:
+        """:meth:`excerpt` and its estimated token count, found from the run table (no re-count)."""
         if n_tokens <= 0:
-            return ""
+            return "", 0
         cum, starts, text = self.cum, self.starts, self.text
         n_runs = len(starts)
         wraps, rest = divmod(cum[start_piece] + n_tokens, self.total_tokens)
@@ -96,13 +101,21 @@ class Corpus:
             out = text[starts[start_piece] : end_char]
         else:
             out = text[starts[start_piece] :] + text * (wraps - 1) + text[:end_char]
+        tokens = wraps * self.total_tokens + cum[end] - cum[start_piece]
         short = rest - cum[end]
         if short > 0 and end < n_runs:
             # The next run does not fit whole (a long word, number or rule of dashes): take as
             # much of it as fits, so the excerpt lands on the target instead of below it.
             nxt = text[end_char : starts[end + 1] if end + 1 < n_runs else len(text)]
-            out += nxt[: short * _chars_per_token(nxt)]
-        return out.rstrip()
+            part = nxt[: short * _chars_per_token(nxt)]
+            if part:
+                return out + part, tokens + piece_tokens(part)
+        if not out:
+            return "", 0
+        last = end - 1 if end > 0 else n_runs - 1  # the last whole run in ``out``
+        if text[starts[last]].isspace():
+            tokens -= cum[last + 1] - cum[last]  # rstrip drops it
+        return out.rstrip(), tokens
 
     def random_start(self, rng_value: float) -> int:
         """A word-start run index for ``rng_value`` in [0, 1)."""

@@ -25,7 +25,15 @@ import random
 from loadgen.workload.corpus import Corpus, get_corpus
 from loadgen.workload.tokens import EstimatorCounter, TokenCounter, estimate_tokens
 
-__all__ = ["CHAT_TASKS", "PROMPT_SOURCES", "build_chat_prompt", "build_prompt", "estimate_tokens"]
+__all__ = [
+    "CHAT_TASKS",
+    "PROMPT_SOURCES",
+    "build_chat_prompt",
+    "build_prompt",
+    "chat_prompt_with_count",
+    "estimate_tokens",
+    "prompt_with_count",
+]
 
 PROMPT_SOURCES = ("prose", "code", "chat")
 CHAT_TASKS = ("summarise", "explain", "continue", "answer")
@@ -87,10 +95,20 @@ def build_prompt(
     estimator (:func:`estimate_tokens`) counts. Raises ValueError for a negative length or an
     unknown source.
     """
+    return prompt_with_count(n_tokens, rng, source, counter)[0]
+
+
+def prompt_with_count(
+    n_tokens: int,
+    rng: random.Random,
+    source: str = "prose",
+    counter: TokenCounter | None = None,
+) -> tuple[str, int]:
+    """:func:`build_prompt` and the prompt's token count, without counting the text again."""
     if n_tokens < 0:
         raise ValueError(f"prompt length must be >= 0 tokens, got {n_tokens}")
     if source == "chat":
-        return build_chat_prompt(n_tokens, rng, counter=counter)
+        return chat_prompt_with_count(n_tokens, rng, counter=counter)
     if source not in ("prose", "code"):
         raise ValueError(f"unknown prompt source {source!r}; use one of {', '.join(PROMPT_SOURCES)}")
     return _excerpt(source, n_tokens, rng, counter)
@@ -109,6 +127,17 @@ def build_chat_prompt(
     from ``rng`` when None. When ``n_tokens`` is smaller than the instruction itself the
     instruction is returned cut to length.
     """
+    return chat_prompt_with_count(n_tokens, rng, task, corpus, counter)[0]
+
+
+def chat_prompt_with_count(
+    n_tokens: int,
+    rng: random.Random,
+    task: str | None = None,
+    corpus: str | None = None,
+    counter: TokenCounter | None = None,
+) -> tuple[str, int]:
+    """:func:`build_chat_prompt` and the prompt's token count."""
     counter = counter or _ESTIMATOR
     task = task if task is not None else rng.choice(CHAT_TASKS)
     corpus = corpus if corpus is not None else rng.choice(("prose", "code"))
@@ -118,15 +147,19 @@ def build_chat_prompt(
     question = rng.choice(_QUESTIONS[corpus])
     frame = template.replace("{question}", question)
     # Measure the frame around a one-word stand-in, so the runs either side of the excerpt are
-    # counted as they will be once it is in place.
+    # counted as they will be once it is in place (the excerpt starts and ends like a word).
     overhead = counter.count(frame.replace("{doc}", "x")) - counter.count("x")
     if n_tokens <= overhead:
-        return counter.truncate(frame.replace("{doc}", ""), n_tokens)
-    doc = _excerpt(corpus, n_tokens - overhead, rng, counter)
-    return frame.replace("{doc}", doc)
+        text = counter.truncate(frame.replace("{doc}", ""), n_tokens)
+        return text, counter.count(text)
+    doc, doc_tokens = _excerpt(corpus, n_tokens - overhead, rng, counter)
+    text = frame.replace("{doc}", doc)
+    if isinstance(counter, EstimatorCounter):
+        return text, overhead + doc_tokens  # the estimator is additive over runs
+    return text, counter.count(text)
 
 
-def _excerpt(corpus_name: str, n_tokens: int, rng: random.Random, counter: TokenCounter | None) -> str:
+def _excerpt(corpus_name: str, n_tokens: int, rng: random.Random, counter: TokenCounter | None) -> tuple[str, int]:
     corpus = get_corpus(corpus_name)
     if counter is None or isinstance(counter, EstimatorCounter):
         return _segments(corpus, n_tokens, rng)
@@ -135,18 +168,20 @@ def _excerpt(corpus_name: str, n_tokens: int, rng: random.Random, counter: Token
     budget = n_tokens + n_tokens // 4 + 16
     while True:
         rng.setstate(state)  # the same excerpt, longer
-        text = _segments(corpus, budget, rng)
+        text, _ = _segments(corpus, budget, rng)
         if counter.count(text) >= n_tokens:
-            return counter.truncate(text, n_tokens).rstrip()
+            cut = counter.truncate(text, n_tokens).rstrip()
+            return cut, counter.count(cut)
         budget *= 2
 
 
-def _segments(corpus: Corpus, n_tokens: int, rng: random.Random) -> str:
+def _segments(corpus: Corpus, n_tokens: int, rng: random.Random) -> tuple[str, int]:
     """``n_tokens`` of text as excerpts of at most :data:`SEGMENT_TOKENS` from independent starts.
 
     Two prompts that happen to start at the same word then share at most one segment, not their
     whole length: a server's prefix cache cannot turn a chance collision into a free 16k-token
     prefill. Segments are separated by a blank line (one token) and make up each other's shortfall.
+    Returns the text and its estimated token count.
     """
     parts: list[str] = []
     left = n_tokens
@@ -155,9 +190,9 @@ def _segments(corpus: Corpus, n_tokens: int, rng: random.Random) -> str:
         want = min(left - sep, SEGMENT_TOKENS)
         if want <= 0:
             break
-        text = corpus.excerpt(corpus.random_start(rng.random()), want)
+        text, tokens = corpus.excerpt_counted(corpus.random_start(rng.random()), want)
         if not text:
             break
         parts.append(text)
-        left -= estimate_tokens(text) + sep
-    return "\n\n".join(parts)
+        left -= tokens + sep
+    return "\n\n".join(parts), n_tokens - left

@@ -17,6 +17,8 @@ import re
 from pathlib import Path
 from typing import Any, Protocol
 
+from loadgen.workload.errors import WorkloadError
+
 # Maximal runs of one character class; adjacent runs always differ in class, so any substring cut
 # at run boundaries splits into the same runs again (the additivity the prompt builder needs).
 PIECE_RE = re.compile(r"[^\W\d_]+|\d+|\s+|[^\w\s]+|_+")
@@ -74,7 +76,7 @@ class EstimatorCounter:
         return text
 
 
-class TokenizerError(ValueError):
+class TokenizerError(WorkloadError):
     """A tokenizer path that cannot be used; the message says why and what to do."""
 
 

@@ -43,8 +43,8 @@ from loadgen.workload.arrivals import gamma_offsets, poisson_offsets, schedule_n
 from loadgen.workload.corpus import get_corpus
 from loadgen.workload.datasets import MOONCAKE_BLOCK_TOKENS, Trace, TraceRow
 from loadgen.workload.lengths import Fixed, sample_length
-from loadgen.workload.prompts import build_chat_prompt, build_prompt
-from loadgen.workload.tokens import TokenCounter, load_counter
+from loadgen.workload.prompts import build_prompt, chat_prompt_with_count, prompt_with_count
+from loadgen.workload.tokens import EstimatorCounter, TokenCounter, load_counter
 
 DOCUMENT_TASK = "With the document above as context:\n\n"
 FOLLOWUPS = (
@@ -84,7 +84,15 @@ class Workload:
         self.scenario = scenario
         self._salt = salt  # keeps the request streams of matrix cells apart
         self.counter = counter if counter is not None else load_counter(scenario.tokenizer)
-        self._prefix_pools: dict[str, list[str]] = {}
+        self._prefix_pools: dict[str, list[tuple[str, int]]] = {}
+        self._sessions_made: dict[tuple[int, int], int] = {}
+        self._additive = isinstance(self.counter, EstimatorCounter)
+        system = scenario.prompt.system_prompt
+        self._system_tokens = self.counter.count(system) if system else 0
+        self._document_task_tokens = self.counter.count(DOCUMENT_TASK)
+        # Load the corpora now, not in the middle of the first request (about 0.5 s each).
+        for name in _corpora_used(scenario):
+            get_corpus(name)
 
     @classmethod
     def simple(
@@ -108,7 +116,8 @@ class Workload:
             body=dict(extra or {}),
             load=LoadSpec(),
         )
-        return cls(scenario)
+        # Each context length its own streams: cells of a matrix must not share prompt prefixes.
+        return cls(scenario, salt=f"@{context_tokens}")
 
     def for_context(self, context_tokens: int) -> Workload:
         """This workload with the per-request prompt length fixed (one cell row of a matrix)."""
@@ -123,11 +132,15 @@ class Workload:
     def session(self, user_index: int, step: int = 0) -> Session:
         """The closed-loop request stream of simulated user ``user_index``.
 
-        Keep one session per user across steps (its stream continues), or pass ``step`` to get a
-        different stream per step: two sessions with the same index and step send the same
-        prompts, which a prefix cache would serve from cache.
+        Each call gives a new stream: the k-th session made for the same ``(user_index, step)`` is
+        seeded with k too, so a user that makes a new session every step never resends its earlier
+        prompts (a prefix cache would serve those from cache). Same scenario and same sequence of
+        calls, same requests.
         """
-        return Session(self, user_index, step)
+        key = (user_index, step)
+        generation = self._sessions_made.get(key, 0)
+        self._sessions_made[key] = generation + 1
+        return Session(self, user_index, step, generation)
 
     def rng(self, label: str) -> random.Random:
         """A random stream for ``label``, independent of every other label (seeded by the scenario)."""
@@ -186,8 +199,16 @@ class Workload:
 
     # -- building requests -------------------------------------------------------------------
 
-    def _prefix_pool(self, warmup: bool) -> list[str]:
-        """The shared prefixes (system prompts or documents), built once per phase."""
+    def _total(self, text: str, estimated: int) -> int:
+        """Tokens of ``text`` whose parts add up to ``estimated`` by the estimator.
+
+        The estimator is additive over runs, so the sum of the parts is exact and nothing is
+        re-counted on the request path; a real tokenizer counts the assembled text.
+        """
+        return estimated if self._additive else self.counter.count(text)
+
+    def _prefix_pool(self, warmup: bool) -> list[tuple[str, int]]:
+        """The shared prefixes (system prompts or documents) and their tokens, built once per phase."""
         spec = self.scenario.shared_prefix
         assert spec is not None
         key = "warmup" if warmup and self.scenario.load.warmup_prompts == "separate" else "measure"
@@ -197,7 +218,7 @@ class Workload:
             for i in range(spec.pool):
                 rng = random.Random(f"{self.scenario.seed}:prefix:{key}:{i}")
                 n = sample_length(spec.tokens, rng, self.scenario.context_limit - 2)
-                pool.append(build_prompt(n, rng, spec.source, self.counter))
+                pool.append(prompt_with_count(n, rng, spec.source, self.counter))
             self._prefix_pools[key] = pool
         return pool
 
@@ -206,12 +227,10 @@ class Workload:
         if spec is None:
             return None
         if rng.random() < spec.ratio:
-            text = self._prefix_pool(warmup)[rng.randrange(spec.pool)]
-        else:
-            # Not shared: a prefix of the same length distribution, unique to this request.
-            n = sample_length(spec.tokens, rng, self.scenario.context_limit - 2)
-            text = build_prompt(n, rng, spec.source, self.counter)
-        return text, self.counter.count(text)
+            return self._prefix_pool(warmup)[rng.randrange(spec.pool)]
+        # Not shared: a prefix of the same length distribution, unique to this request.
+        n = sample_length(spec.tokens, rng, self.scenario.context_limit - 2)
+        return prompt_with_count(n, rng, spec.source, self.counter)
 
     def _single(self, rng: random.Random, warmup: bool, row: TraceRow | None = None) -> _Turn:
         """A first (or only) turn: optional shared prefix, the prompt, and its output length."""
@@ -220,7 +239,7 @@ class Workload:
         prefix = self._prefix(rng, warmup)
         prefix_tokens = prefix[1] if prefix else 0
         system = s.prompt.system_prompt
-        system_tokens = self.counter.count(system) if system else 0
+        system_tokens = self._system_tokens
         room = max(1, limit - prefix_tokens - system_tokens - 1)
         out_known: int | None = None
         followups: tuple[tuple[str, int | None], ...] = ()
@@ -230,13 +249,14 @@ class Workload:
                 assert s.trace is not None
                 row = s.trace.trace.rows[rng.randrange(len(s.trace.trace.rows))]
             n_in = min(room, max(1, row.input_tokens))
-            text = self._trace_text(row, n_in)
+            text, text_tokens = self._trace_text(row, n_in)
             out_known = row.output_tokens
             label = f"trace:{s.trace.format if s.trace else 'trace'}"
         elif source in ("sharegpt", "jsonl"):
             data = s.prompt.dataset
             pick = data[rng.randrange(len(data))]
             text = pick.prompt
+            text_tokens = self.counter.count(text)
             out_known = pick.output_tokens[0] if pick.output_tokens else None
             later = pick.turns[1:]
             replies = [*pick.output_tokens[1:], *([None] * len(later))]
@@ -247,19 +267,25 @@ class Workload:
             if source == "chat":
                 task = rng.choice(s.prompt.tasks)
                 corpus = rng.choice(s.prompt.corpora)
-                text = build_chat_prompt(n_in, rng, task, corpus, self.counter)
+                text, text_tokens = chat_prompt_with_count(n_in, rng, task, corpus, self.counter)
                 label = f"chat:{task}/{corpus}"
             else:
-                text = build_prompt(n_in, rng, source, self.counter)
+                text, text_tokens = prompt_with_count(n_in, rng, source, self.counter)
                 label = source
         max_tokens = self._max_tokens(rng, out_known)
         if prefix is not None:
             if s.shared_prefix is not None and s.shared_prefix.kind == "system":
-                system = prefix[0] if system is None else f"{system}\n\n{prefix[0]}"
+                if system is None:
+                    system, system_tokens = prefix
+                else:
+                    system = f"{system}\n\n{prefix[0]}"
+                    system_tokens = self._total(system, system_tokens + 1 + prefix_tokens)
             else:
                 # The document first (the shared, cacheable part), then this request's task.
-                text = f"{prefix[0]}\n\n{DOCUMENT_TASK}{text}"
-        prompt_tokens = (self.counter.count(system) if system else 0) + self.counter.count(text)
+                joined = f"{prefix[0]}\n\n{DOCUMENT_TASK}{text}"
+                text_tokens = self._total(joined, prefix_tokens + 1 + self._document_task_tokens + text_tokens)
+                text = joined
+        prompt_tokens = system_tokens + text_tokens
         max_tokens = max(1, min(max_tokens, limit - prompt_tokens))
         return _Turn(system, text, prompt_tokens, max_tokens, label, followups)
 
@@ -269,17 +295,19 @@ class Workload:
             return known
         return sample_length(out.max_tokens, rng, self.scenario.context_limit - 1)
 
-    def _trace_text(self, row: TraceRow, n_tokens: int) -> str:
-        """Prompt text for a trace row; rows with Mooncake ``hash_ids`` get one text per block.
+    def _trace_text(self, row: TraceRow, n_tokens: int) -> tuple[str, int]:
+        """Prompt text (and tokens) for a trace row; Mooncake ``hash_ids`` get one text per block.
 
         Block ``h`` is always the same excerpt (seeded by the scenario seed and ``h``), so rows
         that share ids share those blocks byte for byte; the last block may be partial, and is then
         a prefix of the full block's text.
         """
         if not row.hash_ids:
-            return build_prompt(n_tokens, random.Random(f"{self.scenario.seed}:row:{row.offset_s}"), "prose")
+            rng = random.Random(f"{self.scenario.seed}:row:{row.offset_s}")
+            return prompt_with_count(n_tokens, rng, "prose", self.counter)
         corpus = get_corpus("prose")
         parts = []
+        tokens = 0
         left = n_tokens
         for i, h in enumerate(row.hash_ids):
             if left <= 0:
@@ -287,22 +315,29 @@ class Workload:
             last = i == len(row.hash_ids) - 1 or left <= MOONCAKE_BLOCK_TOKENS
             start = corpus.random_start(random.Random(f"{self.scenario.seed}:block:{h}").random())
             if last:
-                parts.append(corpus.excerpt(start, min(left, MOONCAKE_BLOCK_TOKENS)))
+                text, k = corpus.excerpt_counted(start, min(left, MOONCAKE_BLOCK_TOKENS))
+                parts.append(text)
+                tokens += k
                 break
             # A full block: 511 tokens of text and a newline, so blocks never merge into one word.
-            parts.append(corpus.excerpt(start, MOONCAKE_BLOCK_TOKENS - 1) + "\n")
+            text, k = corpus.excerpt_counted(start, MOONCAKE_BLOCK_TOKENS - 1)
+            parts.append(text + "\n")
+            tokens += k + 1
             left -= MOONCAKE_BLOCK_TOKENS
-        return "".join(parts)
+        joined = "".join(parts)
+        return joined, self._total(joined, tokens)
 
-    def _followup(self, rng: random.Random, room: int) -> tuple[str, str]:
+    def _followup(self, rng: random.Random, room: int) -> tuple[str, int]:
+        """A follow-up user message built on a new excerpt, and its tokens."""
         conv = self.scenario.conversation
         assert conv is not None
         n = sample_length(conv.followup_tokens, rng, max(1, room))
         frame = rng.choice(FOLLOWUPS)
         overhead = self.counter.count(frame.replace("{doc}", "x")) - self.counter.count("x")
         corpus = rng.choice(self.scenario.prompt.corpora)
-        doc = build_prompt(max(0, n - overhead), rng, corpus, self.counter) if n > overhead else ""
-        return frame.replace("{doc}", doc).rstrip(), "followup"
+        doc, doc_tokens = prompt_with_count(max(0, n - overhead), rng, corpus, self.counter)
+        text = frame.replace("{doc}", doc).rstrip()
+        return text, self._total(text, overhead + doc_tokens if doc else self.counter.count(text))
 
     def _extra(self, max_tokens: int) -> dict[str, Any]:
         s = self.scenario
@@ -343,6 +378,17 @@ class Workload:
         return spec
 
 
+def _corpora_used(s: Scenario) -> set[str]:
+    names: set[str] = set()
+    if s.prompt.source in ("chat", "prose", "code") or s.conversation is not None:
+        names.update(s.prompt.corpora if s.prompt.source == "chat" or s.conversation else (s.prompt.source,))
+    if s.shared_prefix is not None:
+        names.add(s.shared_prefix.source)
+    if s.prompt.source == "trace":
+        names.add("prose")
+    return names
+
+
 def _transcript(messages: list[dict[str, Any]]) -> str:
     """Chat messages as one completions prompt (plain text; a single user turn is sent as is)."""
     if len(messages) == 1:
@@ -363,12 +409,14 @@ class Session:
     says ``stand-in``.
     """
 
-    def __init__(self, workload: Workload, user_index: int, step: int = 0) -> None:
+    def __init__(self, workload: Workload, user_index: int, step: int = 0, generation: int = 0) -> None:
         self.workload = workload
         self.user_index = user_index
-        self._rng = workload.rng(f"user:{user_index}:{step}")
+        label = f"{user_index}:{step}:{generation}"
+        self._label = label.replace(":", ".")
+        self._rng = workload.rng(f"user:{label}")
         separate = workload.scenario.load.warmup_prompts == "separate"
-        self._warm_rng = workload.rng(f"user-warmup:{user_index}:{step}") if separate else self._rng
+        self._warm_rng = workload.rng(f"user-warmup:{label}") if separate else self._rng
         self._history: list[dict[str, Any]] = []
         self._history_tokens = 0
         self._turns_left = 0
@@ -407,9 +455,10 @@ class Session:
                 if self._dataset_turns:
                     text, known = self._dataset_turns.pop(0)
                     label = f"{s.prompt.source}:followup"
+                    text_tokens = w.counter.count(text)
                 else:
-                    text, label = w._followup(rng, room // 2)
-                text_tokens = w.counter.count(text)
+                    text, text_tokens = w._followup(rng, room // 2)
+                    label = "followup"
                 max_tokens = w._max_tokens(rng, known)
                 max_tokens = min(max_tokens, s.context_limit - self._history_tokens - text_tokens)
                 if max_tokens >= 1:
@@ -426,7 +475,8 @@ class Session:
         # A new conversation.
         self._phase_warmup = warmup
         self._conversations += 1
-        self._conversation = f"{s.seed}-{'w' if warmup else 'm'}-{self.user_index}-{self._conversations}"
+        phase = "w" if warmup else "m"
+        self._conversation = f"{s.seed}-{phase}-{self._label}-{self._conversations}"
         self._stand_in = False
         first = w._single(rng, warmup)
         turns = sample_length(conv.turns, rng, 1_000_000)
