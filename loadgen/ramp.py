@@ -101,7 +101,10 @@ def _scenario_manifest(base: Any) -> dict[str, Any]:
 
 
 def build_ramp_plan(opts: RampOptions, base: Any) -> list[StepPlan]:
-    """Steps from the flags, falling back to the scenario's ``[load]`` for what the flags leave out."""
+    """Steps from the flags, falling back to the scenario's ``[load]`` and ``[matrix]`` for what the flags
+    leave out."""
+    if opts.context_tokens is None and opts.scenario and base.scenario.context_tokens:
+        opts.context_tokens = list(base.scenario.context_tokens)
     if opts.rates:
         return build_open_plan(list(opts.rates), opts.context_tokens, opts.warmup_seconds, opts.step_seconds,
                                opts.requests_per_step)
