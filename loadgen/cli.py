@@ -108,6 +108,17 @@ def _add_ramp_flags(p: argparse.ArgumentParser, demo: bool = False) -> None:
     )
     p.add_argument("--out", default="reports", help="folder for run directories")
     p.add_argument("--no-telemetry", action="store_true", help="start no telemetry side process")
+    p.add_argument("--slo", help="latency limits for the knee verdict, e.g. ttft_p99=2s,tpot_p99=50ms")
+    p.add_argument(
+        "--find-knee",
+        action="store_true",
+        help="search for the knee: raise the load geometrically from the first --concurrency/--rate value "
+        "until saturation shows, then bisect",
+    )
+    p.add_argument("--max-steps", type=int, default=12, help="--find-knee: at most this many steps")
+    p.add_argument("--max-seconds", type=float, help="--find-knee: time budget for the whole search")
+    p.add_argument("--factor", type=float, default=2.0, help="--find-knee: load multiplier while raising")
+    p.add_argument("--max-load", type=float, default=4096, help="--find-knee: highest concurrency or rate to try")
     if not demo:
         from loadgen.telemetry.options import add_source_args
 
@@ -186,6 +197,12 @@ def _ramp_options(ns: argparse.Namespace, argv: list[str]) -> Any:
         seed=ns.seed,
         drain_seconds=ns.drain_seconds,
         telemetry=None if ns.no_telemetry else _telemetry_options(ns),
+        slo=_slo(ns.slo),
+        find_knee=ns.find_knee,
+        search_max_steps=ns.max_steps,
+        search_max_seconds=ns.max_seconds,
+        search_factor=ns.factor,
+        search_max_load=ns.max_load,
         argv=_redact(argv),
     )
 
@@ -331,12 +348,8 @@ def cmd_demo(ns: argparse.Namespace, argv: list[str]) -> int:
 def cmd_report(ns: argparse.Namespace, argv: list[str]) -> int:
     from loadgen.pipeline import rebuild
 
-    run_dir = Path(ns.run_dir)
-    if not run_dir.is_dir():
-        raise UsageError(f"{run_dir}: no such run directory")
-    if not (run_dir / "steps.jsonl").exists() and not any(run_dir.glob("requests*.jsonl")):
-        raise UsageError(f"{run_dir}: not a run directory (no steps.jsonl, no requests*.jsonl)")
-    rebuild(run_dir)
+    run_dir = _existing_run_dir(ns.run_dir)
+    rebuild(run_dir, _slo(ns.slo))
     print(f"report: {run_dir / 'report.md'}")
     print(run_dir)
     return EXIT_OK
@@ -354,6 +367,94 @@ def cmd_scenario(ns: argparse.Namespace, argv: list[str]) -> int:
     if ns.action == "check":
         return check_main(ns.file)
     return show_main(ns.file, ns.n)
+
+
+def _slo(text: str | None) -> dict[str, float] | None:
+    if not text:
+        return None
+    from loadgen.analysis.plan import SLOError, parse_slo
+
+    try:
+        return parse_slo(text)
+    except SLOError as exc:
+        raise UsageError(f"--slo {text!r}: {exc}") from None
+
+
+def _existing_run_dir(text: str) -> Path:
+    run_dir = Path(text)
+    if not run_dir.is_dir():
+        raise UsageError(f"{run_dir}: no such run directory")
+    if not (run_dir / "steps.jsonl").exists() and not any(run_dir.glob("requests*.jsonl")):
+        raise UsageError(f"{run_dir}: not a run directory (no steps.jsonl, no requests*.jsonl)")
+    return run_dir
+
+
+def cmd_plan(ns: argparse.Namespace, argv: list[str]) -> int:
+    from loadgen.pipeline import write_plan
+    from loadgen.report.sections import render_plan_md
+
+    run_dir = _existing_run_dir(ns.run_dir)
+    slo = _slo(ns.slo)
+    if ns.target_rps is not None and ns.target_users is not None:
+        raise UsageError("--target-rps and --target-users: give one")
+    request = {
+        "slo": slo,
+        "target_rps": ns.target_rps,
+        "target_users": ns.target_users,
+        "headroom": ns.headroom,
+        "gpus_per_replica": ns.gpus_per_replica,
+        "gpu_hour_cost": ns.gpu_hour_cost,
+        "context_tokens": ns.context_tokens,
+    }
+    try:
+        plan = write_plan(run_dir, request)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    print(render_plan_md(plan))
+    print(f"plan: {run_dir / 'plan.json'}")
+    print(run_dir)
+    return EXIT_OK
+
+
+def cmd_compare(ns: argparse.Namespace, argv: list[str]) -> int:
+    from loadgen.pipeline import summarise
+    from loadgen.report.compare import compare_runs, render_compare_html, render_compare_md
+    from loadgen.rundir import create_run_dir
+
+    if len(ns.run_dirs) < 2:
+        raise UsageError("loadgen compare needs two run directories or more")
+    summaries = [summarise(_existing_run_dir(d))[1] for d in ns.run_dirs]
+    labels: list[str] = []
+    for summary, d in zip(summaries, ns.run_dirs, strict=True):
+        label = str(summary.get("label") or summary.get("run_id") or Path(d).name)
+        while label in labels:  # the same label twice (e.g. a run against itself): number them
+            label += f" #{len(labels) + 1}"
+        labels.append(label)
+    cmp = compare_runs(summaries, labels)
+    out = create_run_dir(ns.out, "compare")
+    md = render_compare_md(cmp)
+    (out / "compare.md").write_text(md)
+    (out / "compare.html").write_text(_html_page("Comparison: " + " vs ".join(labels), render_compare_html(cmp)))
+    (out / "compare.json").write_bytes(orjson.dumps(cmp, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    print(md)
+    print(out)
+    return EXIT_OK
+
+
+def _html_page(title: str, body: str) -> str:
+    import html
+
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'><title>"
+        + html.escape(title)
+        + "</title><style>body{font:14px/1.5 system-ui,sans-serif;margin:2em;color:#222}"
+        "table{border-collapse:collapse}td,th{border-bottom:1px solid #ddd;padding:4px 10px;text-align:right}"
+        "th:first-child,td:first-child{text-align:left}</style></head><body><h1>"
+        + html.escape(title)
+        + "</h1>"
+        + body
+        + "</body></html>"
+    )
 
 
 def cmd_monitor(ns: argparse.Namespace, argv: list[str]) -> int:
@@ -384,11 +485,28 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("report", help="rebuild summary.json, steps.csv and report.md from a run directory")
     p.add_argument("run_dir")
+    p.add_argument("--slo", help="judge the knee against these limits, e.g. ttft_p99=2s,tpot_p99=50ms")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("sim", help="the simulated server on its own (loadgen sim --help)", add_help=False)
     p.add_argument("sim_args", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_sim)
+
+    p = sub.add_parser("plan", help="capacity plan from a run: load per replica at an SLO, replicas, energy, cost")
+    p.add_argument("run_dir")
+    p.add_argument("--slo", required=True, help="limits, e.g. ttft_p99=2s,tpot_p99=50ms,e2e_p90=20s")
+    p.add_argument("--target-rps", type=float, help="requests/s the service must carry")
+    p.add_argument("--target-users", type=float, help="concurrent users the service must carry")
+    p.add_argument("--headroom", type=float, default=0.2, help="spare capacity per replica (0.2: plan at 80%%)")
+    p.add_argument("--gpus-per-replica", type=int, default=8)
+    p.add_argument("--gpu-hour-cost", type=float, help="price of one GPU-hour, for cost per million tokens")
+    p.add_argument("--context-tokens", type=int, help="plan for this context length of a matrix run")
+    p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("compare", help="runs side by side with ratios per step (Markdown and HTML)")
+    p.add_argument("run_dirs", nargs="+")
+    p.add_argument("--out", default="reports", help="folder for the comparison's directory")
+    p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("scenario", help="validate a scenario file, or draw requests from it and show them")
     p.add_argument("action", choices=["check", "show"])

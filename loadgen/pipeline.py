@@ -2,7 +2,8 @@
 
 ``loadgen ramp``, ``loadgen demo``, ``loadgen report`` and the Locust wiring all call
 ``rebuild(run_dir)``, so a report rebuilt after a crash is the same report the run would have
-written: per-step statistics, the telemetry join, the knee verdict, the outputs.
+written: per-step statistics, the telemetry join, the knee verdict (against the SLO the run was
+given, kept in its manifest), the outputs.
 """
 
 from __future__ import annotations
@@ -11,10 +12,71 @@ import os
 from pathlib import Path
 from typing import Any
 
+import orjson
+
+from loadgen.analysis.knee import knee_verdict
+from loadgen.analysis.load import load_run
+from loadgen.analysis.plan import capacity_plan
+from loadgen.analysis.summary import build_summary
 from loadgen.analysis.telemetry import telemetry_enricher
-from loadgen.report import write_outputs
+from loadgen.report.outputs import write_run_outputs
+from loadgen.report.sections import LEAD_SECTIONS, TRAILING_SECTIONS
+from loadgen.rundir import read_manifest
 
 
-def rebuild(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
-    """Summarise ``run_dir`` and write its outputs; return the summary."""
-    return write_outputs(Path(run_dir), enrichers=[telemetry_enricher])
+def summarise(run_dir: str | os.PathLike[str], slo: dict[str, float] | None = None) -> tuple[Any, dict[str, Any]]:
+    """Load and summarise ``run_dir``; ``slo`` (or the manifest's) feeds the knee verdict."""
+    run = load_run(Path(run_dir))
+    summary = build_summary(run, [telemetry_enricher])
+    if slo is None:
+        slo = read_manifest(Path(run_dir)).get("slo") or None
+    if slo:
+        summary["slo"] = dict(slo)
+    summary["knee"] = knee_verdict(summary["steps"], slo)
+    plan_request = Path(run_dir) / PLAN_FILE
+    if plan_request.exists():
+        summary["plan"] = make_plan(summary, orjson.loads(plan_request.read_bytes()).get("request", {}))
+    return run, summary
+
+
+PLAN_FILE = "plan.json"
+
+
+def make_plan(summary: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
+    """``capacity_plan`` over the summary's steps; ``request`` holds the ``loadgen plan`` options."""
+    return capacity_plan(
+        summary["steps"],
+        request["slo"],
+        target_rps=request.get("target_rps"),
+        target_users=request.get("target_users"),
+        headroom=request.get("headroom", 0.2),
+        gpus_per_replica=request.get("gpus_per_replica", 8),
+        gpu_hour_cost=request.get("gpu_hour_cost"),
+        context_tokens=request.get("context_tokens"),
+    )
+
+
+def write_plan(run_dir: str | os.PathLike[str], request: dict[str, Any]) -> dict[str, Any]:
+    """Plan ``run_dir`` with ``request``, keep both in plan.json, re-render the report with it."""
+    summary = rebuild(run_dir, write_plan_request=request)
+    plan: dict[str, Any] = summary["plan"]
+    return plan
+
+
+def rebuild(
+    run_dir: str | os.PathLike[str],
+    slo: dict[str, float] | None = None,
+    write_plan_request: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Summarise ``run_dir`` and write its outputs; return the summary.
+
+    ``write_plan_request``: options of ``loadgen plan``; the plan is computed, stored in plan.json
+    (request and result) and becomes part of every later rebuild of this run.
+    """
+    run, summary = summarise(run_dir, slo if write_plan_request is None else write_plan_request["slo"])
+    if write_plan_request is not None:
+        summary["plan"] = make_plan(summary, write_plan_request)
+        data = {"request": write_plan_request, "plan": summary["plan"]}
+        (Path(run_dir) / PLAN_FILE).write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
+    write_run_outputs(run, summary, [*LEAD_SECTIONS, *TRAILING_SECTIONS])
+    return summary

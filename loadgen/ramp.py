@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import signal
 import sys
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -22,7 +23,6 @@ from loadgen.rundir import create_run_dir, write_manifest
 from loadgen.runtime import RunState, TargetOptions
 from loadgen.shape import RampShape, StepPlan, build_open_plan, build_plan
 from loadgen.user import LLMUser, OpenLoopUser
-
 
 # prompt length when no --context-tokens is given: a short chat turn (the story's smallest cell)
 DEFAULT_CONTEXT_TOKENS = 60
@@ -51,6 +51,12 @@ class RampOptions:
     rates: list[float] | None = None
     scenario: str | None = None
     telemetry: Any = None  # loadgen.telemetry.TelemetryOptions, or None for no side process
+    slo: dict[str, float] | None = None
+    find_knee: bool = False
+    search_max_steps: int = 12
+    search_max_seconds: float | None = None
+    search_factor: float = 2.0
+    search_max_load: float = 4096
     argv: list[str] = field(default_factory=list)
 
     def manifest(self) -> dict[str, Any]:
@@ -106,17 +112,25 @@ def build_ramp_plan(opts: RampOptions, base: Any) -> list[StepPlan]:
     if opts.context_tokens is None and opts.scenario and base.scenario.context_tokens:
         opts.context_tokens = list(base.scenario.context_tokens)
     if opts.rates:
-        return build_open_plan(list(opts.rates), opts.context_tokens, opts.warmup_seconds, opts.step_seconds,
-                               opts.requests_per_step)
+        return build_open_plan(
+            list(opts.rates), opts.context_tokens, opts.warmup_seconds, opts.step_seconds, opts.requests_per_step
+        )
     if opts.concurrency:
-        return build_plan(opts.concurrency, opts.context_tokens, opts.warmup_seconds, opts.step_seconds,
-                          opts.requests_per_step)
+        return build_plan(
+            opts.concurrency, opts.context_tokens, opts.warmup_seconds, opts.step_seconds, opts.requests_per_step
+        )
     load = base.scenario.load
     if load.mode == "open":
-        return build_open_plan(base.step_targets(), opts.context_tokens, opts.warmup_seconds, opts.step_seconds,
-                               opts.requests_per_step)
-    return build_plan([int(c) for c in load.concurrency], opts.context_tokens, opts.warmup_seconds,
-                      opts.step_seconds, opts.requests_per_step)
+        return build_open_plan(
+            base.step_targets(), opts.context_tokens, opts.warmup_seconds, opts.step_seconds, opts.requests_per_step
+        )
+    return build_plan(
+        [int(c) for c in load.concurrency],
+        opts.context_tokens,
+        opts.warmup_seconds,
+        opts.step_seconds,
+        opts.requests_per_step,
+    )
 
 
 def _load_label(plan: StepPlan) -> str:
@@ -174,6 +188,44 @@ class _QuietSpawnWarning(logging.Filter):
         return "spawn rate is very high" not in record.getMessage()
 
 
+class KneeSearch:
+    """``--find-knee``: after each step, the run so far decides the next load (or the end)."""
+
+    def __init__(self, opts: RampOptions, run_dir: Path, template: StepPlan, out: TextIO) -> None:
+        from loadgen.analysis.knee import SearchBudget
+
+        axis = "rate" if template.open_loop else "concurrency"
+        start = template.rate if template.open_loop else template.concurrency
+        self.budget = SearchBudget(
+            max_steps=opts.search_max_steps,
+            max_time_s=opts.search_max_seconds,
+            start=start or 1,
+            factor=opts.search_factor,
+            max_load=opts.search_max_load,
+            axis=axis,
+            slo=opts.slo,
+        )
+        self.run_dir, self.template, self.out = run_dir, template, out
+        self.started = time.monotonic()
+        self.state: Any = None
+
+    def __call__(self, ended_index: int) -> StepPlan | None:
+        from loadgen.analysis.knee import search_state
+        from loadgen.pipeline import summarise
+
+        _, summary = summarise(self.run_dir, self.budget.slo)
+        self.state = search_state(summary["steps"], self.budget, time.monotonic() - self.started)
+        nxt = self.state.next_load
+        t = self.template
+        if nxt is None:
+            self.out.write(f"\nknee search: {self.state.stop_reason}\n")
+            return None
+        self.out.write(f"\nknee search ({self.state.phase}): next {self.budget.axis} {nxt:g}\n")
+        if t.open_loop:
+            return StepPlan(1, t.context_tokens, t.warmup_s, t.duration_s, t.requests, rate=float(nxt))
+        return StepPlan(int(nxt), t.context_tokens, t.warmup_s, t.duration_s, t.requests)
+
+
 def _start_telemetry(run_dir: Path, options: Any, out: TextIO) -> Any:
     """The telemetry side process (a separate process: NVML blocks), or None when not asked for."""
     if options is None:
@@ -200,6 +252,7 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
             "options": opts.manifest(),
             "plan": [p.describe() for p in plan],
             "scenario": _scenario_manifest(base),
+            "slo": opts.slo,
         },
     )
     target = TargetOptions(
@@ -211,7 +264,11 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
         stream=opts.stream,
     )
     state = RunState(run_dir, target, _workload_factory(base))
-    shape = RampShape(plan, state, closed_classes=[LLMUser], open_classes=[OpenLoopUser])
+    search = None
+    if opts.find_knee:
+        plan = plan[:1]  # the search starts from the first step and chooses the rest
+        search = KneeSearch(opts, run_dir, plan[0], out)
+    shape = RampShape(plan, state, closed_classes=[LLMUser], open_classes=[OpenLoopUser], extend=search)
     # in-flight requests finish after the last step (and when a matrix row lowers concurrency):
     # they were sent inside a steady window and belong to its statistics
     env = Environment(

@@ -111,6 +111,7 @@ class RampShape(LoadTestShape):
         spawn_rate: float = 10_000.0,
         closed_classes: list[Any] | None = None,
         open_classes: list[Any] | None = None,
+        extend: Callable[[int], StepPlan | None] | None = None,
     ) -> None:
         super().__init__()
         if not plan:
@@ -120,6 +121,7 @@ class RampShape(LoadTestShape):
         self.now_ns = now_ns
         self.spawn_rate = spawn_rate
         self.closed_classes = closed_classes
+        self.extend = extend  # asked for one more step when the plan runs out (knee search)
         self.open_classes = open_classes
         self.index = -1
         self.reached_ns: int | None = None
@@ -184,6 +186,10 @@ class RampShape(LoadTestShape):
                 reason = "requests"
             if reason is not None:
                 self.sink.step_ended(self.index, now, reason)
+                if self.index + 1 >= len(self.plan) and self.extend is not None:
+                    nxt = self.extend(self.index)
+                    if nxt is not None:
+                        self.plan.append(nxt)
                 if self.index + 1 >= len(self.plan):
                     self.finished = True
                     return None

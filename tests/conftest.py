@@ -38,8 +38,20 @@ def start_sim(tmp: Path, *args: str, wait_ready: bool = True, timeout_s: float =
     port_file = tmp / f"sim-{time.monotonic_ns()}.port"
     emission = tmp / "emission.jsonl"
     log_file = tmp / "sim.log"
-    cmd = [sys.executable, "-m", "loadgen.sim", "--port", "0", "--port-file", str(port_file),
-           "--emission-log", str(emission), "--log-file", str(log_file), *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "loadgen.sim",
+        "--port",
+        "0",
+        "--port-file",
+        str(port_file),
+        "--emission-log",
+        str(emission),
+        "--log-file",
+        str(log_file),
+        *args,
+    ]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + timeout_s
     while not (port_file.exists() and port_file.read_text().strip()):
@@ -87,6 +99,8 @@ def loadgen_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "loadgen.cli", *args]
 
 
-def run_loadgen(*args: str, timeout: float = 120.0, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_loadgen(
+    *args: str, timeout: float = 120.0, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, **(env or {})}
     return subprocess.run(loadgen_cmd(*args), cwd=REPO, capture_output=True, text=True, timeout=timeout, env=full_env)

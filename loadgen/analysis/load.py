@@ -24,6 +24,7 @@ import itertools
 import multiprocessing
 import os
 import sys
+import threading
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -585,15 +586,21 @@ def _file_ranges(path: Path, size: int, range_bytes: int) -> list[tuple[str, int
     return [(str(path), a, b) for a, b in itertools.pairwise(bounds) if b > a]
 
 
-def _gevent_patched() -> bool:
+def _can_fork() -> bool:
+    """Forking is safe only in a plain single-threaded process: no other thread can hold a lock the
+    child would inherit, and no gevent hub (whose monkey-patched pipes and threads hang a pool)."""
     monkey = sys.modules.get("gevent.monkey")
-    return bool(monkey and monkey.is_module_patched("threading"))
+    if monkey is not None and monkey.is_module_patched("threading"):
+        return False
+    return threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods()
 
 
 def _workers_for(total_bytes: int, workers: int | None) -> int:
+    if not _can_fork():
+        return 1
     if workers is not None:
         return max(1, workers)
-    if total_bytes < PARALLEL_MIN_BYTES or _gevent_patched():
+    if total_bytes < PARALLEL_MIN_BYTES:
         return 1
     return max(1, min(os.cpu_count() or 1, 4))
 
@@ -609,8 +616,8 @@ def _load_requests(files: Sequence[Path], workers: int | None = None) -> tuple[R
         raise RunLoadError(f"cannot read {exc.filename}: {exc.strerror}") from exc
     cols = _Columns(total)
     if n_workers > 1 and len(tasks) > 1:
-        # spawn, not fork: the caller may hold threads or locks a forked child would inherit
-        ctx = multiprocessing.get_context("spawn")
+        # fork (checked safe above): spawn would re-import the caller's __main__ in every worker
+        ctx = multiprocessing.get_context("fork")
         with ctx.Pool(min(n_workers, len(tasks))) as pool:
             for task, part in zip(tasks, pool.imap(_parse_range, tasks), strict=True):
                 cols.add(part, task[2] - task[1])
@@ -742,7 +749,8 @@ def load_run(path: str | os.PathLike[str], *, workers: int | None = None) -> Run
     """Read a run directory (see ``loadgen/rundir.py`` for its layout).
 
     Request files of more than PARALLEL_MIN_BYTES in all are parsed by worker processes (one per
-    CPU, at most 4; never inside a gevent-patched process); ``workers`` forces the count (1: none).
+    CPU, at most 4; forked, so only from a single-threaded process without gevent's monkey-patching,
+    else in this process); ``workers`` sets the count (1: no worker processes).
     Raises RunLoadError when ``path`` is not a readable run directory or a record has a field of
     the wrong type. Unparsable lines (a torn last line after kill -9) are skipped and counted.
     """

@@ -45,10 +45,12 @@ BArr = npt.NDArray[np.bool_]
 
 
 def dist_ms(values_ns: npt.NDArray[Any]) -> dict[str, float | None]:
-    """mean, p50, p90, p99 of nanosecond values, in milliseconds; all None for no values."""
+    """mean, p50, p90, p99 of nanosecond values, in milliseconds; all None for no values.
+
+    Reorders ``values_ns`` in place (pass a copy to keep the order)."""
     if len(values_ns) == 0:
         return {"mean": None, "p50": None, "p90": None, "p99": None}
-    p50, p90, p99 = np.percentile(values_ns, [50, 90, 99], method=PERCENTILE_METHOD)
+    p50, p90, p99 = np.percentile(values_ns, [50, 90, 99], method=PERCENTILE_METHOD, overwrite_input=True)
     return {
         "mean": float(np.mean(values_ns, dtype=np.float64)) / NS_PER_MS,
         "p50": float(p50) / NS_PER_MS,
@@ -107,28 +109,38 @@ class StepAnalysis:
         with np.errstate(divide="ignore", invalid="ignore"):
             scale = self.out_eff / self.chunk_tok_sum
         self.scale: FArr = np.where((self.chunk_tok_sum > 0) & (self.out_eff > 0), scale, 1.0)
+        self.rec_tokens: FArr = self.chunk_tok_sum * self.scale  # a request's chunks, scaled
 
     def _chunk_token_sums(self) -> IArr:
         req, counts = self.req, self.counts
         sums = np.zeros(req.n, dtype=np.int64)
         has = counts > 0
         if has.any():
-            starts = req.chunk_start[:-1][has]
-            sums[has] = np.add.reduceat(req.chunk_tokens, starts, dtype=np.int64)
-            # reduceat sums up to the next start; rows between two non-empty rows are empty, so
-            # the sums over the non-empty rows' starts are exactly their own ranges.
+            # reduceat sums up to the next index given: over the non-empty rows' starts that is
+            # exactly each row's own range (rows in between are empty)
+            sums[has] = np.add.reduceat(req.chunk_tokens, req.chunk_start[:-1][has])
         return sums
 
     # -- pieces -------------------------------------------------------------------------------
 
     def tokens_arrived(self, a_ns: int, b_ns: int) -> float:
-        """Output tokens (scaled to usage) that arrived in ``[a_ns, b_ns)``, over all requests."""
-        req = self.req
+        """Output tokens (scaled to usage) that arrived in ``[a_ns, b_ns)``, over all requests.
+
+        A request whose first and last chunk both arrived inside counts whole; only the requests
+        that straddle a window edge are looked at chunk by chunk.
+        """
+        req, counts = self.req, self.counts
         cand = np.flatnonzero((req.sent_ns < b_ns) & (req.end_ns >= a_ns))
-        total = 0.0
-        chunked = cand[self.counts[cand] > 0]
-        for rows in _slices(chunked, self.counts):
-            n = self.counts[rows]
+        chunked = cand[counts[cand] > 0]
+        starts = req.chunk_start[chunked]
+        sent = req.sent_ns[chunked]
+        first = sent + req.chunk_offsets_ns[starts]
+        last = sent + req.chunk_offsets_ns[starts + counts[chunked] - 1]
+        whole = (first >= a_ns) & (last < b_ns)
+        total = float(self.rec_tokens[chunked[whole]].sum())
+        edge = chunked[~whole & (last >= a_ns) & (first < b_ns)]
+        for rows in _slices(edge, counts):
+            n = counts[rows]
             idx = _gather(req.chunk_start[rows], n)
             arrival = np.repeat(req.sent_ns[rows], n)
             arrival += req.chunk_offsets_ns[idx]
@@ -136,7 +148,7 @@ class StepAnalysis:
             del arrival
             weight = np.repeat(self.scale[rows], n)
             total += float(np.dot(req.chunk_tokens[idx][inside], weight[inside]))
-        plain = cand[self.counts[cand] == 0]
+        plain = cand[counts[cand] == 0]
         end = req.end_ns[plain]
         inside_plain = (end >= a_ns) & (end < b_ns)
         total += float(np.clip(self.out_eff[plain][inside_plain], 0, None).sum())

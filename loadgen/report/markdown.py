@@ -126,6 +126,13 @@ def _step_table(steps: Sequence[dict[str, Any]]) -> list[str]:
             "yes" if s.get("valid") else "**no**",
         ]
         lines.append("| " + " | ".join(cells) + " |")
+    unfinished = [str(s.get("step")) for s in steps if s.get("end_reason") is None]
+    if unfinished:
+        lines += [
+            "",
+            f"Step {', '.join(unfinished)}: no end line (the run was stopped or killed); "
+            "the step ends at its last finished request.",
+        ]
     lines += [
         "",
         "Agg tok/s: output tokens that arrived inside the step's steady window (warm-up excluded) / "

@@ -31,6 +31,7 @@ the ``Prefill batch`` / ``Decode batch`` log lines.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -122,11 +123,7 @@ class Histogram:
         self.count = 0
 
     def observe(self, value: float, n: int = 1) -> None:
-        i = 0
-        bounds = self.bounds
-        while i < len(bounds) and value > bounds[i]:
-            i += 1
-        self.counts[i] += n
+        self.counts[bisect_left(self.bounds, value)] += n
         self.total += value * n
         self.count += n
 
@@ -472,6 +469,9 @@ class Engine:
             if not self.running:
                 return self._plan_prefill(t)
             need = len(self.running) * self.n_v
+        if self._log_t is None:
+            self._log_t = t
+            self._log_tokens = 0
         ctx_sum = float(sum(r.kv_tokens for r in self.running))
         cost = self.timing.decode(len(self.running), ctx_sum)
         self.counters.decode_steps += 1
@@ -555,32 +555,56 @@ class Engine:
                 out.append(self._commit(req, 1, end))
         else:
             n = len(step.reqs)
-            committed: np.ndarray | None = None
+            committed: list[int] | None = None
             if self.spec is not None:
                 committed = self._draw(step.reqs)
                 self.counters.spec_cycles += n
                 self.counters.spec_draft_tokens += n * (self.n_v - 1)
                 self._log_cycles += n
+            gen_total = 0
+            itl = self.itl
             for i, req in enumerate(step.reqs):
                 if req.state != RUNNING:
                     continue
-                c = int(committed[i]) if committed is not None else 1
+                c = 1
                 if committed is not None:
+                    c = committed[i]
                     req.verify_ct += 1
                     self.counters.spec_accepted_tokens += c - 1
                     self._log_committed += c
-                out.append(self._commit(req, c, end))
+                rem = req.target_tokens - req.generated
+                if c > rem:
+                    c = rem
+                req.generated += c
+                req.kv_tokens += c
+                req.prefilled += c
+                gen_total += c
+                if c > 0:
+                    itl.observe((end - req.last_token_s) / c, c)
+                req.last_token_s = end
+                if req.generated >= req.target_tokens:
+                    self._finish(req, end)
+                    out.append(Emission(req, c, True))
+                else:
+                    out.append(Emission(req, c, False))
+            self.used_tokens += gen_total
+            self.counters.generation_tokens += gen_total
+            self._log_tokens += gen_total
             self.new_token_ratio = max(self.new_token_ratio - NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
             if self.counters.decode_steps % self.profile.server.decode_log_interval == 0:
                 self._log_decode(end)
         return out
 
-    def _draw(self, reqs: list[SimRequest]) -> np.ndarray:
+    def _draw(self, reqs: list[SimRequest]) -> list[int]:
+        """Tokens committed this cycle per request (accepted + 1), by the request's prompt source."""
         u = self.rng.random(len(reqs))
-        result = np.empty(len(reqs), dtype=np.int64)
+        default = self._cdfs["default"]
+        out = np.searchsorted(default, u, side="right") + 1
         for i, req in enumerate(reqs):
-            cdf = self._cdfs.get(req.source, self._cdfs["default"])
-            result[i] = int(np.searchsorted(cdf, u[i], side="right")) + 1
+            cdf = self._cdfs.get(req.source, default)
+            if cdf is not default:
+                out[i] = int(np.searchsorted(cdf, u[i], side="right")) + 1
+        result: list[int] = out.tolist()
         return result
 
     def _commit(self, req: SimRequest, tokens: int, t: float) -> Emission:
@@ -600,19 +624,22 @@ class Engine:
         req.last_token_s = t
         finished = req.generated >= req.target_tokens
         if finished:
-            req.state = FINISHED
-            req.finish_reason = req.stop_reason
-            req.finish_s = t
-            self.running.remove(req)
-            self._free(req)
-            self.requests.pop(req.rid, None)
-            self.counters.finished += 1
-            if req.stop_reason == "stop":
-                self.counters.finished_stop += 1
-            else:
-                self.counters.finished_length += 1
-            self.e2e.observe(t - req.arrival_s)
+            self._finish(req, t)
         return Emission(req, tokens, finished)
+
+    def _finish(self, req: SimRequest, t: float) -> None:
+        req.state = FINISHED
+        req.finish_reason = req.stop_reason
+        req.finish_s = t
+        self.running.remove(req)
+        self._free(req)
+        self.requests.pop(req.rid, None)
+        self.counters.finished += 1
+        if req.stop_reason == "stop":
+            self.counters.finished_stop += 1
+        else:
+            self.counters.finished_length += 1
+        self.e2e.observe(t - req.arrival_s)
 
     # -- gauges and log lines -------------------------------------------------------------------
 

@@ -45,8 +45,8 @@ class LogSink:
 
     def _write(self, level: str, message: str, flush: bool) -> None:
         prefix = self._prefix(level)
-        for i, line in enumerate(message.split("\n")):
-            self._fh.write((prefix if i == 0 else prefix) + line + "\n")
+        for line in message.split("\n"):
+            self._fh.write(prefix + line + "\n")
         if flush:
             self._fh.flush()
 

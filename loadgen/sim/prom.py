@@ -165,13 +165,29 @@ class GpuTelemetry:
         e = self.engine
         hw = e.profile.hardware
         power = e.power_w(now)
+        step = e.current
+        instant = step.cost.power_w if step is not None and step.start_s <= now else hw.idle_w
         energy_mj = self.energy_base_mj + int(e.energy_at(now) * 1000)
-        util = int(round(100 * e.busy_share(now)))
-        sm_clock = hw.sm_clock_idle_mhz + (hw.sm_clock_mhz - hw.sm_clock_idle_mhz) * (1 if util > 0 else 0)
+        busy = e.busy_share(now)
+        util = round(100 * busy)
+        u_bw = e.last_cost.u_bw if e.last_cost is not None else 0.0
+        sm_clock = hw.sm_clock_mhz if util > 0 else hw.sm_clock_idle_mhz
+        # clock event reasons: GpuIdle (0x1) when idle, SwPowerCap (0x4) when the model hits the limit
+        reasons = 0x1 if util == 0 else (0x4 if power >= hw.power_limit_w - 1e-6 else 0)
+        # ASSUMPTION: 25 C inlet plus 0.1 K per watt of 1-s average power, at most 85 C
+        temp = min(85, round(25 + 0.1 * power))
         rows = [
             ("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).", sm_clock),
             ("DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz).", hw.mem_clock_mhz),
+            ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", temp),
             ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", round(power, 3)),
+            (
+                "DCGM_FI_DEV_POWER_USAGE_INSTANT",
+                "gauge",
+                "Current instantaneous power usage (in W).",
+                round(instant, 3),
+            ),
+            ("DCGM_FI_DEV_ENFORCED_POWER_LIMIT", "gauge", "Enforced power limit (in W).", hw.power_limit_w),
             (
                 "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
                 "counter",
@@ -179,8 +195,10 @@ class GpuTelemetry:
                 energy_mj,
             ),
             ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", util),
+            ("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %).", round(100 * busy * u_bw)),
             ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).", self.fb_free_mib),
             ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).", self.fb_used_mib),
+            ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "gauge", "Current clock event reasons (bitmask).", reasons),
         ]
         out: list[str] = []
         for name, kind, help_text, value in rows:

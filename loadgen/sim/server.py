@@ -24,6 +24,7 @@ import selectors
 import signal
 import socket
 import time
+import traceback
 import uuid
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -149,6 +150,7 @@ class SimServer:
         self._stopping: asyncio.Future[int] | None = None
         self.requests_seen = 0
         self.created = int(time.time())
+        self._startup_task: asyncio.Task[None] | None = None
         self._vllm_last = (0.0, 0, 0)
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -173,7 +175,7 @@ class SimServer:
             os.replace(tmp, self.opts.port_file)
         print(f"listening on http://{host}:{port}", flush=True)
         self.started_at = loop.time()
-        loop.create_task(self._startup(host, port))
+        self._startup_task = loop.create_task(self._startup(host, port))
         loop.call_later(0.2, self._flush_tick)
         if self.opts.faults.crash_after_s > 0:
             loop.call_later(self.opts.faults.crash_after_s, self._crash, "crash-after-s")
@@ -384,9 +386,14 @@ class SimServer:
             if len(self.lateness) > 200_000:
                 del self.lateness[:100_000]
             self._scheduled = None
-        emissions = self.engine.advance(now)
-        if emissions:
-            self._deliver(emissions)
+        try:
+            emissions = self.engine.advance(now)
+            if emissions:
+                self._deliver(emissions)
+        except Exception:  # a bug must not leave a server that accepts but never answers
+            self.log.error(f"Scheduler hit an exception: {traceback.format_exc().rstrip()}")
+            self._fail(1)
+            return
         nxt = self.engine.next_event_s
         if nxt is not None:
             self._scheduled = nxt
@@ -647,7 +654,9 @@ class SimServer:
         st.id_json = orjson.dumps(rid)
         opts = body.get("stream_options") if isinstance(body.get("stream_options"), dict) else {}
         assert isinstance(opts, dict)
-        st.include_usage = bool(opts.get("include_usage"))
+        # SGLang: the client must ask; vLLM: include_usage defaults to true once stream_options is sent
+        default_usage = self.opts.metrics_style == "vllm" and isinstance(body.get("stream_options"), dict)
+        st.include_usage = bool(opts.get("include_usage", default_usage))
         st.continuous_usage = bool(opts.get("continuous_usage_stats"))
         faulty = f.fault_rate >= 1.0 or self.fault_rng.random() < f.fault_rate
         st.stall_at = f.stall_after_chunks if faulty else -1
@@ -694,6 +703,29 @@ class SimServer:
         if not st.done and self.loop is not None:
             st.done = True
             self.engine.abort(st.rid, self.loop.time(), "client disconnected")
+
+    def server_info(self) -> dict[str, Any]:
+        """SGLang's /server_info subset: settings and ``internal_states`` (acceptance since start)."""
+        p, c = self.profile, self.engine.counters
+        accept = (c.spec_accepted_tokens + c.spec_cycles) / c.spec_cycles if c.spec_cycles else None
+        return {
+            "model_path": self.model_name,
+            "served_model_name": self.model_name,
+            "tp_size": p.server.tp,
+            "max_running_requests": p.max_running_requests,
+            "max_queued_requests": p.server.max_queued_requests or None,
+            "mem_fraction_static": p.server.mem_fraction_static,
+            "cuda_graph_max_bs": p.server.cuda_graph_max_bs,
+            "chunked_prefill_size": p.server.chunked_prefill_size,
+            "context_length": p.context_length,
+            "speculative_algorithm": p.spec.algorithm.upper() if p.spec.enabled else None,
+            "speculative_num_draft_tokens": p.verify_width if p.spec.enabled else None,
+            "max_total_num_tokens": self.engine.pool_tokens,
+            "internal_states": [
+                {"avg_spec_accept_length": accept, "last_gen_throughput": self.engine.gauges.gen_throughput}
+            ],
+            "version": "loadgen-sim",
+        }
 
     def stats(self) -> dict[str, Any]:
         late = np.array(self.lateness[-100_000:]) * 1e3 if self.lateness else np.zeros(1)
@@ -807,11 +839,9 @@ class _Conn(asyncio.Protocol):
                 return None
             if size == 0:
                 trailer_end = buf.find(b"\r\n\r\n", eol)
-                if trailer_end < 0 and buf[eol : eol + 4] != b"\r\n\r\n":
-                    if len(buf) < eol + 4:
-                        return None
-                consumed = (trailer_end + 4) if trailer_end >= 0 else eol + 4
-                return bytes(out), consumed
+                if trailer_end < 0:
+                    return None
+                return bytes(out), trailer_end + 4
             if len(buf) < eol + 2 + size + 2:
                 return None
             out += buf[eol + 2 : eol + 2 + size]
@@ -845,7 +875,7 @@ class _Conn(asyncio.Protocol):
                                 "id": srv.model_name,
                                 "object": "model",
                                 "created": srv.created,
-                                "owned_by": "sglang",
+                                "owned_by": "vllm" if srv.opts.metrics_style == "vllm" else "sglang",
                                 "root": srv.model_name,
                                 "max_model_len": ctx,
                             }
@@ -859,8 +889,13 @@ class _Conn(asyncio.Protocol):
         elif path == "/gpu/metrics":
             assert srv.loop is not None
             self.send(200, srv.gpu.render(srv.loop.time()).encode(), b"text/plain; version=0.0.4; charset=utf-8")
+        elif path in ("/server_info", "/get_server_info"):
+            self.send_json(200, orjson.dumps(srv.server_info()))
         elif path == "/sim/stats":
             self.send_json(200, orjson.dumps(srv.stats()))
+        elif path == "/sim/stats/reset":
+            srv.lateness.clear()
+            self.send_json(200, b"{}")
         else:
             self.send_json(404, srv.error_body(404, f"Not Found: {path}", "NotFoundError"))
 

@@ -21,7 +21,32 @@ from typing import Any
 
 import numpy as np
 
-_WORDS = ["the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "was", "with", "be", "by", "on", "not", "he", "this", "are", "or", "his", "from", "at", "which", "but", "have", "an", "they", "you", "were", "her", "she", "there", "been", "one", "all", "we", "their", "has", "would", "when", "if", "so", "no", "will", "can", "more", "other", "its", "into", "only", "time", "new", "some", "could", "these", "two", "may", "first", "then", "do", "any", "like", "my", "now", "over", "such", "our", "man", "me", "even", "most", "made", "after", "also", "did", "many", "before", "must", "through", "back", "years", "where", "much", "your", "way", "well", "down", "should", "because", "each", "just", "those", "people", "how", "too", "little", "state", "good", "very", "make", "world", "still", "own", "see", "men", "work", "long", "get", "here", "between", "both", "life", "being", "under", "never", "day", "same", "another", "know", "while", "last", "might", "us", "great", "old", "year", "off", "come", "since", "against", "go", "came", "right", "used", "take", "three", "states", "himself", "few", "house", "use", "during", "without", "again", "place", "american", "around", "however", "home", "small", "found", "thought", "went", "say", "part", "once", "general", "high", "upon", "school", "every", "does", "got", "united", "left", "number", "course", "war", "until", "always", "away", "something", "fact", "though", "water", "less", "public", "put", "think", "almost", "hand", "enough", "far", "took", "head", "yet", "government", "system", "better", "set", "told", "nothing", "night", "end", "why", "called", "didn", "eyes", "find", "going", "look", "asked", "later", "knew", "point", "next", "program", "city", "business", "give", "group", "toward", "young", "days", "let", "room", "president", "side", "social", "given", "present", "several", "order", "national", "possible", "rather", "second", "face", "per", "among", "form", "important", "often", "things", "looked", "early", "white", "john", "case", "become", "large", "big", "need", "four", "within", "felt", "along", "children", "saw", "best", "church", "ever", "least", "power", "development", "light", "thing", "seemed", "family", "interest", "want", "members", "mind", "country", "area", "others", "done", "turned", "although", "open", "god", "service", "certain", "kind", "problem", "began", "different", "door", "thus", "help", "sense", "means", "whole", "matter", "perhaps", "itself", "york", "times", "law", "human", "line", "above", "name", "example", "action", "company", "hands", "local", "show", "whether", "five", "history", "gave", "today", "either", "act", "feet", "across", "taken", "past", "quite", "anything", "seen", "having", "death", "experience", "body", "word", "half", "really", "field", "am", "car", "words", "already", "themselves", "information", "tell", "together", "college", "shall", "money", "period", "held", "keep", "sure", "probably", "free", "seems", "real", "behind", "cannot", "miss", "political", "air", "question", "making", "office", "brought", "whose", "special", "heard", "major", "problems", "ago", "became", "federal", "moment", "study", "available", "known", "result", "street", "economic", "boy", "position", "reason", "change", "south", "board", "individual", "job", "areas", "society", "west", "close", "turn", "love", "community", "true", "court", "force", "full", "seem", "model", "data", "value", "energy", "memory", "cache", "token", "request", "server", "latency", "throughput", "batch", "queue"]
+_WORDS = """
+the of and to in is that for it as was with be by on not he this are or his from at which but have
+an they you were her she there been one all we their has would when if so no will can more other its
+into only time new some could these two may first then do any like my now over such our man me even
+most made after also did many before must through back years where much your way well down should
+because each just those people how too little state good very make world still own see men work long
+get here between both life being under never day same another know while last might us great old
+year off come since against go came right used take three states himself few house use during
+without again place american around however home small found thought went say part once general high
+upon school every does got united left number course war until always away something fact though
+water less public put think almost hand enough far took head yet government system better set told
+nothing night end why called didn eyes find going look asked later knew point next program city
+business give group toward young days let room president side social given present several order
+national possible rather second face per among form important often things looked early white john
+case become large big need four within felt along children saw best church ever least power
+development light thing seemed family interest want members mind country area others done turned
+although open god service certain kind problem began different door thus help sense means whole
+matter perhaps itself york times law human line above name example action company hands local show
+whether five history gave today either act feet across taken past quite anything seen having death
+experience body word half really field am car words already themselves information tell together
+college shall money period held keep sure probably free seems real behind cannot miss political air
+question making office brought whose special heard major problems ago became federal moment study
+available known result street economic boy position reason change south board individual job areas
+society west close turn love community true court force full seem model data value energy memory
+cache token request server latency throughput batch queue
+""".split()  # noqa: SIM905 - a word list reads better as text
 
 WORDS: list[bytes] = [(" " + w).encode() for w in _WORDS]
 N_WORDS = len(WORDS)

@@ -19,9 +19,29 @@ pytestmark = pytest.mark.slow
 def test_headless_locust_reports_ttft_and_itl(sim_factory: Any, tmp_path: Path) -> None:
     sim = sim_factory("--profile", "tiny")
     out = tmp_path / "reports"
-    cmd = [sys.executable, "-m", "locust", "-f", "loadgen/locustfile.py", "--headless", "-u", "3", "-r", "3",
-           "-t", "4s", "--host", sim.url, "--lg-max-tokens", "16", "--lg-out", str(out),
-           "--csv", str(tmp_path / "stats"), "--only-summary"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "locust",
+        "-f",
+        "loadgen/locustfile.py",
+        "--headless",
+        "-u",
+        "3",
+        "-r",
+        "3",
+        "-t",
+        "4s",
+        "--host",
+        sim.url,
+        "--lg-max-tokens",
+        "16",
+        "--lg-out",
+        str(out),
+        "--csv",
+        str(tmp_path / "stats"),
+        "--only-summary",
+    ]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=90)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = {(r["Type"], r["Name"]): r for r in csv.DictReader((tmp_path / "stats_stats.csv").open())}

@@ -35,9 +35,23 @@ def _records(run_dir: Path) -> list[dict[str, Any]]:
 
 def test_three_step_ramp_gives_three_sane_rows(sim_factory: Any, tmp_path: Path) -> None:
     sim = sim_factory(*FAST)
-    proc = run_loadgen("ramp", "--url", sim.url, "--concurrency", "1,4,16", "--step-seconds", "2.5",
-                       "--warmup-seconds", "0.5", "--max-tokens", "24", "--label", "three steps",
-                       "--out", str(tmp_path / "reports"))
+    proc = run_loadgen(
+        "ramp",
+        "--url",
+        sim.url,
+        "--concurrency",
+        "1,4,16",
+        "--step-seconds",
+        "2.5",
+        "--warmup-seconds",
+        "0.5",
+        "--max-tokens",
+        "24",
+        "--label",
+        "three steps",
+        "--out",
+        str(tmp_path / "reports"),
+    )
     run_dir = _run_dir(proc)
     summary = json.loads((run_dir / "summary.json").read_text())
     steps = summary["steps"]
@@ -78,9 +92,23 @@ def test_measured_timing_matches_the_servers_truth(sim_factory: Any, tmp_path: P
     """TTFT, ITL and tokens per chunk as measured against when the simulator sent each chunk."""
     sim = sim_factory(*FAST)
     usage = '{"stream_options": {"include_usage": true, "continuous_usage_stats": true}}'
-    proc = run_loadgen("ramp", "--url", sim.url, "--concurrency", "2", "--step-seconds", "2",
-                       "--warmup-seconds", "0", "--max-tokens", "32", "--extra-body", usage,
-                       "--out", str(tmp_path / "reports"))
+    proc = run_loadgen(
+        "ramp",
+        "--url",
+        sim.url,
+        "--concurrency",
+        "2",
+        "--step-seconds",
+        "2",
+        "--warmup-seconds",
+        "0",
+        "--max-tokens",
+        "32",
+        "--extra-body",
+        usage,
+        "--out",
+        str(tmp_path / "reports"),
+    )
     run_dir = _run_dir(proc)
     emitted = _emissions(sim.emission_log)
     recs = [r for r in _records(run_dir) if r["error_class"] is None]
@@ -110,9 +138,24 @@ def test_kill_9_keeps_finished_records_and_report_rebuilds(sim_factory: Any, tmp
     sim = sim_factory(*FAST)
     out = tmp_path / "reports"
     proc = subprocess.Popen(
-        loadgen_cmd("ramp", "--url", sim.url, "--concurrency", "4,8", "--step-seconds", "60",
-                    "--warmup-seconds", "0.2", "--max-tokens", "16", "--out", str(out)),
-        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        loadgen_cmd(
+            "ramp",
+            "--url",
+            sim.url,
+            "--concurrency",
+            "4,8",
+            "--step-seconds",
+            "60",
+            "--warmup-seconds",
+            "0.2",
+            "--max-tokens",
+            "16",
+            "--out",
+            str(out),
+        ),
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         deadline = time.monotonic() + 30
@@ -147,8 +190,19 @@ def test_server_not_listening_is_a_clear_error(tmp_path: Path) -> None:
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
-    proc = run_loadgen("ramp", "--url", f"http://127.0.0.1:{port}", "--model", "m", "--concurrency", "1",
-                       "--step-seconds", "1", "--out", str(tmp_path))
+    proc = run_loadgen(
+        "ramp",
+        "--url",
+        f"http://127.0.0.1:{port}",
+        "--model",
+        "m",
+        "--concurrency",
+        "1",
+        "--step-seconds",
+        "1",
+        "--out",
+        str(tmp_path),
+    )
     assert proc.returncode == 3
     assert "not ready" in proc.stderr and "Connection" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -163,9 +217,23 @@ def test_bad_flags_name_the_flag(tmp_path: Path) -> None:
 
 def test_openai_sdk_transport(sim_factory: Any, tmp_path: Path) -> None:
     sim = sim_factory(*FAST)
-    proc = run_loadgen("ramp", "--url", sim.url + "/v1", "--concurrency", "2", "--step-seconds", "2",
-                       "--warmup-seconds", "0", "--max-tokens", "16", "--transport", "openai",
-                       "--out", str(tmp_path / "reports"))
+    proc = run_loadgen(
+        "ramp",
+        "--url",
+        sim.url + "/v1",
+        "--concurrency",
+        "2",
+        "--step-seconds",
+        "2",
+        "--warmup-seconds",
+        "0",
+        "--max-tokens",
+        "16",
+        "--transport",
+        "openai",
+        "--out",
+        str(tmp_path / "reports"),
+    )
     run_dir = _run_dir(proc)
     recs = _records(run_dir)
     assert recs and all(r["error_class"] is None for r in recs), recs[:2]
@@ -178,9 +246,22 @@ def test_openai_sdk_transport(sim_factory: Any, tmp_path: Path) -> None:
 def test_completions_endpoint_and_non_streaming(sim_factory: Any, tmp_path: Path) -> None:
     sim = sim_factory(*FAST)
     for extra in (["--endpoint", "completions"], ["--no-stream"]):
-        proc = run_loadgen("ramp", "--url", sim.url, "--concurrency", "2", "--step-seconds", "1.5",
-                           "--warmup-seconds", "0", "--max-tokens", "12", *extra,
-                           "--out", str(tmp_path / "reports"))
+        proc = run_loadgen(
+            "ramp",
+            "--url",
+            sim.url,
+            "--concurrency",
+            "2",
+            "--step-seconds",
+            "1.5",
+            "--warmup-seconds",
+            "0",
+            "--max-tokens",
+            "12",
+            *extra,
+            "--out",
+            str(tmp_path / "reports"),
+        )
         run_dir = _run_dir(proc)
         recs = _records(run_dir)
         assert recs and all(r["error_class"] is None for r in recs), (extra, recs[:1])
@@ -190,8 +271,21 @@ def test_completions_endpoint_and_non_streaming(sim_factory: Any, tmp_path: Path
 
 def test_open_loop_rate_is_kept_and_latency_counts_from_intended_time(sim_factory: Any, tmp_path: Path) -> None:
     sim = sim_factory(*FAST)
-    proc = run_loadgen("ramp", "--url", sim.url, "--rate", "40", "--step-seconds", "5", "--warmup-seconds", "0.5",
-                       "--max-tokens", "8", "--out", str(tmp_path / "reports"))
+    proc = run_loadgen(
+        "ramp",
+        "--url",
+        sim.url,
+        "--rate",
+        "40",
+        "--step-seconds",
+        "5",
+        "--warmup-seconds",
+        "0.5",
+        "--max-tokens",
+        "8",
+        "--out",
+        str(tmp_path / "reports"),
+    )
     run_dir = _run_dir(proc)
     steps = json.loads((run_dir / "summary.json").read_text())["steps"]
     assert len(steps) == 1 and steps[0]["rate"] == 40.0
@@ -209,3 +303,44 @@ def test_open_loop_rate_is_kept_and_latency_counts_from_intended_time(sim_factor
     gaps = np.diff(sorted(r["intended_ns"] for r in recs)) / 1e9
     assert 0.018 < gaps.mean() < 0.034
     assert 0.7 < gaps.std() / gaps.mean() < 1.3
+
+
+def test_find_knee_plan_and_compare_from_the_run_directory(sim_factory: Any, tmp_path: Path) -> None:
+    """A knee search on a server whose capacity is known, then plan and compare on its run dir."""
+    # the tiny profile admits 16 running requests; past that requests queue and TTFT grows
+    sim = sim_factory(*FAST, "--max-running-requests", "16")
+    out = str(tmp_path / "reports")
+    proc = run_loadgen("ramp", "--url", sim.url, "--find-knee", "--concurrency", "2", "--max-steps", "6",
+                       "--step-seconds", "2", "--warmup-seconds", "0.5", "--max-tokens", "24",
+                       "--slo", "ttft_p99=150ms", "--no-telemetry", "--out", out, timeout=240)
+    run_dir = _run_dir(proc)
+    assert "knee search" in proc.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    loads = [s["concurrency"] for s in summary["steps"]]
+    assert loads[:3] == [2, 4, 8] and len(loads) <= 6
+    knee = summary["knee"]
+    assert knee["detectors"]["slo_breach"]["has_data"]
+    # requests beyond 16 queue: the SLO breaks above it, never at or below 8
+    assert knee["concurrency"] is not None and 8 <= knee["concurrency"] <= 32, knee["reason"]
+    assert "Saturation verdict" in (run_dir / "report.md").read_text()
+
+    planned = run_loadgen("plan", str(run_dir), "--slo", "ttft_p99=150ms", "--target-rps", "100")
+    assert planned.returncode == 0, planned.stderr
+    plan = json.loads((run_dir / "plan.json").read_text())["plan"]
+    op = plan["operating_point"]
+    assert op is not None and op["concurrency"] <= knee["concurrency"] * 2
+    assert plan["replicas"] >= 1 and plan["replicas"] == pytest.approx(
+        100 / plan["per_replica"]["req_s"], abs=1.0
+    )
+    # the plan stays part of the report when it is rebuilt
+    assert run_loadgen("report", str(run_dir)).returncode == 0
+    assert "Capacity plan" in (run_dir / "report.md").read_text()
+
+    bad = run_loadgen("plan", str(run_dir), "--slo", "ttft_p98=1s")
+    assert bad.returncode == 2 and "ttft_p98" in bad.stderr and "Traceback" not in bad.stderr
+
+    cmp = run_loadgen("compare", str(run_dir), str(run_dir), "--out", out)
+    assert cmp.returncode == 0, cmp.stderr
+    cmp_dir = Path(cmp.stdout.strip().splitlines()[-1])
+    assert "1.00x" in (cmp_dir / "compare.md").read_text()
+    assert (cmp_dir / "compare.html").read_text().startswith("<!doctype html>")

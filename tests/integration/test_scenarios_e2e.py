@@ -20,9 +20,21 @@ def _records(run_dir: Path) -> list[dict[str, Any]]:
 
 def test_chat_scenario_runs_and_reports_requested_vs_served(sim_factory: Any, tmp_path: Path) -> None:
     sim = sim_factory("--profile", "tiny")
-    proc = run_loadgen("ramp", "--url", sim.url, "--scenario", str(REPO / "scenarios/chat.toml"),
-                       "--concurrency", "4", "--step-seconds", "3", "--warmup-seconds", "0.5",
-                       "--out", str(tmp_path))
+    proc = run_loadgen(
+        "ramp",
+        "--url",
+        sim.url,
+        "--scenario",
+        str(REPO / "scenarios/chat.toml"),
+        "--concurrency",
+        "4",
+        "--step-seconds",
+        "3",
+        "--warmup-seconds",
+        "0.5",
+        "--out",
+        str(tmp_path),
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     run_dir = Path(proc.stdout.strip().splitlines()[-1])
     manifest = json.loads((run_dir / "manifest.json").read_text())
@@ -38,9 +50,22 @@ def test_chat_scenario_runs_and_reports_requested_vs_served(sim_factory: Any, tm
 
 def test_multi_turn_history_grows_with_the_servers_replies(sim_factory: Any, tmp_path: Path) -> None:
     sim = sim_factory("--profile", "tiny")
-    proc = run_loadgen("ramp", "--url", sim.url, "--scenario", str(REPO / "scenarios/agentic-multi-turn.toml"),
-                       "--concurrency", "3", "--step-seconds", "7", "--warmup-seconds", "0",
-                       "--out", str(tmp_path), timeout=180)
+    proc = run_loadgen(
+        "ramp",
+        "--url",
+        sim.url,
+        "--scenario",
+        str(REPO / "scenarios/agentic-multi-turn.toml"),
+        "--concurrency",
+        "3",
+        "--step-seconds",
+        "7",
+        "--warmup-seconds",
+        "0",
+        "--out",
+        str(tmp_path),
+        timeout=180,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     run_dir = Path(proc.stdout.strip().splitlines()[-1])
     by_conv: dict[str, list[dict[str, Any]]] = defaultdict(list)

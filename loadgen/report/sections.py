@@ -1,0 +1,163 @@
+"""report.md sections beyond the step table: the knee verdict, power and server signals, the plan.
+
+Each is a ``Section`` (summary -> Markdown or None): it renders what the summary holds and
+nothing when the data is absent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loadgen.report.markdown import escape_cell
+
+
+def _f(value: Any, digits: int = 1, pct: bool = False) -> str:
+    if value is None:
+        return "–"
+    if pct:
+        return f"{100 * float(value):.{digits}f}%"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return f"{value:,}" if isinstance(value, int) else escape_cell(value)
+
+
+def _load(step: dict[str, Any]) -> str:
+    if step.get("concurrency") is not None:
+        return f"C={step['concurrency']}"
+    if step.get("rate") is not None:
+        return f"{step['rate']:g} req/s"
+    return "–"
+
+
+def knee_section(summary: dict[str, Any]) -> str | None:
+    knee = summary.get("knee")
+    if not isinstance(knee, dict):
+        return None
+    axis = knee.get("axis", "concurrency")
+    where = knee.get("knee")
+    head = (
+        f"**Knee: {'C=' if axis == 'concurrency' else ''}{_f(where)}{' req/s' if axis == 'rate' else ''}.**"
+        if where is not None
+        else "**No knee located.**"
+    )
+    lines = ["## Saturation verdict", "", f"{head} {escape_cell(knee.get('reason', ''))}", ""]
+    slo = summary.get("slo")
+    if slo:
+        lines += ["SLO: " + ", ".join(f"{k} ≤ {v:g}" for k, v in slo.items()), ""]
+    detectors = knee.get("detectors") or {}
+    if detectors:
+        lines += [
+            f"Rule: {escape_cell(knee.get('rule', ''))}. Each detector on its own:",
+            "",
+            "| Detector | Triggered | At | Evidence |",
+            "|---|---|---:|---|",
+        ]
+        for name, d in detectors.items():
+            trig = "yes" if d.get("triggered") else ("no data" if not d.get("has_data", True) else "no")
+            lines.append(f"| {name} | {trig} | {_f(d.get('load'))} | {escape_cell(d.get('evidence', ''))} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def telemetry_section(summary: dict[str, Any]) -> str | None:
+    steps = summary.get("steps") or []
+    keys = ("gpu_power_w", "kv_usage", "queue_len", "preemptions", "spec_accept_len", "energy_j")
+    if not any(s.get(k) is not None for s in steps for k in keys):
+        return None
+    lines = [
+        "## Power and server signals per step",
+        "",
+        "| Step | Load | GPU W mean / p95 | of limit | Energy J | tok/J | Power valid | KV mean / max "
+        "| Queue mean / max | Preemptions | Accept len | Log events |",
+        "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---|",
+    ]
+    for s in steps:
+        pw = s.get("gpu_power_w") or {}
+        kv = s.get("kv_usage") or {}
+        q = s.get("queue_len") or {}
+        valid = "yes" if s.get("power_valid") else f"no: {escape_cell(s.get('power_invalid_reason') or '')}"
+        if s.get("gpu_power_w") is None:
+            valid = "–"
+        events = s.get("log_events") or {}
+        ev = ", ".join(f"{escape_cell(k)}×{v}" for k, v in events.items()) or "–"
+        lines.append(
+            f"| {s.get('step')} | {_load(s)} | {_f(pw.get('mean'), 0)} / {_f(pw.get('p95'), 0)} "
+            f"| {_f(s.get('gpu_power_frac_of_limit'), 0, pct=True)} | {_f(s.get('energy_j'), 0)} "
+            f"| {_f(s.get('tokens_per_joule'), 3)} | {valid} | {_f(kv.get('mean'), 1, pct=True)} / "
+            f"{_f(kv.get('max'), 1, pct=True)} | {_f(q.get('mean'))} / {_f(q.get('max'))} "
+            f"| {_f(s.get('preemptions'))} | {_f(s.get('spec_accept_len'), 2)} | {ev} |"
+        )
+    lines += [
+        "",
+        "Power: all GPUs summed. Energy from the GPUs' energy counters where available, else the "
+        "integral of power. A step that served no successful request has its power marked invalid "
+        "(idle), never read as load.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def render_plan_md(plan: dict[str, Any]) -> str:
+    """The capacity plan in words and numbers (``loadgen plan``, and the report's plan section)."""
+    slo = plan.get("slo") or {}
+    lines = ["## Capacity plan", "", "SLO: " + (", ".join(f"{k} ≤ {v:g}" for k, v in slo.items()) or "–"), ""]
+    op = plan.get("operating_point")
+    if not op:
+        lines += [f"**No measured load meets the SLO.** {escape_cell(plan.get('reason', ''))}", ""]
+    else:
+        axis = plan.get("axis", "concurrency")
+        load = f"C={_f(op.get(axis))}" if axis == "concurrency" else f"{_f(op.get(axis), 2)} req/s"
+        lines += [
+            f"**Highest load per replica that meets the SLO: {load}** "
+            f"(step {op.get('step')}{', interpolated' if op.get('interpolated') else ''}): "
+            f"{_f(op.get('ok_req_s'), 2)} req/s, {_f(op.get('output_tok_s'), 0)} output tok/s; "
+            f"goodput {_f(op.get('goodput_req_s'), 2)} req/s ({_f(op.get('goodput_frac'), 1, pct=True)} of requests "
+            "meet every limit).",
+            "",
+        ]
+        nxt = op.get("next_step_fails")
+        if isinstance(nxt, dict):
+            why = "; ".join(escape_cell(w) for w in nxt.get("why", []))
+            lines += [f"The next step fails: {why}.", ""]
+        per = plan.get("per_replica") or {}
+        headroom = plan.get("headroom")
+        lines.append(
+            f"- Per replica with {_f(headroom, 0, pct=True)} headroom: {_f(per.get('req_s'), 2)} req/s, "
+            f"{_f(per.get('tok_s'), 0)} tok/s, {_f(per.get('concurrency'))} concurrent users"
+        )
+        if plan.get("replicas") is not None:
+            target = (
+                f"{_f(plan.get('target_rps'))} req/s"
+                if plan.get("target_rps") is not None
+                else f"{_f(plan.get('target_users'))} users"
+            )
+            lines.append(
+                f"- For {target}: **{plan['replicas']} replicas, {plan.get('gpus')} GPUs** "
+                f"({plan.get('gpus_per_replica')} per replica)"
+            )
+        energy = plan.get("energy") or {}
+        if energy.get("tokens_per_joule") is not None:
+            lines.append(
+                f"- Energy: {_f(energy.get('tokens_per_joule'), 3)} tokens/J, "
+                f"{_f(energy.get('kwh_per_million_tokens'), 3)} kWh per million tokens"
+            )
+        cost = plan.get("cost") or {}
+        if cost.get("per_million_tokens") is not None:
+            lines.append(
+                f"- Cost: {_f(cost.get('per_million_tokens'), 3)} per million tokens at "
+                f"{_f(cost.get('gpu_hour_cost'), 2)} per GPU-hour"
+            )
+        lines.append("")
+    notes = plan.get("notes")
+    if isinstance(notes, list) and notes:
+        lines += ["Notes:", "", *[f"- {escape_cell(n)}" for n in notes], ""]
+    return "\n".join(lines)
+
+
+def plan_section(summary: dict[str, Any]) -> str | None:
+    plan = summary.get("plan")
+    return render_plan_md(plan) if isinstance(plan, dict) else None
+
+
+LEAD_SECTIONS = (knee_section,)
+TRAILING_SECTIONS = (telemetry_section, plan_section)
