@@ -99,6 +99,13 @@ def _add_ramp_flags(p: argparse.ArgumentParser, demo: bool = False) -> None:
         metavar="SECONDS",
         help="poll the server until it answers (0: check once)",
     )
+    p.add_argument(
+        "--on-server-down",
+        choices=["stop", "wait", "skip-step"],
+        default="stop",
+        help="when the server stops answering mid-ramp: end the ramp (stop), wait for it to come back and "
+        "go on with the next step (wait, up to --wait-ready seconds or 300), or go on at once (skip-step)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--drain-seconds",
@@ -198,6 +205,8 @@ def _ramp_options(ns: argparse.Namespace, argv: list[str]) -> Any:
         drain_seconds=ns.drain_seconds,
         telemetry=None if ns.no_telemetry else _telemetry_options(ns),
         slo=_slo(ns.slo),
+        on_server_down=ns.on_server_down,
+        wait_ready_s=ns.wait_ready,
         find_knee=ns.find_knee,
         search_max_steps=ns.max_steps,
         search_max_seconds=ns.max_seconds,

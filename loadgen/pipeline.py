@@ -14,9 +14,11 @@ from typing import Any
 
 import orjson
 
+from loadgen.analysis.client_load import client_load_enricher
 from loadgen.analysis.knee import knee_verdict
 from loadgen.analysis.load import load_run
 from loadgen.analysis.plan import capacity_plan
+from loadgen.analysis.server_down import server_down_enricher
 from loadgen.analysis.summary import build_summary
 from loadgen.analysis.telemetry import telemetry_enricher
 from loadgen.report.outputs import write_run_outputs
@@ -27,7 +29,7 @@ from loadgen.rundir import read_manifest
 def summarise(run_dir: str | os.PathLike[str], slo: dict[str, float] | None = None) -> tuple[Any, dict[str, Any]]:
     """Load and summarise ``run_dir``; ``slo`` (or the manifest's) feeds the knee verdict."""
     run = load_run(Path(run_dir))
-    summary = build_summary(run, [telemetry_enricher])
+    summary = build_summary(run, [telemetry_enricher, client_load_enricher, server_down_enricher])
     if slo is None:
         slo = read_manifest(Path(run_dir)).get("slo") or None
     if slo:

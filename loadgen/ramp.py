@@ -19,8 +19,10 @@ from locust.env import Environment
 
 from loadgen.client import Timeouts
 from loadgen.clock import ANCHOR
+from loadgen.records import JsonlAppender
 from loadgen.rundir import create_run_dir, write_manifest
 from loadgen.runtime import RunState, TargetOptions
+from loadgen.selfwatch import SelfWatch
 from loadgen.shape import RampShape, StepPlan, build_open_plan, build_plan
 from loadgen.user import LLMUser, OpenLoopUser
 
@@ -48,6 +50,8 @@ class RampOptions:
     timeouts: Timeouts = field(default_factory=Timeouts)
     seed: int = 0
     drain_seconds: float = 60.0
+    on_server_down: str = "stop"  # stop | wait | skip-step
+    wait_ready_s: float = 0.0
     rates: list[float] | None = None
     scenario: str | None = None
     telemetry: Any = None  # loadgen.telemetry.TelemetryOptions, or None for no side process
@@ -188,6 +192,67 @@ class _QuietSpawnWarning(logging.Filter):
         return "spawn rate is very high" not in record.getMessage()
 
 
+class ServerDownGuard:
+    """Connection-level failures in a row: is the server down? If so, end the step and act.
+
+    The check runs in its own greenlet (users never block on it). A server that answers is left
+    alone. A down server ends the current step with reason ``server_down`` (the analysis marks it
+    INVALID and its power idle), an event goes to events.jsonl, and then, per ``--on-server-down``:
+    ``stop`` ends the ramp; ``wait`` holds the load at zero until the server is ready again (up to
+    ``--wait-ready`` seconds, 300 when not given) and goes on with the next step; ``skip-step`` goes
+    on with the next step at once.
+    """
+
+    def __init__(self, opts: RampOptions, state: RunState, shape: RampShape, out: TextIO) -> None:
+        self.opts, self.state, self.shape, self.out = opts, state, shape, out
+        self.events = JsonlAppender(state.run_dir / "events.jsonl")
+        self.checking = False
+
+    def suspect(self) -> None:
+        if not self.checking and not self.shape.finished and not self.shape.holding:
+            self.checking = True
+            gevent.spawn(self._check)
+
+    def _event(self, kind: str, **fields: Any) -> None:
+        self.events.write({"t_ns": ANCHOR.now_wall_ns(), "src": "loadgen", "kind": kind, **fields})
+
+    def _check(self) -> None:
+        from loadgen.lifecycle import NotReady, wait_ready
+
+        opts, state, shape = self.opts, self.state, self.shape
+        try:
+            try:
+                wait_ready(opts.url, 2.0, opts.api_key)
+                return  # it answers: the failures were the server's own, keep measuring
+            except NotReady as exc:
+                why = str(exc)
+            step = state.step_index
+            self._event("server_down", step=step, detail=why, policy=opts.on_server_down)
+            self.out.write(f"\nserver down during step {step + 1}: {why}\n")
+            if opts.on_server_down == "stop":
+                shape.stop("server_down")
+                return
+            shape.abort_step("server_down")
+            if opts.on_server_down == "wait":
+                limit = opts.wait_ready_s or 300.0
+                self.out.write(f"waiting up to {limit:g} s for the server to come back\n")
+                try:
+                    wait_ready(opts.url, limit, opts.api_key)
+                except NotReady as exc:
+                    self._event("server_not_ready", step=step, detail=str(exc))
+                    self.out.write(f"the server did not come back: {exc}\n")
+                    shape.stop("server_down")
+                    return
+                self._event("server_up", step=step)
+            shape.resume()
+        finally:
+            state.conn_streak = 0
+            self.checking = False
+
+    def close(self) -> None:
+        self.events.close()
+
+
 class KneeSearch:
     """``--find-knee``: after each step, the run so far decides the next load (or the end)."""
 
@@ -269,6 +334,8 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
         plan = plan[:1]  # the search starts from the first step and chooses the rest
         search = KneeSearch(opts, run_dir, plan[0], out)
     shape = RampShape(plan, state, closed_classes=[LLMUser], open_classes=[OpenLoopUser], extend=search)
+    guard = ServerDownGuard(opts, state, shape, out)
+    state.on_server_suspect = guard.suspect
     # in-flight requests finish after the last step (and when a matrix row lowers concurrency):
     # they were sent inside a steady window and belong to its statistics
     env = Environment(
@@ -279,6 +346,8 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
     state.log_metric = lambda kind, name, ms: env.stats.log_request(kind, name, ms, 0)
     env.events.spawning_complete.add_listener(lambda user_count, **_: shape.on_spawning_complete(user_count))
     side = _start_telemetry(run_dir, opts.telemetry, out)
+    watch = SelfWatch(run_dir, state.worker, lambda: state.in_flight)
+    watch.start()
     runner = env.create_local_runner()
     logging.getLogger("locust.runners").addFilter(_QuietSpawnWarning())
     progress = Progress(state, shape, env, out)
@@ -301,6 +370,8 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
     finally:
         signal.signal(signal.SIGINT, previous)
         printer.kill()
+        watch.stop()
+        guard.close()
         if side is not None:
             side.stop()
         out.write("\n" if progress.tty else "")

@@ -50,6 +50,11 @@ class StepCounters:
     errors: dict[str, int] = field(default_factory=dict)
 
 
+# failures that say the server is not there at all (as opposed to a server that answers with an error)
+CONNECTION_CLASSES = frozenset({"connection_refused", "connection_reset", "connect_timeout"})
+SERVER_SUSPECT_STREAK = 3
+
+
 class LLMError(Exception):
     """Carried by Locust's request event for a failed LLM call (its message is the error class)."""
 
@@ -78,6 +83,9 @@ class RunState(StepSink):
         self.step_index = -1
         self.step_plan: StepPlan | None = None
         self.step_live = False
+        self.in_flight = 0
+        self.conn_streak = 0  # consecutive connection-level failures
+        self.on_server_suspect: Callable[[], None] | None = None
         self.steady_ns: int | None = None
         self.counters: list[StepCounters] = []
         self.started_ns = ANCHOR.now_wall_ns()
@@ -139,9 +147,11 @@ class RunState(StepSink):
         headers["X-Request-Id"] = rid
         body = self.body(spec)
         path = ENDPOINT_PATHS[spec.endpoint]
+        self.in_flight += 1
         try:
             result = transport.call(path, body, headers, spec.stream)
         except gevent.GreenletExit:
+            self.in_flight -= 1
             now = ANCHOR.now_wall_ns()
             rec = RequestRecord(
                 id=rid,
@@ -161,6 +171,7 @@ class RunState(StepSink):
             )
             self.records.write_bytes(rec.to_json())
             raise
+        self.in_flight -= 1
         rec = self._record(rid, step, spec, result, user)
         self.records.write_bytes(rec.to_json())
         self._report(rec, spec)
@@ -218,6 +229,12 @@ class RunState(StepSink):
 
     def _report(self, rec: RequestRecord, spec: RequestSpec) -> None:
         ok = rec.error_class is None
+        if rec.error_class in CONNECTION_CLASSES:
+            self.conn_streak += 1
+            if self.conn_streak >= SERVER_SUSPECT_STREAK and self.on_server_suspect is not None:
+                self.on_server_suspect()
+        elif rec.error_class != "cancelled":
+            self.conn_streak = 0
         idx = rec.step
         if 0 <= idx < len(self.counters):
             c = self.counters[idx]

@@ -128,6 +128,7 @@ class RampShape(LoadTestShape):
         self.steady_ns: int | None = None
         self.steady_logged = False
         self.finished = False
+        self.holding = False
 
     def reset_time(self) -> None:
         super().reset_time()
@@ -162,13 +163,41 @@ class RampShape(LoadTestShape):
 
     def stop(self, reason: str) -> None:
         """End the current step now (Ctrl-C, server down); the ramp returns None next tick."""
-        if not self.finished and 0 <= self.index < len(self.plan):
+        if not self.finished and not self.holding and 0 <= self.index < len(self.plan):
             self.sink.step_ended(self.index, self.now_ns(), reason)
         self.finished = True
+
+    def abort_step(self, reason: str) -> None:
+        """End the current step now and hold the load at zero users until ``resume()``."""
+        if self.finished or self.holding or not 0 <= self.index < len(self.plan):
+            return
+        self.sink.step_ended(self.index, self.now_ns(), reason)
+        self.holding = True
+
+    def resume(self) -> None:
+        """After ``abort_step``: go on with the next step (or end the ramp when there is none)."""
+        if not self.holding:
+            return
+        self.holding = False
+        if not self._advance(self.now_ns()):
+            self.finished = True
+
+    def _advance(self, now: int) -> bool:
+        """Begin the step after the current one; False when the ramp is over."""
+        if self.index + 1 >= len(self.plan) and self.extend is not None:
+            nxt = self.extend(self.index)
+            if nxt is not None:
+                self.plan.append(nxt)
+        if self.index + 1 >= len(self.plan):
+            return False
+        self._begin(self.index + 1, now)
+        return True
 
     def tick(self) -> tuple[int, float] | tuple[int, float, list[Any]] | None:
         if self.finished:
             return None
+        if self.holding:
+            return 0, self.spawn_rate
         now = self.now_ns()
         if self.index < 0:
             self._begin(0, now)
@@ -186,14 +215,9 @@ class RampShape(LoadTestShape):
                 reason = "requests"
             if reason is not None:
                 self.sink.step_ended(self.index, now, reason)
-                if self.index + 1 >= len(self.plan) and self.extend is not None:
-                    nxt = self.extend(self.index)
-                    if nxt is not None:
-                        self.plan.append(nxt)
-                if self.index + 1 >= len(self.plan):
+                if not self._advance(now):
                     self.finished = True
                     return None
-                self._begin(self.index + 1, now)
                 step = self.plan[self.index]
         classes = self.open_classes if step.open_loop else self.closed_classes
         if classes is None:

@@ -179,6 +179,8 @@ class ChunkAccumulator:
         if n == 1:
             self._payloads.append(payloads[0])
             self._times.append(t_ns)
+        elif not n:  # a read that completed no event
+            return not self._done
         else:
             self._payloads += payloads
             self._times += [t_ns] * n
@@ -695,7 +697,7 @@ class _Pass:
         chunk = self.payloads[lo:hi]
         pre, suf = self.pre, self.suf
         mids: list[bytes] = list(map(itemgetter(slice(self.lp, -self.ls)), chunk))
-        if False:
+        if not all(mids):
             return False
         if not all(map(bytes.startswith, chunk, repeat(pre))) or not all(map(bytes.endswith, chunk, repeat(suf))):
             return False

@@ -1,0 +1,901 @@
+"""ChunkAccumulator / parse_completion_body / distribute_tokens against streams whose truth is known.
+
+Streams are generated the way vLLM and SGLang write them (compact JSON, Python ``json.dumps`` with
+spaces, ASCII-escaped JSON, per-chunk stamps that defeat the template path), so every expected value
+(text, chars and arrival read of each output chunk, tokens, usage, errors) is known before parsing.
+Each stream is fed whole, split at every byte position, one byte at a time, and at random cuts.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import json
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import pytest
+
+from loadgen.sse import SSEDecoder
+from loadgen.stream import (
+    TOKENS_CHUNKS,
+    TOKENS_PER_CHUNK_USAGE,
+    TOKENS_USAGE,
+    ChunkAccumulator,
+    StreamResult,
+    _decode_strings,
+    distribute_tokens,
+    parse_completion_body,
+)
+
+TEXTS = [
+    "Hello",
+    " world",
+    ",",
+    " the",
+    "\n",
+    "\n\n",
+    ' "quoted"',
+    "back\\slash",
+    "tab\there",
+    " é",
+    " 東京",
+    " 🚀",
+    "\u2028",
+    "</s>",
+    ' {"json": 1}',
+    "ends with \\",
+    "'",
+    " 42",
+    "data: x",
+]
+
+
+@dataclass
+class Truth:
+    stream: bytes = b""
+    dispatch: list[int] = field(default_factory=list)  # byte offset dispatching each output chunk
+    chars: list[int] = field(default_factory=list)
+    tokens: list[int] | None = None
+    text: str = ""
+    reasoning_chunks: int = 0
+    reasoning_chars: int = 0
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None
+    finish_reason: str | None = None
+    done: bool = False
+    error: dict[str, Any] | None = None
+    malformed: int = 0
+    role_only: int = 0
+    server_id: str | None = None
+
+
+class Writer:
+    """Serialises events in one server style and tracks where each one is dispatched."""
+
+    def __init__(self, style: str, end: bytes, rng: random.Random) -> None:
+        self.style = style
+        self.end = end
+        self.rng = rng
+        self.buf = bytearray()
+        self.n = 0
+
+    def dumps(self, obj: Any) -> bytes:
+        if self.style == "spaced":
+            return json.dumps(obj, ensure_ascii=False).encode()
+        if self.style == "ascii":
+            return json.dumps(obj).encode()
+        return orjson.dumps(obj)
+
+    def event(self, payload: bytes, name: str | None = None, comment: bool = False) -> int:
+        e = self.end
+        if comment and self.rng.random() < 0.5:
+            self.buf += b": keep-alive" + e + e
+        if name:
+            self.buf += b"event: " + name.encode() + e
+        self.buf += b"data: " + payload + e
+        at = len(self.buf)
+        self.buf += e
+        return at
+
+
+def chat_stream(
+    rng: random.Random,
+    *,
+    style: str = "compact",
+    end: bytes = b"\n",
+    n: int = 12,
+    sglang: bool = False,
+    continuous: bool = False,
+    reasoning: int = 0,
+    finish_separate: bool = True,
+    usage: bool = True,
+    done: bool = True,
+    stamp: bool = False,
+    error_at: int | None = None,
+    error_kind: str = "error",
+    truncate: bool = False,
+    completions: bool = False,
+) -> Truth:
+    """One response as a server writes it, with its truth."""
+    w = Writer(style, end, rng)
+    t = Truth()
+    rid = ("cmpl-" if completions else "chatcmpl-") + f"{rng.getrandbits(32):08x}"
+    t.server_id = rid
+    prompt = rng.randint(1, 5000)
+    cached = rng.randint(0, prompt) if rng.random() < 0.5 else None
+    ct = 0
+    pending = 0
+    tokens: list[int] = []
+
+    def base() -> dict[str, Any]:
+        o: dict[str, Any] = {
+            "id": rid,
+            "object": "text_completion" if completions else "chat.completion.chunk",
+            "created": 1764000000,
+            "model": "m",
+        }
+        if stamp:
+            o["created"] = 1764000000 + w.n  # changes every chunk
+        return o
+
+    def usage_obj() -> dict[str, Any]:
+        u: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": ct, "total_tokens": prompt + ct}
+        if cached is not None:
+            u["prompt_tokens_details"] = {"cached_tokens": cached}
+        return u
+
+    def choice(delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
+        if completions:
+            return {
+                "index": 0,
+                "text": delta.get("content", ""),
+                "logprobs": None,
+                "finish_reason": finish,
+                "stop_reason": None,
+            }
+        if sglang:
+            d = {"role": None, "content": None, "reasoning_content": None, "tool_calls": None}
+            d.update(delta)
+            return {"index": 0, "delta": d, "logprobs": None, "finish_reason": finish, "matched_stop": None}
+        return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+
+    def emit(delta: dict[str, Any], k: int, finish: str | None = None) -> int:
+        nonlocal ct
+        ct += k
+        o = base()
+        o["choices"] = [choice(delta, finish)]
+        if continuous:
+            o["usage"] = usage_obj()
+        elif sglang:
+            o["usage"] = None
+        w.n += 1
+        return w.event(w.dumps(o), comment=True)
+
+    if not completions:
+        emit({"role": "assistant", "content": "" if rng.random() < 0.5 else None}, 0)
+        t.role_only += 1
+    r_key = rng.choice(["reasoning_content", "reasoning"])
+    assert not (completions and reasoning) and not (truncate and (continuous or reasoning >= n))
+    pieces: list[str] = []
+    for i in range(n):
+        if error_at == i:
+            if error_kind == "error":
+                body = w.dumps({"error": {"message": "KV cache is full", "type": "InternalServerError", "code": 503}})
+                w.event(body)
+            elif error_kind == "object":
+                body = w.dumps(
+                    {
+                        "object": "error",
+                        "message": "out of memory",
+                        "type": "BadRequestError",
+                        "param": None,
+                        "code": 400,
+                    }
+                )
+                w.event(body)
+            else:
+                w.event(b'{"error": {"message": "named boom", "type": "x", "code": 1}}', name="error")
+            t.error = {
+                "error": {"message": "KV cache is full", "type": "InternalServerError", "code": 503},
+                "object": {"message": "out of memory", "type": "BadRequestError", "code": 400},
+                "named": {"message": "named boom", "type": "x", "code": 1},
+            }[error_kind]
+        text = rng.choice(TEXTS)
+        k = rng.choice([1, 1, 1, 2, 3, 4])  # several tokens per chunk: speculative decoding
+        is_reasoning = i < reasoning
+        last = i == n - 1
+        finish = "length" if (last and not finish_separate) else None
+        if is_reasoning:
+            at = emit({r_key: text}, k, finish)
+            t.reasoning_chunks += 1
+            t.reasoning_chars += len(text)
+        else:
+            at = emit({"content": text}, k, finish)
+            pieces.append(text)
+        t.dispatch.append(at)
+        t.chars.append(len(text))
+        tokens.append(pending + k)
+        pending = 0
+    if finish_separate:
+        emit({}, 1, "stop")  # the EOS token: counted in usage, carries no text
+        tokens[-1] += 1
+    t.finish_reason = "stop" if finish_separate else "length"
+    if usage:
+        o = base()
+        o["choices"] = []
+        o["usage"] = usage_obj()
+        w.event(w.dumps(o))
+        t.prompt_tokens, t.completion_tokens, t.cached_tokens = prompt, ct, cached
+    elif continuous:
+        t.prompt_tokens, t.completion_tokens, t.cached_tokens = prompt, ct, cached
+    if continuous:
+        t.tokens = tokens
+    if done:
+        w.event(b"[DONE]")
+        t.done = True
+    t.text = "".join(pieces)
+    t.stream = bytes(w.buf)
+    if truncate:
+        # Cut inside the last output chunk's JSON: no finish, no usage, no [DONE].
+        cut = t.dispatch[-1] - 5
+        t.stream = t.stream[:cut]
+        t.dispatch.pop()
+        t.chars.pop()
+        t.text = "".join(pieces[:-1])
+        t.done = False
+        t.finish_reason = None
+        t.prompt_tokens = t.completion_tokens = t.cached_tokens = None
+        t.tokens = None
+        t.malformed = 1  # the half object, returned by flush
+    return t
+
+
+def feed(stream: bytes, cuts: list[int]) -> tuple[StreamResult, list[int]]:
+    """Feed the stream cut at ``cuts``; the clock of read i is i (flush is len(pieces))."""
+    bounds = [0, *cuts, len(stream)]
+    pieces = [stream[a:b] for a, b in itertools.pairwise(bounds)]
+    dec = SSEDecoder()
+    acc = ChunkAccumulator()
+    seen = 0
+    for i, piece in enumerate(pieces):
+        payloads = dec.feed(piece)
+        if payloads:
+            acc.add_all(payloads, i)
+        for name, payload in dec.named[seen:]:
+            acc.add_named(name, payload, i)
+        seen = len(dec.named)
+    for payload in dec.flush():
+        acc.add(payload, len(pieces))
+    for name, payload in dec.named[seen:]:
+        acc.add_named(name, payload, len(pieces))
+    ends = [b - 1 for b in bounds[1:]]
+    return acc.finish(10**9), ends
+
+
+def check(t: Truth, cuts: list[int]) -> None:
+    res, ends = feed(t.stream, cuts)
+    want_times = [bisect.bisect_left(ends, at) for at in t.dispatch]
+    assert res.chunk_times_ns == want_times
+    assert res.chunk_chars == t.chars
+    assert res.chunk_tokens == t.tokens
+    assert res.reasoning_chunks == t.reasoning_chunks
+    assert res.reasoning_text_chars == t.reasoning_chars
+    assert (res.prompt_tokens, res.completion_tokens, res.cached_tokens) == (
+        t.prompt_tokens,
+        t.completion_tokens,
+        t.cached_tokens,
+    )
+    assert res.finish_reason == t.finish_reason
+    assert res.done == t.done
+    assert res.error == t.error
+    assert res.malformed == t.malformed
+    assert res.role_only_chunks == t.role_only
+    assert res.server_id == t.server_id
+    assert res.text == t.text
+
+
+def every_split(t: Truth) -> None:
+    n = len(t.stream)
+    check(t, [])
+    check(t, list(range(1, n)))
+    for i in range(n + 1):
+        check(t, [i])
+
+
+SHAPES: dict[str, dict[str, Any]] = {
+    "vllm": {},
+    "vllm_crlf": {"end": b"\r\n"},
+    "vllm_cr": {"end": b"\r"},
+    "sglang_finish_on_last_chunk": {"sglang": True, "finish_separate": False},
+    "python_json_spaces": {"style": "spaced"},
+    "ascii_escaped_json": {"style": "ascii"},
+    "stamped_chunks_no_template": {"stamp": True},
+    "continuous_usage": {"continuous": True},
+    "continuous_usage_no_final_chunk": {"continuous": True, "usage": False},
+    "reasoning_then_content": {"reasoning": 3},
+    "sglang_reasoning": {"sglang": True, "reasoning": 2},
+    "no_usage": {"usage": False},
+    "no_done": {"done": False},
+    "completions": {"completions": True},
+    "completions_continuous": {"completions": True, "continuous": True},
+    "error_object_mid_stream": {"error_at": 2},
+    "vllm_flat_error_mid_stream": {"error_at": 1, "error_kind": "object"},
+    "named_error_event": {"error_at": 3, "error_kind": "named"},
+}
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_stream_shape_every_split(shape: str) -> None:
+    t = chat_stream(random.Random(shape), n=8, **SHAPES[shape])
+    every_split(t)
+
+
+def test_truncated_stream_mid_json() -> None:
+    rng = random.Random(3)
+    t = chat_stream(rng, n=6, truncate=True)
+    # The truth's text: all complete output chunks (the cut one is lost).
+    res, _ = feed(t.stream, [])
+    assert res.malformed == 1 and res.first_malformed is not None
+    assert res.first_malformed.startswith('{"id":')
+    assert res.error_class() == "truncated"
+    assert len(res.chunk_times_ns) == len(t.dispatch) == 5
+    every_split(t)
+
+
+def test_random_streams_random_splits() -> None:
+    rng = random.Random(20261129)
+    for _ in range(150):
+        options: dict[str, list[Any]] = {
+            "style": ["compact", "compact", "spaced", "ascii"],
+            "end": [b"\n", b"\n", b"\r\n", b"\r"],
+            "sglang": [False, True],
+            "continuous": [False, False, True],
+            "finish_separate": [True, False],
+            "usage": [True, True, False],
+            "done": [True, True, False],
+            "stamp": [False, False, True],
+            "completions": [False, False, True],
+        }
+        kwargs = {k: rng.choice(v) for k, v in options.items()}
+        if not kwargs["completions"]:
+            kwargs["reasoning"] = rng.choice([0, 0, 2])
+        if rng.random() < 0.1:
+            kwargs["error_at"] = 1
+            kwargs["error_kind"] = rng.choice(["error", "object", "named"])
+        t = chat_stream(rng, n=rng.randint(1, 40), **kwargs)
+        check(t, [])
+        for _ in range(4):
+            k = rng.randint(1, 30)
+            check(t, sorted(rng.sample(range(1, len(t.stream)), min(k, len(t.stream) - 1))))
+
+
+def test_template_path_equals_full_decoding() -> None:
+    """The same chunks, once able to use the template path and once with a per-chunk stamp that
+    forces full decoding, give identical results apart from ids."""
+    for seed in range(40):
+        a = chat_stream(random.Random(seed), n=30)
+        b = chat_stream(random.Random(seed), n=30, stamp=True)
+        ra, _ = feed(a.stream, [])
+        rb, _ = feed(b.stream, [])
+        assert ra == rb
+
+
+def test_template_is_not_fooled_by_an_equal_string_elsewhere() -> None:
+    # The delta's text is written escaped (\u0061 = "a") while another field holds a raw "a":
+    # the raw occurrence must not become the template.
+    head = b'{"id":"x","choices":[{"index":0,"delta":{"content":"\\u0061"},"finish_reason":null}],'
+    payloads = [head + b'"extra":{"content":"a"}}', head + b'"extra":{"content":"zzz"}}']
+    acc = ChunkAccumulator()
+    for i, p in enumerate(payloads):
+        acc.add(p, i)
+    res = acc.finish(5)
+    assert res.text == "aa"
+    assert res.chunk_chars == [1, 1]
+
+
+def test_template_mid_that_is_not_one_string_falls_back() -> None:
+    pre = b'{"id":"x","choices":[{"index":0,"delta":{"content":"'
+    suf = b'"},"finish_reason":null}]}'
+    acc = ChunkAccumulator()
+    acc.add(pre + b"first" + suf, 1)
+    acc.add(pre + b'a","role":"assistant' + suf, 2)  # same prefix/suffix, two fields in between
+    acc.add(pre + b"bad \\q escape" + suf, 3)  # invalid JSON
+    acc.add(pre + b"\xff\xfe" + suf, 4)  # invalid UTF-8
+    acc.add(pre + b'say \\"hi\\"' + suf, 5)  # escaped quotes: decoded exactly
+    res = acc.finish(6)
+    assert res.text == 'firstasay "hi"'
+    assert res.chunk_times_ns == [1, 2, 5]
+    assert res.malformed == 2
+
+
+def test_add_reports_done_and_keeps_order() -> None:
+    acc = ChunkAccumulator()
+    assert acc.add(b'{"choices":[{"delta":{"content":"a"}}]}', 1)
+    assert not acc.add(b"[DONE]", 2)
+    assert not acc.add(b'{"choices":[{"delta":{"content":"b"}}]}', 3)
+    res = acc.finish(4)
+    assert res.done and res.text == "ab" and res.n_payloads == 2
+    acc = ChunkAccumulator()
+    assert acc.add_all([b'{"choices":[]}'], 1)
+    assert not acc.add_all([b'{"choices":[]}', b"[DONE]"], 2)
+    assert acc.n_payloads == 3
+
+
+def test_finish_twice_returns_the_same_result() -> None:
+    acc = ChunkAccumulator()
+    acc.add_all([b'{"choices":[{"delta":{"content":"a"}}]}'] * 20, 1)
+    first = acc.finish(2)
+    assert acc.finish(3) is first and first.text == "a" * 20 and first.end_ns == 2
+
+
+def test_done_with_whitespace_and_malformed_payloads() -> None:
+    acc = ChunkAccumulator()
+    for p in (b"not json", b"[1, 2]", b'"str"', b" [DONE] ", b"x" * 500):
+        acc.add(p, 1)
+    res = acc.finish(2)
+    assert res.done
+    assert res.malformed == 4
+    assert res.first_malformed == "not json"
+    assert res.error_class() == "malformed_stream"
+    acc = ChunkAccumulator()
+    acc.add(b"\xff" * 300, 1)
+    assert len(acc.finish(2).first_malformed or "") == 200
+
+
+def test_delta_wins_over_text_on_every_path() -> None:
+    # A chat delta with no text next to a completions-style "text": no output, template or not.
+    payloads = [b'{"choices":[{"index":0,"delta":{},"text":"t%d"}]}' % i for i in range(20)]
+    payloads += [b'{"choices":[{"index":0,"delta":{"content":"c%d"}}]}' % i for i in range(20)]
+    acc = ChunkAccumulator()
+    acc.add_all(payloads, 1)
+    res = acc.finish(2)
+    assert res.text == "".join(f"c{i}" for i in range(20))
+    assert res.empty_chunks == 20 and len(res.chunk_chars) == 20
+
+
+def test_multi_choice_tool_calls_and_role_with_text() -> None:
+    chunks = [
+        {"id": "a", "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hi"}}]},
+        {"id": "a", "choices": [{"index": 0, "delta": {"content": "x"}}, {"index": 1, "delta": {"content": "yy"}}]},
+        {
+            "id": "a",
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {
+                        "tool_calls": [
+                            {
+                                "index": 0,
+                                "id": "c1",
+                                "type": "function",
+                                "function": {"name": "get", "arguments": '{"q"'},
+                            }
+                        ]
+                    },
+                }
+            ],
+        },
+        {"id": "a", "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+    ]
+    acc = ChunkAccumulator()
+    for i, c in enumerate(chunks):
+        acc.add(orjson.dumps(c), i)
+    res = acc.finish(9)
+    assert res.chunk_times_ns == [0, 1, 2]
+    assert res.chunk_chars == [2, 3, 7]
+    assert res.text == "Hix"
+    assert res.tool_call_chunks == 1
+    assert res.role_only_chunks == 0 and res.empty_chunks == 1
+    assert res.finish_reason == "tool_calls"
+
+
+def test_error_class() -> None:
+    assert StreamResult(done=True).error_class() is None
+    assert StreamResult(done=False, finish_reason="stop").error_class() is None
+    assert StreamResult(done=False).error_class() == "truncated"
+    assert StreamResult(done=True, malformed=1).error_class() == "malformed_stream"
+    assert StreamResult(done=True, error={"message": "x", "type": None, "code": None}).error_class() == ("stream_error")
+
+
+def test_token_split_sources() -> None:
+    r = StreamResult(chunk_times_ns=[1, 2], chunk_chars=[1, 3], chunk_tokens=[2, 3], completion_tokens=5)
+    assert r.token_split() == ([2, 3], 5, TOKENS_PER_CHUNK_USAGE)
+    r = StreamResult(chunk_times_ns=[1, 2], chunk_chars=[1, 3], completion_tokens=8)
+    assert r.token_split() == ([3, 5], 8, TOKENS_USAGE)  # 1 each, surplus 6 split 1.5 : 4.5
+    r = StreamResult(chunk_times_ns=[1, 2, 3], chunk_chars=[1, 3, 1])
+    assert r.token_split() == ([1, 1, 1], 3, TOKENS_CHUNKS)
+
+
+# --- non-streaming bodies ----------------------------------------------------------------------
+
+
+def test_body_chat_with_reasoning_and_usage() -> None:
+    body = orjson.dumps(
+        {
+            "id": "chatcmpl-9",
+            "object": "chat.completion",
+            "model": "m",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "The answer: 4.", "reasoning_content": "2+2"},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {
+                "prompt_tokens": 12,
+                "completion_tokens": 9,
+                "total_tokens": 21,
+                "prompt_tokens_details": {"cached_tokens": 8},
+            },
+        }
+    )
+    res = parse_completion_body(body, 100, 200)
+    assert res.chunk_times_ns == [100] and res.chunk_chars == [17]
+    assert res.chunk_tokens == [9]
+    assert res.text == "The answer: 4." and res.reasoning_chunks == 1 and res.reasoning_text_chars == 3
+    assert (res.prompt_tokens, res.completion_tokens, res.cached_tokens) == (12, 9, 8)
+    assert res.finish_reason == "stop" and res.done and res.error_class() is None
+    assert res.server_id == "chatcmpl-9" and res.role_only_chunks == 0 and res.end_ns == 200
+
+
+def test_body_completions_without_usage() -> None:
+    body = (
+        b'{"id": "cmpl-1", "object": "text_completion", '
+        b'"choices": [{"index": 0, "text": " ok", "finish_reason": "length"}]}'
+    )
+    res = parse_completion_body(body, 5, 6)
+    assert res.text == " ok" and res.chunk_tokens is None and res.completion_tokens is None
+    assert res.token_split() == ([1], 1, TOKENS_CHUNKS)
+
+
+@pytest.mark.parametrize(
+    ("body", "message", "code"),
+    [
+        (
+            b'{"error": {"message": "This model\'s maximum context length is 8192 tokens.", '
+            b'"type": "BadRequestError", "param": null, "code": 400}}',
+            "This model's maximum context length is 8192 tokens.",
+            400,
+        ),
+        (
+            b'{"object": "error", "message": "The input (9000 tokens) is longer than the model\'s context '
+            b'length (8192 tokens).", "type": "BadRequestError", "param": null, "code": 400}',
+            "The input (9000 tokens) is longer than the model's context length (8192 tokens).",
+            400,
+        ),
+        (b'{"error": "rate limited"}', "rate limited", None),
+    ],
+)
+def test_body_errors(body: bytes, message: str, code: int | None) -> None:
+    res = parse_completion_body(body, 1, 2)
+    assert res.error is not None and res.error["message"] == message and res.error["code"] == code
+    assert res.error_class() == "stream_error" and res.chunk_times_ns == []
+
+
+@pytest.mark.parametrize("body", [b"", b"<html>502 Bad Gateway</html>", b'{"choices": [', b"[]"])
+def test_body_malformed(body: bytes) -> None:
+    res = parse_completion_body(body, 1, 2)
+    assert res.malformed == 1 and res.error_class() == "malformed_stream"
+    assert res.first_malformed == body.decode()
+
+
+def test_named_error_event_without_json() -> None:
+    acc = ChunkAccumulator()
+    acc.add(b'{"choices":[{"delta":{"content":"a"}}]}', 1)
+    acc.add_named("error", b"upstream died", 2)
+    acc.add_named("ping", b"{}", 3)
+    res = acc.finish(4)
+    assert res.error == {"message": "upstream died", "type": None, "code": None}
+    assert res.named_events == 2 and res.error_class() == "stream_error"
+
+
+# --- distribute_tokens -------------------------------------------------------------------------
+
+
+def test_distribute_tokens_examples() -> None:
+    assert distribute_tokens([], 5) == []
+    assert distribute_tokens([3, 4], 0) == [0, 0]
+    assert distribute_tokens([5, 1, 9], 3) == [1, 1, 1]
+    assert distribute_tokens([10, 10], 5) in ([2, 3], [3, 2])
+    assert distribute_tokens([100, 1, 1, 1], 4) == [1, 1, 1, 1]
+    assert distribute_tokens([100, 1, 1, 1], 10) == [7, 1, 1, 1]
+    assert distribute_tokens([1, 1, 1], 2) in ([1, 0, 1], [0, 1, 1], [1, 1, 0])
+    assert distribute_tokens([0, 0, 0], 6) == [2, 2, 2]
+    assert distribute_tokens([3, 2, 8, 1, 1], 6) == [1, 1, 2, 1, 1]  # the EOS token: longest chunk
+    assert distribute_tokens([4, 12, 4, 8], 7) == [1, 3, 1, 2]  # speculative multi-token chunks
+    assert distribute_tokens([1, 30], 2) == [1, 1]
+
+
+def test_distribute_tokens_properties() -> None:
+    rng = random.Random(99)
+    for _ in range(2000):
+        n = rng.randint(1, 60)
+        chars = [rng.choice([0, 1, 1, 2, 3, 5, 8, 40]) for _ in range(n)]
+        total = rng.randint(0, 4 * n)
+        out = distribute_tokens(chars, total)
+        assert len(out) == n and sum(out) == total and min(out) >= 0
+        assert out == distribute_tokens(chars, total)  # deterministic
+        if total <= 0:
+            continue
+        weights = [c if c > 0 else 1 for c in chars]
+        base = 1 if total >= n else 0
+        surplus = total - base * n
+        share = [surplus * w / sum(weights) for w in weights]
+        # One token each when there are enough, and the rest within one token of its exact share.
+        assert all(abs(o - base - s) < 1 for o, s in zip(out, share, strict=True))
+        if total >= n:
+            assert min(out) >= 1
+
+
+def test_first_error_by_arrival_wins() -> None:
+    acc = ChunkAccumulator()
+    acc.add(b'{"choices":[{"delta":{"content":"a"}}]}', 1)
+    acc.add(b'{"error":{"message":"second","type":"t2","code":2}}', 5)
+    acc.add_named("error", b'{"error":{"message":"first","type":"t1","code":1}}', 3)
+    assert acc.finish(6).error == {"message": "first", "type": "t1", "code": 1}
+    acc = ChunkAccumulator()
+    acc.add(b'{"object":"error","message":"first","type":"t1","code":1}', 3)
+    acc.add_named("error", b'{"message":"second"}', 5)
+    assert acc.finish(6).error == {"message": "first", "type": "t1", "code": 1}
+
+
+def _one_by_one(payloads: list[bytes]) -> StreamResult:
+    """Reference: every payload decoded on its own (a one-payload stream never uses a template),
+    then the per-payload results concatenated in order."""
+    total = StreamResult()
+    for i, p in enumerate(payloads):
+        acc = ChunkAccumulator()
+        acc.add(p, i)
+        r = acc.finish(0)
+        total.chunk_times_ns += r.chunk_times_ns
+        total.chunk_chars += r.chunk_chars
+        total.text += r.text
+        total.malformed += r.malformed
+        total.reasoning_chunks += r.reasoning_chunks
+        total.reasoning_text_chars += r.reasoning_text_chars
+        total.done = total.done or r.done
+        total.finish_reason = r.finish_reason or total.finish_reason
+        total.error = total.error or r.error
+    return total
+
+
+_PRE = (
+    b'{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m",'
+    b'"choices":[{"index":0,"delta":{"content":"'
+)
+_SUF = b'"},"logprobs":null,"finish_reason":null}]}'
+_ODD_MIDS = [
+    b"\xff\xfe",  # invalid UTF-8
+    b"\xc3",  # half a character
+    b"tab\there",  # raw control character (invalid JSON, accepted by slicing)
+    b"bad \\q escape",  # invalid escape
+    b'a","role":"assistant',  # two fields where the text was
+    b"ends in one backslash \\",  # escapes the closing quote: not one string
+    b"",  # empty text
+    b"x\ny",  # a line feed (multi-line SSE data)
+    b'\\"',  # escaped quote only
+    b"\\\\",  # one escaped backslash at the end
+    b"\\u00e9\\n",  # escapes only
+]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_long_runs_equal_one_by_one_decoding(seed: int) -> None:
+    """Long runs of template chunks (the bulk path) with odd and foreign payloads mixed in decode
+    exactly as each payload does alone."""
+    rng = random.Random(seed)
+    payloads = [orjson.dumps({"id": "chatcmpl-1", "choices": [{"index": 0, "delta": {"role": "assistant"}}]})]
+    for _ in range(rng.randint(20, 300)):
+        r = rng.random()
+        if r < 0.03:
+            payloads.append(_PRE + rng.choice(_ODD_MIDS) + _SUF)
+        elif r < 0.04:
+            payloads.append(b'{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}')
+        elif r < 0.05:
+            payloads.append(b"not json")
+        elif r < 0.08:
+            # Foreign payloads as long as a template chunk: another stamp, a finish, usage, error.
+            raw = orjson.dumps(rng.choice(TEXTS))[1:-1]
+            payloads.append(
+                rng.choice(
+                    [
+                        _PRE.replace(b'"created":1', b'"created":2') + raw + _SUF,
+                        _PRE.replace(b'"index":0', b'"index":1') + raw + _SUF,
+                        _PRE + raw + _SUF.replace(b'"finish_reason":null', b'"finish_reason":"st"'),
+                        _PRE + raw + _SUF.replace(b'"finish_reason":null', b'"finish_reason":"length"'),
+                        _PRE + raw + _SUF[:-1] + b',"usage":{"prompt_tokens":1,"completion_tokens":2}}',
+                        b'{"error":{"message":"' + b"x" * 150 + b'","type":"InternalServerError","code":500}}',
+                    ]
+                )
+            )
+        else:
+            text = rng.choice([*TEXTS, "\\", '"', 'x\\"', "\\\\n"])
+            payloads.append(_PRE + orjson.dumps(text)[1:-1] + _SUF)
+    payloads.append(b"[DONE]")
+    acc = ChunkAccumulator()
+    for i, p in enumerate(payloads):
+        acc.add(p, i)
+    got = acc.finish(0)
+    want = _one_by_one(payloads)
+    assert got.chunk_times_ns == want.chunk_times_ns
+    assert got.chunk_chars == want.chunk_chars
+    assert got.text == want.text
+    assert got.malformed == want.malformed
+    assert got.done
+    assert got.finish_reason == want.finish_reason
+    assert got.error == want.error
+
+
+def test_reasoning_runs_equal_one_by_one_decoding() -> None:
+    pre = _PRE.replace(b'"content"', b'"reasoning_content"')
+    payloads = [pre + orjson.dumps(t)[1:-1] + _SUF for t in TEXTS * 3]
+    payloads += [_PRE + orjson.dumps(t)[1:-1] + _SUF for t in TEXTS * 3]
+    acc = ChunkAccumulator()
+    acc.add_all(payloads, 7)
+    got = acc.finish(0)
+    want = _one_by_one(payloads)
+    assert got.reasoning_chunks == want.reasoning_chunks == len(TEXTS) * 3
+    assert got.reasoning_text_chars == want.reasoning_text_chars
+    assert got.text == want.text == "".join(TEXTS) * 3
+    assert got.chunk_chars == want.chunk_chars
+
+
+@pytest.mark.parametrize(
+    "bodies",
+    [
+        [b"plain", b" \\u00e9", b"\\n\\n"],
+        [b'say \\"hi\\"', b"ok", b'\\"'],
+        [b"ends in an escaped backslash \\\\", b"next", b"\\\\"],
+        [b'\\"', b"\\\\", b'x\\"\\\\'],
+    ],
+)
+def test_decode_strings_bodies_with_quotes_and_backslashes(bodies: list[bytes]) -> None:
+    want = [orjson.loads(b'"' + m + b'"') for m in bodies]
+    assert _decode_strings(bodies) == want
+
+
+@pytest.mark.parametrize(
+    "bodies",
+    [
+        [b"a\\", b'","b'],  # a trailing escape swallowing the next quote
+        [b'a","b', b"c"],  # a body that is two strings
+        [b"tab\there"],  # raw control character
+        [b"\\q"],  # bad escape
+        [b"\xff"],  # bad UTF-8
+        [b"ok", b'"'],  # a bare quote
+        [b"x\\", b',"y', b"z"],  # decoded as one array these would give three wrong strings
+        [b"ok", b"x\\", b',"y', b"z"],
+        [b'x","y', b"z\\", b","],
+    ],
+)
+def test_decode_strings_refuses_what_is_not_one_string_each(bodies: list[bytes]) -> None:
+    assert _decode_strings(bodies) is None
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"continuous": True}, {"reasoning": 3000, "sglang": True}])
+def test_very_long_stream_is_decoded_in_parts(kwargs: dict[str, Any]) -> None:
+    """More payloads than one compaction holds: decoded in several passes, same truth."""
+    rng = random.Random(5)
+    t = chat_stream(rng, n=4500, **kwargs)
+    check(t, [])
+    cuts = sorted(rng.sample(range(1, len(t.stream)), 3000))
+    check(t, cuts)
+    res, _ = feed(t.stream, cuts)
+    assert res.n_payloads == 4500 + 3  # role, chunks, finish, usage; [DONE] not counted
+
+
+def _expected_tokens(payloads: list[bytes]) -> list[int] | None:
+    """Reference for per-chunk tokens: cumulative usage deltas, tokens of chunks without output
+    carried to the next output chunk (or the last one)."""
+    tokens: list[int] = []
+    pending = 0
+    last = 0
+    exact = True
+    for p in payloads:
+        try:
+            obj = orjson.loads(p)
+        except orjson.JSONDecodeError:
+            continue
+        if not isinstance(obj, dict):
+            continue
+        one = ChunkAccumulator()
+        one.add(p, 0)
+        has_text = bool(one.finish(0).chunk_chars)
+        usage = obj.get("usage")
+        delta = None
+        if isinstance(usage, dict) and type(usage.get("completion_tokens")) is int:
+            delta = usage["completion_tokens"] - last
+            last = usage["completion_tokens"]
+            exact = exact and delta >= 0
+        if has_text:
+            if delta is None:
+                exact = False
+            tokens.append(pending + (delta or 0))
+            pending = 0
+        elif delta is not None:
+            pending += delta
+    if not exact or not tokens:
+        return None
+    tokens[-1] += pending
+    return tokens
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_usage_in_every_chunk_equals_one_by_one_decoding(seed: int) -> None:
+    """vLLM continuous_usage_stats: the usage-template path against full decoding, with odd
+    payloads mixed in (usage not last, not an object, bad text, decreasing counts)."""
+    rng = random.Random(seed)
+    ct = 0
+    head = _PRE.replace(b'"content"', rng.choice([b'"content"', b'"reasoning_content"']))
+    payloads = [
+        b'{"id":"chatcmpl-1","choices":[{"index":0,"delta":{"role":"assistant"}}],'
+        b'"usage":{"prompt_tokens":9,"completion_tokens":0,"total_tokens":9}}'
+    ]
+    for _ in range(rng.randint(20, 200)):
+        ct += rng.choice([1, 1, 2, 3])
+        usage = b'{"prompt_tokens":9,"completion_tokens":%d,"total_tokens":%d}' % (ct, ct + 9)
+        raw = orjson.dumps(rng.choice([*TEXTS, "\\", '"']))[1:-1]
+        r = rng.random()
+        if r < 0.02:
+            usage = b'"not an object"'
+        elif r < 0.04:
+            usage = b'{"prompt_tokens":9,"completion_tokens":%d}' % (ct - 5)
+        elif r < 0.06:
+            raw = rng.choice(_ODD_MIDS)
+        elif r < 0.08:
+            payloads.append(head + raw + _SUF[:-1] + b',"usage":' + usage + b',"x":1}')
+            continue
+        elif r < 0.1:
+            payloads.append(b'{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":' + usage + b"}")
+            continue
+        payloads.append(head + raw + _SUF[:-1] + b',"usage":' + usage + b"}")
+    acc = ChunkAccumulator()
+    for i, p in enumerate(payloads):
+        acc.add(p, i)
+    got = acc.finish(0)
+    want = _one_by_one(payloads)
+    assert got.chunk_times_ns == want.chunk_times_ns
+    assert got.chunk_chars == want.chunk_chars
+    assert got.text == want.text
+    assert got.reasoning_chunks == want.reasoning_chunks
+    assert got.malformed == want.malformed
+    assert got.chunk_tokens == _expected_tokens(payloads)
+    if got.chunk_tokens is not None:
+        assert sum(got.chunk_tokens) == got.completion_tokens
+
+
+def test_mangled_streams_never_raise() -> None:
+    """Realistic streams with random byte damage (flips, cuts, insertions of syntax characters):
+    decoding never raises and the result stays self-consistent."""
+    rng = random.Random(404)
+    junk = [b'"', b"\\", b"{", b"}", b"[", b"]", b":", b",", b"\n", b"\r", b"\xff", b"0", b"null", b"data: "]
+    for _ in range(300):
+        t = chat_stream(rng, n=rng.randint(1, 30), continuous=rng.random() < 0.3, reasoning=0)
+        s = bytearray(t.stream)
+        for _ in range(rng.randint(1, 6)):
+            at = rng.randrange(len(s))
+            r = rng.random()
+            if r < 0.4:
+                s[at] = rng.randrange(256)
+            elif r < 0.7:
+                s[at:at] = rng.choice(junk)
+            else:
+                del s[at : at + rng.randint(1, 40)]
+        stream = bytes(s)
+        cuts = sorted(rng.sample(range(1, len(stream)), min(len(stream) - 1, rng.randint(0, 20))))
+        res, _ = feed(stream, cuts)
+        assert len(res.chunk_times_ns) == len(res.chunk_chars)
+        assert all(c > 0 for c in res.chunk_chars)
+        assert res.chunk_times_ns == sorted(res.chunk_times_ns)
+        if res.chunk_tokens is not None:
+            assert len(res.chunk_tokens) == len(res.chunk_times_ns)
+        tokens, total, _ = res.token_split()
+        assert len(tokens) == len(res.chunk_times_ns)
+        if tokens and total is not None and total >= 0:
+            assert sum(tokens) == total
+        assert res.error_class() in (None, "stream_error", "truncated", "malformed_stream")
