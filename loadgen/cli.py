@@ -100,6 +100,12 @@ def _add_ramp_flags(p: argparse.ArgumentParser, demo: bool = False) -> None:
         help="poll the server until it answers (0: check once)",
     )
     p.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="load-generating worker processes on this machine (Locust master/worker); 0: one process",
+    )
+    p.add_argument(
         "--on-server-down",
         choices=["stop", "wait", "skip-step"],
         default="stop",
@@ -206,6 +212,7 @@ def _ramp_options(ns: argparse.Namespace, argv: list[str]) -> Any:
         telemetry=None if ns.no_telemetry else _telemetry_options(ns),
         slo=_slo(ns.slo),
         on_server_down=ns.on_server_down,
+        workers=ns.workers,
         wait_ready_s=ns.wait_ready,
         find_knee=ns.find_knee,
         search_max_steps=ns.max_steps,

@@ -35,6 +35,7 @@ def summarise(run_dir: str | os.PathLike[str], slo: dict[str, float] | None = No
     if slo:
         summary["slo"] = dict(slo)
     summary["knee"] = knee_verdict(summary["steps"], slo)
+    summary["run_events"] = [e for e in run.events if e.get("src") == "loadgen"]
     plan_request = Path(run_dir) / PLAN_FILE
     if plan_request.exists():
         summary["plan"] = make_plan(summary, orjson.loads(plan_request.read_bytes()).get("request", {}))

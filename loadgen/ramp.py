@@ -19,6 +19,7 @@ from locust.env import Environment
 
 from loadgen.client import Timeouts
 from loadgen.clock import ANCHOR
+from loadgen.distributed import FLUSH_S
 from loadgen.records import JsonlAppender
 from loadgen.rundir import create_run_dir, write_manifest
 from loadgen.runtime import RunState, TargetOptions
@@ -56,6 +57,7 @@ class RampOptions:
     scenario: str | None = None
     telemetry: Any = None  # loadgen.telemetry.TelemetryOptions, or None for no side process
     slo: dict[str, float] | None = None
+    workers: int = 0
     find_knee: bool = False
     search_max_steps: int = 12
     search_max_seconds: float | None = None
@@ -328,7 +330,14 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
         timeouts=opts.timeouts,
         stream=opts.stream,
     )
-    state = RunState(run_dir, target, _workload_factory(base))
+    distributed = opts.workers > 0
+    state = RunState(
+        run_dir,
+        target,
+        _workload_factory(base),
+        worker="master" if distributed else "w0",
+        record_sink=(lambda line: None) if distributed else None,  # the master sends nothing itself
+    )
     search = None
     if opts.find_knee:
         plan = plan[:1]  # the search starts from the first step and chooses the rest
@@ -348,7 +357,30 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
     side = _start_telemetry(run_dir, opts.telemetry, out)
     watch = SelfWatch(run_dir, state.worker, lambda: state.in_flight)
     watch.start()
-    runner = env.create_local_runner()
+    link = None
+    watcher = None
+    workers: list[Any] = []
+    if distributed:
+        from loadgen.distributed import MasterLink, free_port, master_config, start_local_workers
+
+        port = free_port()
+        runner: Any = env.create_master_runner(master_bind_host="127.0.0.1", master_bind_port=port)
+        link = MasterLink(env, state, master_config(run_dir, opts.manifest()), out)
+        workers = start_local_workers(opts.workers, port, run_dir)
+        deadline = time.monotonic() + 60
+        while runner.worker_count < opts.workers:
+            dead = [i for i, p in enumerate(workers) if p.poll() is not None]
+            if dead or time.monotonic() > deadline:
+                for p in workers:
+                    p.kill()
+                raise RuntimeError(
+                    f"{opts.workers} workers did not connect ({runner.worker_count} did); "
+                    f"see {run_dir}/worker-*.log"
+                )
+            gevent.sleep(0.1)
+        watcher = gevent.spawn(link.watch)
+    else:
+        runner = env.create_local_runner()
     logging.getLogger("locust.runners").addFilter(_QuietSpawnWarning())
     progress = Progress(state, shape, env, out)
     printer = gevent.spawn(progress.run)
@@ -365,7 +397,11 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
         gevent.sleep(0.05)
         while runner.shape_greenlet is not None and not interrupted:
             gevent.sleep(0.1)
+        if watcher is not None:
+            watcher.kill()
         runner.stop()
+        if link is not None:
+            gevent.sleep(2 * FLUSH_S)  # the workers' last batches of counts and records
         runner.quit()
     finally:
         signal.signal(signal.SIGINT, previous)
@@ -377,6 +413,13 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
         out.write("\n" if progress.tty else "")
         out.write(progress.line() + "\n")
         state.close()
+        if link is not None:
+            link.close()
+        for proc in workers:
+            try:
+                proc.wait(15)
+            except Exception:
+                proc.kill()
     if interrupted:
         out.write("interrupted: writing a partial report\n")
     from loadgen.pipeline import rebuild

@@ -68,17 +68,29 @@ class RunState(StepSink):
         worker: str = "w0",
         fire_request: Callable[..., None] | None = None,
         log_metric: Callable[[str, str, float], None] | None = None,
+        record_sink: Callable[[bytes], None] | None = None,
+        step_log: bool = True,
+        user_offset: int = 0,
     ) -> None:
+        """``record_sink``: where each record's JSON line goes (default: this process's
+        ``requests-<worker>.jsonl``); ``step_log``: this process writes steps.jsonl (the one that runs
+        the shape); ``user_offset``: first user index (distinct per worker, so no two users of a
+        distributed run send the same prompts)."""
         self.run_dir = run_dir
         self.target = target
         self.worker = worker
         self.workload_for = workload_for
-        self.records = JsonlAppender(run_dir / f"requests-{worker}.jsonl")
-        self.steps = StepLog(run_dir)
+        self.records: JsonlAppender | None = None
+        if record_sink is None:
+            self.records = JsonlAppender(run_dir / f"requests-{worker}.jsonl")
+            record_sink = self.records.write_bytes
+        self.record_sink = record_sink
+        self.steps = StepLog(run_dir) if step_log else None
+        self.on_step: Callable[[dict[str, Any]], None] | None = None  # the master tells its workers
         self.fire_request = fire_request
         self.log_metric = log_metric
         self._seq = itertools.count()
-        self._users = itertools.count()
+        self._users = itertools.count(user_offset)
         self._prefix = f"{run_dir.name[-12:]}-{worker}-{os.getpid()}"
         self.step_index = -1
         self.step_plan: StepPlan | None = None
@@ -96,6 +108,13 @@ class RunState(StepSink):
 
     # -- StepSink -----------------------------------------------------------------------------
     def step_started(self, index: int, plan: StepPlan, t_ns: int) -> None:
+        self._apply_start(index, plan, t_ns)
+        if self.steps is not None:
+            self.steps.start(index, t_ns, **plan.describe())
+        if self.on_step is not None:
+            self.on_step({"event": "start", "step": index, "t_ns": t_ns, "plan": plan_to_dict(plan)})
+
+    def _apply_start(self, index: int, plan: StepPlan, t_ns: int) -> None:
         self.step_index = index
         self.step_plan = plan
         self.steady_ns = None
@@ -103,15 +122,32 @@ class RunState(StepSink):
         while len(self.counters) <= index:
             self.counters.append(StepCounters())
         self.counters[index].first_ns = t_ns
-        self.steps.start(index, t_ns, **plan.describe())
 
     def step_steady(self, index: int, t_ns: int) -> None:
         self.steady_ns = t_ns
-        self.steps.steady(index, t_ns)
+        if self.steps is not None:
+            self.steps.steady(index, t_ns)
+        self._tell({"event": "steady", "step": index, "t_ns": t_ns})
 
     def step_ended(self, index: int, t_ns: int, reason: str) -> None:
         self.step_live = False
-        self.steps.end(index, t_ns, reason)
+        if self.steps is not None:
+            self.steps.end(index, t_ns, reason)
+        self._tell({"event": "end", "step": index, "t_ns": t_ns, "reason": reason})
+
+    def _tell(self, message: dict[str, Any]) -> None:
+        if self.on_step is not None:
+            self.on_step(message)
+
+    def apply_step_message(self, message: dict[str, Any]) -> None:
+        """A worker follows the master's step transitions (``on_step`` messages)."""
+        event = message["event"]
+        if event == "start":
+            self._apply_start(message["step"], plan_from_dict(message["plan"]), message["t_ns"])
+        elif event == "steady":
+            self.steady_ns = message["t_ns"]
+        elif event == "end":
+            self.step_live = False
 
     def requests_in_window(self, index: int) -> int:
         return self.counters[index].in_window if index < len(self.counters) else 0
@@ -169,11 +205,11 @@ class RunState(StepSink):
                 source=spec.source,
                 user=user,
             )
-            self.records.write_bytes(rec.to_json())
+            self.record_sink(rec.to_json())
             raise
         self.in_flight -= 1
         rec = self._record(rid, step, spec, result, user)
-        self.records.write_bytes(rec.to_json())
+        self.record_sink(rec.to_json())
         self._report(rec, spec)
         text = result.stream.text if result.stream is not None else None
         return rec, text
@@ -227,6 +263,20 @@ class RunState(StepSink):
                 rec.error = short(f"{s.malformed} malformed payload(s), first: {s.first_malformed}")
         return rec
 
+    def count(self, step: int, error_class: str | None, output_tokens: int, sent_ns: int) -> None:
+        """Live counters of the progress line and of ``--requests-per-step``."""
+        if not 0 <= step < len(self.counters):
+            return
+        c = self.counters[step]
+        if error_class is None:
+            c.ok += 1
+            c.output_tokens += output_tokens
+        else:
+            c.failed += 1
+            c.errors[error_class] = c.errors.get(error_class, 0) + 1
+        if self.steady_ns is not None and step == self.step_index and sent_ns >= self.steady_ns:
+            c.in_window += 1
+
     def _report(self, rec: RequestRecord, spec: RequestSpec) -> None:
         ok = rec.error_class is None
         if rec.error_class in CONNECTION_CLASSES:
@@ -236,16 +286,7 @@ class RunState(StepSink):
         elif rec.error_class != "cancelled":
             self.conn_streak = 0
         idx = rec.step
-        if 0 <= idx < len(self.counters):
-            c = self.counters[idx]
-            if ok:
-                c.ok += 1
-                c.output_tokens += rec.output_tokens or 0
-            else:
-                c.failed += 1
-                c.errors[rec.error_class or "other"] = c.errors.get(rec.error_class or "other", 0) + 1
-            if self.steady_ns is not None and idx == self.step_index and rec.sent_ns >= self.steady_ns:
-                c.in_window += 1
+        self.count(idx, rec.error_class, rec.output_tokens or 0, rec.sent_ns)
         e2e_ms = (rec.end_ns - rec.intended_ns) / 1e6
         name = spec.endpoint
         if self.fire_request is not None:
@@ -264,8 +305,27 @@ class RunState(StepSink):
                 self.log_metric("ITL", name, (offs[-1] - offs[0]) / (len(offs) - 1) / 1e6)
 
     def close(self) -> None:
-        self.records.close()
-        self.steps.close()
+        if self.records is not None:
+            self.records.close()
+        if self.steps is not None:
+            self.steps.close()
+
+
+def plan_to_dict(plan: StepPlan) -> dict[str, Any]:
+    if plan.replay is not None:
+        raise ValueError("a trace replay step cannot be sent to workers; run trace replays in one process")
+    return {
+        "concurrency": plan.concurrency,
+        "context_tokens": plan.context_tokens,
+        "warmup_s": plan.warmup_s,
+        "duration_s": plan.duration_s,
+        "requests": plan.requests,
+        "rate": plan.rate,
+    }
+
+
+def plan_from_dict(data: dict[str, Any]) -> StepPlan:
+    return StepPlan(**data)
 
 
 def _flatten(messages: list[dict[str, Any]] | None) -> str:

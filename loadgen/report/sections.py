@@ -6,6 +6,7 @@ nothing when the data is absent.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from loadgen.report.markdown import escape_cell
@@ -159,5 +160,22 @@ def plan_section(summary: dict[str, Any]) -> str | None:
     return render_plan_md(plan) if isinstance(plan, dict) else None
 
 
+def run_events_section(summary: dict[str, Any]) -> str | None:
+    """What happened to the run itself: server down and back, workers lost."""
+    events = summary.get("run_events") or []
+    if not events:
+        return None
+    lines = ["## Run events", "", "| Time (UTC) | Event | Step | Detail |", "|---|---|---:|---|"]
+    for e in events:
+        when = time.strftime("%H:%M:%S", time.gmtime(e.get("t_ns", 0) / 1e9))
+        step = e.get("step")
+        detail = e.get("detail") or e.get("worker") or ""
+        lines.append(
+            f"| {when} | {escape_cell(e.get('kind', ''))} | {step if step is not None else '–'} | {escape_cell(detail)} |"
+        )
+    lines.append("")
+    return "\n".join(lines)
+
+
 LEAD_SECTIONS = (knee_section,)
-TRAILING_SECTIONS = (telemetry_section, plan_section)
+TRAILING_SECTIONS = (run_events_section, telemetry_section, plan_section)

@@ -13,7 +13,7 @@ import sys
 from dataclasses import fields
 from typing import Any
 
-from loadgen.sim.profiles import (
+from loadgen.sim.profile import (
     SECTION_TYPES,
     ProfileError,
     apply_overrides,

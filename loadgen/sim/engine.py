@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from loadgen.sim.model import MemoryPlan, StepCost, StepModel
-from loadgen.sim.profiles import FixedTiming, Profile
+from loadgen.sim.profile import FixedTiming, Profile
 
 CLIP_MAX_NEW_TOKENS = 4096
 INIT_NEW_TOKEN_RATIO = 0.7
@@ -468,7 +468,6 @@ class Engine:
             self._retract(free, need, t)
             if not self.running:
                 return self._plan_prefill(t)
-            need = len(self.running) * self.n_v
         if self._log_t is None:
             self._log_t = t
             self._log_tokens = 0
@@ -698,7 +697,9 @@ class Engine:
                 e += self.profile.hardware.idle_w * (t - last)
         return e, b
 
-    def _at(self, t: float) -> tuple[float, float]:
+    def totals_at(self, t: float) -> tuple[float, float]:
+        """Per-GPU energy (J) and busy seconds accumulated up to ``t``; interpolated between step
+        boundaries, exact at them. Times older than the last ~5 s of history clamp to its start."""
         hist = self.history
         if not hist or t >= hist[-1][0]:
             return self._cumulative(t)
@@ -715,8 +716,8 @@ class Engine:
 
     def power_w(self, now: float, window_s: float = 1.0) -> float:
         """Average per-GPU power over the last ``window_s`` (NVML reports a 1-s average)."""
-        e1, _ = self._at(now)
-        e0, _ = self._at(now - window_s)
+        e1, _ = self.totals_at(now)
+        e0, _ = self.totals_at(now - window_s)
         first = self.history[0][0] if self.history else now
         span = min(window_s, now - first)
         if span <= 0:
@@ -724,8 +725,8 @@ class Engine:
         return (e1 - e0) / span
 
     def busy_share(self, now: float, window_s: float = 1.0) -> float:
-        _, b1 = self._at(now)
-        _, b0 = self._at(now - window_s)
+        _, b1 = self.totals_at(now)
+        _, b0 = self.totals_at(now - window_s)
         first = self.history[0][0] if self.history else now
         span = min(window_s, now - first)
         return min(1.0, max(0.0, (b1 - b0) / span)) if span > 0 else 0.0

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from loadgen.sim.profiles import Profile
+from loadgen.sim.profile import Profile
 
 
 @dataclass(frozen=True, slots=True)

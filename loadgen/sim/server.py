@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import select
 import selectors
@@ -34,7 +35,7 @@ import orjson
 
 from loadgen.sim.engine import ABORTED, Emission, Engine, RejectError, SimRequest, natural_length
 from loadgen.sim.logsink import LogSink
-from loadgen.sim.profiles import Profile
+from loadgen.sim.profile import Profile
 from loadgen.sim.prom import GpuTelemetry, render_sglang, render_vllm
 from loadgen.sim.text import TextSource, classify_source, count_prompt_tokens, prompt_text
 
@@ -90,6 +91,8 @@ REASONS = {
     503: "Service Unavailable",
 }
 MAX_BODY = 64 << 20
+GRAPH_BS_LADDER = (1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 288, 320,
+                   352, 384, 416, 448, 480, 512)  # fmt: skip
 EOS_TOKEN_ID = 163586
 
 
@@ -212,136 +215,142 @@ class SimServer:
         self.log.flush()
         os._exit(1)
 
+    def _say(self, level: str, sglang: str, vllm: str | None = None) -> None:
+        """Log a start-up line in the imitated server's wording (``vllm`` None: SGLang's text)."""
+        text = vllm if self.opts.metrics_style == "vllm" and vllm is not None else sglang
+        if text:
+            (self.log.error if level == "error" else self.log.info)(text)
+
     async def _startup(self, host: str, port: int) -> None:
-        """Simulated start-up: memory accounting, graph capture; fail like SGLang when it does not fit."""
+        """Simulated start-up: memory accounting, graph capture; fail like the real server when it
+        does not fit, with its messages, after the (scaled-down) time it would have taken."""
         p = self.profile
         s = p.server
         plan = self.engine.plan
         total_s = max(0.0, s.startup_s)
         gib = 2**30
-        self.log.info(
+        self._say(
+            "info",
             f"server_args=ServerArgs(model_path='{self.model_name}', tp_size={s.tp}, "
             f"mem_fraction_static={s.mem_fraction_static}, max_running_requests={p.max_running_requests}, "
             f"max_queued_requests={s.max_queued_requests or None}, chunked_prefill_size={s.chunked_prefill_size}, "
             f"cuda_graph_max_bs={s.cuda_graph_max_bs}, context_length={p.context_length}, "
-            f"speculative_algorithm={p.spec.algorithm.upper() if p.spec.enabled else None!r}, "
+            f"speculative_algorithm={p.spec.name.upper() if p.spec.enabled else None!r}, "
             f"speculative_num_draft_tokens={p.verify_width if p.spec.enabled else None}, "
-            f"host='{host}', port={port})"
+            f"host='{host}', port={port})",
+            f"non-default args: {{'model': '{self.model_name}', 'host': '{host}', 'port': {port}, "
+            f"'tensor_parallel_size': {s.tp}, 'gpu_memory_utilization': {s.mem_fraction_static}, "
+            f"'max_num_seqs': {p.max_running_requests}, 'max_model_len': {p.context_length}}}",
         )
         avail = plan.total_bytes / gib
-        self.log.info(f"Load weight begin. avail mem={avail:.2f} GB")
+        self._say(
+            "info", f"Load weight begin. avail mem={avail:.2f} GB", f"Starting to load model {self.model_name}..."
+        )
         await asyncio.sleep(total_s * 0.6)
         if plan.weight_bytes > plan.total_bytes:
-            self.log.error(
-                "Scheduler hit an exception: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+            oom = (
+                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
                 f"{(plan.weight_bytes - plan.total_bytes) / gib + 1:.2f} GiB. GPU 0 has a total capacity of "
                 f"{avail:.2f} GiB of which 0 bytes is free."
             )
+            self._say("error", f"Scheduler hit an exception: {oom}", f"{oom}\nRuntimeError: Engine core "
+                      "initialization failed. See root cause above. Failed core proc(s): {}")  # fmt: skip
             self._fail(1)
             return
         avail -= plan.weight_bytes / gib
-        self.log.info(
+        self._say(
+            "info",
             f"Load weight end. type=SimulatedForCausalLM, dtype=torch.bfloat16, "
-            f"avail mem={avail:.2f} GB, mem usage={plan.weight_bytes / gib:.2f} GB."
+            f"avail mem={avail:.2f} GB, mem usage={plan.weight_bytes / gib:.2f} GB.",
+            f"Model loading took {plan.weight_bytes / gib:.4f} GiB and {total_s * 0.6:.6f} seconds",
         )
         if plan.kv_pool_tokens <= 0:
-            self.log.error(
+            self._say(
+                "error",
                 "Scheduler hit an exception: RuntimeError: Not enough memory. Please try to increase "
-                f"--mem-fraction-static. Current value: mem_fraction_static={s.mem_fraction_static}"
+                f"--mem-fraction-static. Current value: mem_fraction_static={s.mem_fraction_static}",
+                "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
+                "when initializing the engine.\nRuntimeError: Engine core initialization failed. See root cause "
+                "above. Failed core proc(s): {}",
             )
             self._fail(1)
             return
-        self.log.info(
-            f"KV Cache is allocated. #tokens: {plan.kv_pool_tokens}, KV size: {plan.kv_pool_bytes / gib:.2f} GB"
+        self._say(
+            "info",
+            f"KV Cache is allocated. #tokens: {plan.kv_pool_tokens}, KV size: {plan.kv_pool_bytes / gib:.2f} GB",
+            f"GPU KV cache size: {plan.kv_pool_tokens:,} tokens",
+        )
+        self._say(
+            "info",
+            f"Memory pool end. avail mem={plan.headroom_bytes / gib:.2f} GB",
+            f"Maximum concurrency for {p.context_length:,} tokens per request: "
+            f"{plan.kv_pool_tokens / p.context_length:.2f}x",
         )
         avail = plan.headroom_bytes / gib
-        self.log.info(f"Memory pool end. avail mem={avail:.2f} GB")
         max_bs = min(s.cuda_graph_max_bs, p.max_running_requests)
-        ladder = [
-            b
-            for b in (
-                1,
-                2,
-                4,
-                8,
-                12,
-                16,
-                24,
-                32,
-                40,
-                48,
-                56,
-                64,
-                80,
-                96,
-                112,
-                128,
-                160,
-                192,
-                224,
-                256,
-                288,
-                320,
-                352,
-                384,
-                416,
-                448,
-                480,
-                512,
-            )
-            if b <= max_bs
-        ]
+        ladder = [b for b in GRAPH_BS_LADDER if b <= max_bs]
         if not ladder or ladder[-1] != max_bs:
             ladder.append(max_bs)
-        self.log.info(f"Capture cuda graph begin. This can take up to several minutes. avail mem={avail:.2f} GB")
-        self.log.info(f"Capture cuda graph bs {ladder}")
+        self._say(
+            "info",
+            f"Capture cuda graph begin. This can take up to several minutes. avail mem={avail:.2f} GB",
+            "Capturing CUDA graphs (mixed prefill-decode, PIECEWISE)",
+        )
+        self._say("info", f"Capture cuda graph bs {ladder}", f"cudagraph sizes specified by model runner {ladder}")
         if not plan.graph_fits:
             await asyncio.sleep(total_s * 0.3)
             need = (plan.graph_bytes - plan.headroom_bytes) / gib
-            self.log.error(
-                "Scheduler hit an exception: Exception: Capture cuda graph failed: CUDA out of memory. "
-                f"Tried to allocate {max(need, 0.01):.2f} GiB. GPU 0 has a total capacity of "
+            oom = (
+                f"CUDA out of memory. Tried to allocate {max(need, 0.01):.2f} GiB. GPU 0 has a total capacity of "
                 f"{plan.total_bytes / gib:.2f} GiB of which {max(0.0, avail - plan.graph_bytes / gib + need):.2f} "
-                "GiB is free.\n"
+                "GiB is free."
+            )
+            self._say(
+                "error",
+                f"Scheduler hit an exception: Exception: Capture cuda graph failed: {oom}\n"
                 "Possible solutions:\n"
                 "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
                 "2. set --cuda-graph-max-bs to a smaller value (e.g., 16)\n"
                 "3. disable torch compile by not using --enable-torch-compile\n"
                 "4. disable CUDA graph by --disable-cuda-graph. (Not recommended. Huge performance loss)\n"
-                "Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose"
+                "Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose",
+                f"torch.OutOfMemoryError: {oom}\nRuntimeError: Engine core initialization failed. See root cause "
+                "above. Failed core proc(s): {}",
             )
             self._fail(1)
             return
         await asyncio.sleep(total_s * 0.4)
         graph_gb = (plan.graph_bytes - s.graph_headroom_gb * 1e9) / gib
-        self.log.info(
+        self._say(
+            "info",
             f"Capture cuda graph end. Time elapsed: {total_s * 0.4:.2f} s. mem usage={graph_gb:.2f} GB. "
-            f"avail mem={avail - graph_gb:.2f} GB."
+            f"avail mem={avail - graph_gb:.2f} GB.",
+            f"Graph capturing finished in {total_s * 0.4:.0f} secs, took {graph_gb:.2f} GiB",
         )
-        self.log.info(
+        self._say(
+            "info",
             f"max_total_num_tokens={self.engine.pool_tokens}, chunked_prefill_size="
             f"{s.chunked_prefill_size}, max_prefill_tokens=16384, max_running_requests="
             f"{p.max_running_requests}, context_len={p.context_length}, "
-            f"available_gpu_mem={avail - graph_gb:.2f} GB"
+            f"available_gpu_mem={avail - graph_gb:.2f} GB",
+            f"init engine (profile, create kv cache, warmup model) took {total_s:.2f} seconds",
         )
-        if self.opts.metrics_style == "vllm":
-            self.log.info(f"GPU KV cache size: {self.engine.pool_tokens:,} tokens")
-            self.log.info(
-                f"Maximum concurrency for {p.context_length:,} tokens per request: "
-                f"{self.engine.pool_tokens / p.context_length:.2f}x"
-            )
-        self.log.info(f"Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)")
+        self._say(
+            "info",
+            f"Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)",
+            f"Starting vLLM API server 0 on http://{host}:{port}",
+        )
         delay = self.opts.faults.ready_delay_s
         if delay > 0:
             await asyncio.sleep(delay)
         self.ready = True
         assert self.loop is not None
         self.ready_at = self.loop.time()
-        self.log.info("The server is fired up and ready to roll!")
+        self._say("info", "The server is fired up and ready to roll!", "Application startup complete.")
         self.log.flush()
 
     def _fail(self, code: int) -> None:
-        self.log.error("Received sigquit from a child process. It usually means the child failed.")
+        self._say("error", "Received sigquit from a child process. It usually means the child failed.", "")
         self.log.flush()
         self._request_stop(code)
 
@@ -718,7 +727,7 @@ class SimServer:
             "cuda_graph_max_bs": p.server.cuda_graph_max_bs,
             "chunked_prefill_size": p.server.chunked_prefill_size,
             "context_length": p.context_length,
-            "speculative_algorithm": p.spec.algorithm.upper() if p.spec.enabled else None,
+            "speculative_algorithm": p.spec.name.upper() if p.spec.enabled else None,
             "speculative_num_draft_tokens": p.verify_width if p.spec.enabled else None,
             "max_total_num_tokens": self.engine.pool_tokens,
             "internal_states": [
@@ -1014,6 +1023,11 @@ class _Conn(asyncio.Protocol):
 
 def run_server(profile: Profile, options: ServerOptions) -> int:
     """Run the simulator until stopped; returns the process exit code."""
+    # Cyclic GC pauses of several ms would show up as late steps; the hot path allocates no cycles,
+    # so collect rarely (start-up objects are frozen out of the collector's view).
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(100_000, 50, 1000)
     loop = asyncio.SelectorEventLoop(PreciseEpollSelector())
     asyncio.set_event_loop(loop)
     server = SimServer(profile, options)

@@ -13,7 +13,7 @@ import heapq
 from dataclasses import dataclass
 
 from loadgen.sim.engine import Engine, SimRequest
-from loadgen.sim.profiles import Profile
+from loadgen.sim.profile import Profile
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ def closed_loop(
             break
         if e0 is None and now >= warmup_s:
             e0 = engine.energy_at(warmup_s)
-            b0 = engine._at(warmup_s)[1]
+            b0 = engine.totals_at(warmup_s)[1]
             retracted0 = engine.counters.retracted_reqs
         emissions = engine.advance(now)
         in_window = now >= warmup_s
@@ -114,7 +114,7 @@ def closed_loop(
     span = max(1e-9, end - warmup_s)
     if e0 is None or b0 is None:
         e0, b0 = 0.0, 0.0
-    e1, b1 = engine._at(end)
+    e1, b1 = engine.totals_at(end)
     return LoopResult(
         concurrency=concurrency,
         window_s=span,

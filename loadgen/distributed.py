@@ -1,0 +1,232 @@
+"""Several load-generating processes on Locust's own master/worker mode.
+
+The master runs the load shape, writes steps.jsonl and the manifest, starts the telemetry side
+process and renders the report; workers run the users. Four custom messages:
+
+* ``lg_hello`` (worker -> master, once its handlers are registered) and ``lg_config`` (the
+  master's answer): what to send and where (the ramp's options,
+  no secrets: a worker takes its API key from its own environment, ``OPENAI_API_KEY``), the run
+  directory, and the worker's index.
+* ``lg_step`` (master -> workers): every step transition as it happens, so all workers switch
+  steps together and stamp their records with the same step.
+* ``lg_records`` (worker -> master, every 0.25 s and at the end): live counts for the progress
+  line and ``--requests-per-step``, and, for a worker that cannot reach the run directory (another
+  machine), the records themselves, which the master appends to ``requests-<worker>.jsonl``.
+
+A worker on the master's machine (``loadgen ramp --workers N``) writes its records straight into
+the run directory, one ``write`` per request as in a single-process run, so a worker that dies
+loses nothing it finished. A remote worker's records travel in the 0.25 s batches: one that dies
+loses at most its last batch. The master notices a worker that stops sending heartbeats (Locust's
+own liveness check, about 3 s), records a ``worker_lost`` event and says so; Locust moves that
+worker's users to the others.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, TextIO
+
+import gevent
+import orjson
+from locust.env import Environment
+
+from loadgen.clock import ANCHOR
+from loadgen.records import JsonlAppender
+from loadgen.runtime import RunState
+
+MSG_HELLO = "lg_hello"
+MSG_CONFIG = "lg_config"
+MSG_STEP = "lg_step"
+MSG_RECORDS = "lg_records"
+FLUSH_S = 0.25
+USERS_PER_WORKER = 1_000_000  # user index offset per worker: no two users share a prompt stream
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class MasterLink:
+    """The master's side: hands out the config, relays steps, collects records and counts."""
+
+    def __init__(self, env: Environment, state: RunState, config: dict[str, Any], out: TextIO) -> None:
+        self.env, self.state, self.config, self.out = env, state, config, out
+        self.appenders: dict[str, JsonlAppender] = {}
+        self.events = JsonlAppender(state.run_dir / "events.jsonl")
+        self.known: set[str] = set()
+        runner = env.runner
+        assert runner is not None
+        runner.register_message(MSG_RECORDS, self._on_records)
+        # a worker asks for its config once its handlers are in place (Locust's own connect
+        # handshake can arrive before a worker has registered them)
+        runner.register_message(MSG_HELLO, lambda environment, msg, **_: self._on_connect(msg.node_id))
+        state.on_step = lambda message: runner.send_message(MSG_STEP, message)
+
+    def _on_connect(self, client_id: str) -> None:
+        runner: Any = self.env.runner
+        index = runner.get_worker_index(client_id)
+        self.known.add(client_id)
+        runner.send_message(MSG_CONFIG, {**self.config, "worker_index": index}, client_id=client_id)
+        if self.state.step_index >= 0 and self.state.step_plan is not None:
+            from loadgen.runtime import plan_to_dict
+
+            # a worker that joins mid-run learns the current step
+            runner.send_message(
+                MSG_STEP,
+                {"event": "start", "step": self.state.step_index, "t_ns": self.state.counters[-1].first_ns,
+                 "plan": plan_to_dict(self.state.step_plan)},
+                client_id=client_id,
+            )
+
+    def _on_records(self, environment: Environment, msg: Any, **_: Any) -> None:
+        data = msg.data
+        for step, error_class, tokens, sent_ns in data.get("counts", ()):
+            self.state.count(step, error_class, tokens, sent_ns)
+        lines = data.get("lines")
+        if lines:
+            worker = str(data.get("worker", msg.node_id))
+            app = self.appenders.get(worker)
+            if app is None:
+                app = self.appenders[worker] = JsonlAppender(self.state.run_dir / f"requests-{worker}.jsonl")
+            app.write_bytes("".join(lines).encode())
+        samples = data.get("client")
+        if samples:
+            worker = str(data.get("worker", msg.node_id))
+            key = "client:" + worker
+            app = self.appenders.get(key)
+            if app is None:
+                app = self.appenders[key] = JsonlAppender(self.state.run_dir / f"client-{worker}.jsonl")
+            app.write_bytes("".join(samples).encode())
+
+    def watch(self) -> None:
+        """Notice workers that stop answering (a greenlet for the run's length)."""
+        runner: Any = self.env.runner
+        while True:
+            gevent.sleep(1.0)
+            alive = {c.id for c in runner.clients.all if c.state != "missing"}
+            for client_id in sorted(self.known - alive):
+                self.known.discard(client_id)
+                index = runner.worker_indexes.get(client_id)
+                self.events.write(
+                    {"t_ns": ANCHOR.now_wall_ns(), "src": "loadgen", "kind": "worker_lost", "worker": f"w{index}",
+                     "client_id": client_id, "step": self.state.step_index}
+                )
+                self.out.write(f"\nworker w{index} stopped answering; Locust moves its users to the others\n")
+
+    def close(self) -> None:
+        for app in self.appenders.values():
+            app.close()
+        self.events.close()
+
+
+def start_local_workers(n: int, port: int, run_dir: Path) -> list[subprocess.Popen[bytes]]:
+    """``n`` worker processes on this machine, their output in ``worker-<i>.log`` of the run dir."""
+    procs = []
+    for i in range(n):
+        log = open(run_dir / f"worker-{i}.log", "wb")  # noqa: SIM115  (the child owns it)
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "loadgen.worker", "--master-host", "127.0.0.1", "--master-port", str(port)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+        )
+        log.close()
+    return procs
+
+
+class WorkerLink:
+    """A worker's side: builds its run state from the master's config, follows steps, reports."""
+
+    def __init__(self, env: Environment) -> None:
+        self.env = env
+        self.state: RunState | None = None
+        self.counts: list[tuple[int, str | None, int, int]] = []
+        self.lines: list[str] | None = None
+        self.worker = "w?"
+        runner = env.runner
+        assert runner is not None
+        runner.register_message(MSG_CONFIG, self._on_config)
+        runner.register_message(MSG_STEP, self._on_step)
+        self._flusher = gevent.spawn(self._flush_loop)
+        runner.send_message(MSG_HELLO, {})
+        env.events.test_stop.add_listener(lambda **_: self.flush())
+        env.events.quitting.add_listener(lambda **_: self.flush())
+
+    def _on_config(self, environment: Environment, msg: Any, **_: Any) -> None:
+        from loadgen.client import Timeouts
+        from loadgen.ramp import RampOptions, _base_workload, _workload_factory
+        from loadgen.runtime import TargetOptions
+        from loadgen.selfwatch import SelfWatch
+
+        cfg = dict(msg.data)
+        index = int(cfg.pop("worker_index"))
+        run_dir = Path(cfg.pop("run_dir"))
+        opts_data = cfg.pop("options")
+        self.worker = f"w{index}"
+        fields = {k: v for k, v in opts_data.items() if k in RampOptions.__dataclass_fields__}
+        fields["timeouts"] = Timeouts(**fields["timeouts"])
+        fields.pop("telemetry", None)
+        opts = RampOptions(**fields)
+        opts.api_key = os.environ.get("OPENAI_API_KEY") or None
+        shared = run_dir.is_dir() and os.access(run_dir, os.W_OK) and not os.environ.get("LOADGEN_RECORDS_VIA_MASTER")
+        target = TargetOptions(url=opts.url, model=opts.model, api_key=opts.api_key, transport=opts.transport,
+                               timeouts=opts.timeouts, stream=opts.stream)
+        sink = None
+        if not shared:
+            self.lines = []
+            lines = self.lines
+            sink = lambda line: lines.append(line.decode())  # noqa: E731
+        state = RunState(run_dir if shared else Path("."), target, _workload_factory(_base_workload(opts)),
+                         worker=self.worker, record_sink=sink, step_log=False,
+                         user_offset=index * USERS_PER_WORKER)
+        original = state.count
+
+        def count(step: int, error_class: str | None, tokens: int, sent_ns: int) -> None:
+            original(step, error_class, tokens, sent_ns)
+            self.counts.append((step, error_class, tokens, sent_ns))
+
+        state.count = count  # type: ignore[method-assign]
+        state.fire_request = environment.events.request.fire
+        state.log_metric = lambda kind, name, ms: environment.stats.log_request(kind, name, ms, 0)
+        environment.loadgen = state  # type: ignore[attr-defined]
+        self.state = state
+        if shared:
+            SelfWatch(run_dir, self.worker, lambda: state.in_flight).start()
+
+    def _on_step(self, environment: Environment, msg: Any, **_: Any) -> None:
+        if self.state is not None:
+            self.state.apply_step_message(msg.data)
+
+    def flush(self) -> None:
+        if not self.counts and not self.lines:
+            return
+        data: dict[str, Any] = {"worker": self.worker, "counts": self.counts}
+        self.counts = []
+        if self.lines:
+            data["lines"] = self.lines[:]
+            self.lines.clear()
+        runner = self.env.runner
+        if runner is not None:
+            runner.send_message(MSG_RECORDS, data)
+
+    def _flush_loop(self) -> None:
+        while True:
+            gevent.sleep(FLUSH_S)
+            self.flush()
+
+
+def master_config(run_dir: Path, options: dict[str, Any]) -> dict[str, Any]:
+    return {"run_dir": str(run_dir.resolve()), "options": orjson.loads(orjson.dumps(options, default=str))}
+
+
+__all__ = ["MasterLink", "WorkerLink", "asdict", "free_port", "master_config", "start_local_workers"]
