@@ -81,5 +81,5 @@ def rebuild(
         summary["plan"] = make_plan(summary, write_plan_request)
         data = {"request": write_plan_request, "plan": summary["plan"]}
         (Path(run_dir) / PLAN_FILE).write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
-    write_run_outputs(run, summary, [*LEAD_SECTIONS, *TRAILING_SECTIONS])
+    write_run_outputs(run, summary, TRAILING_SECTIONS, LEAD_SECTIONS)
     return summary

@@ -13,14 +13,18 @@ Fast for large runs (a 1,000,000-record run loads in seconds, not minutes): file
 blocks; the two per-chunk arrays of a record are cut out of its line as text and parsed in one
 numpy call per block (they are most of the bytes, and turning them into Python ints is what costs);
 orjson parses the rest of the line; the cyclic garbage collector is paused while records are parsed
-(millions of short-lived dicts would otherwise trigger it over and over). Per-chunk data is kept as
-two flat arrays with per-record offsets into them (CSR layout), never as per-record lists.
+(millions of short-lived dicts would otherwise trigger it over and over). Large runs are parsed by
+forked worker processes that write the chunk arrays into shared memory (:class:`_SharedChunks`).
+Per-chunk data is kept as two flat arrays with per-record offsets into them (CSR layout), never as
+per-record lists.
 """
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import itertools
+import mmap
 import multiprocessing
 import os
 import sys
@@ -190,20 +194,33 @@ class Run:
 
 
 class _Flat:
-    __slots__ = ("arr", "n")
+    """A growable array; or, given ``slot``, one that fills that view (a worker's shared slot)
+    and moves to a private array only if it would overflow it (``in_slot`` then turns False)."""
 
-    def __init__(self, dtype: type[np.signedinteger[Any]], capacity: int = 1 << 16) -> None:
-        self.arr: npt.NDArray[Any] = np.empty(capacity, dtype=dtype)
+    __slots__ = ("arr", "in_slot", "n")
+
+    def __init__(
+        self, dtype: type[np.signedinteger[Any]], capacity: int = 1 << 16, slot: npt.NDArray[Any] | None = None
+    ) -> None:
+        self.arr: npt.NDArray[Any] = slot if slot is not None else np.empty(capacity, dtype=dtype)
+        self.in_slot = slot is not None
         self.n = 0
 
     def extend(self, values: npt.NDArray[Any]) -> None:
         need = self.n + len(values)
         if need > len(self.arr):
-            self.arr.resize(max(need, len(self.arr) * 2), refcheck=False)
+            if self.in_slot:
+                private = np.empty(max(need, len(self.arr) * 2), dtype=self.arr.dtype)
+                private[: self.n] = self.arr[: self.n]
+                self.arr, self.in_slot = private, False
+            else:
+                self.arr.resize(max(need, len(self.arr) * 2), refcheck=False)
         self.arr[self.n : need] = values
         self.n = need
 
     def finish(self) -> npt.NDArray[Any]:
+        if self.in_slot:
+            return self.arr[: self.n]
         self.arr.resize(self.n, refcheck=False)
         return self.arr
 
@@ -387,6 +404,7 @@ class _Part:
     offsets: npt.NDArray[np.int64]
     tokens: npt.NDArray[np.int32]
     skipped: int
+    in_slot: int = -1  # >= 0: the chunk arrays are not here but in the worker's shared slot, this many
 
     @property
     def n(self) -> int:
@@ -462,8 +480,11 @@ def _parse_lines(lines: list[bytes], path: Path, block_start: int) -> _Part:
 class _Columns:
     """Accumulates the parts of all blocks into the Requests columns."""
 
-    def __init__(self, expected_bytes: int) -> None:
+    def __init__(
+        self, expected_bytes: int, slots: tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]] | None = None
+    ) -> None:
         self.expected_bytes = expected_bytes
+        self.slots = slots
         self.ints: dict[str, list[I64]] = {k: [] for k in _INT_FIELDS}
         self.cat_tables: dict[str, dict[Any, int]] = {k: {} for k in _CAT_FIELDS}
         self.cats: dict[str, list[I32]] = {k: [] for k in _CAT_FIELDS}
@@ -475,8 +496,15 @@ class _Columns:
         self.n = 0
         self.skipped = 0
 
-    def add(self, part: _Part, block_bytes: int) -> None:
+    def add(self, part: _Part, block_bytes: int, chunks: bool = True) -> None:
+        """Append a part; ``chunks=False`` leaves its chunk arrays out (the caller places them)."""
         self.skipped += part.skipped
+        if not chunks:
+            self._add_columns(part)
+            return
+        if (self.offsets is None or self.tokens is None) and self.slots is not None:
+            self.offsets = _Flat(np.int64, slot=self.slots[0])
+            self.tokens = _Flat(np.int32, slot=self.slots[1])
         if self.offsets is None or self.tokens is None:
             # size the flat arrays once from the first block's chunks per byte (+10 %), so that
             # large runs never grow them by copying
@@ -484,6 +512,11 @@ class _Columns:
             capacity = int(per_byte * self.expected_bytes * 1.1) + 1024
             self.offsets = _Flat(np.int64, capacity)
             self.tokens = _Flat(np.int32, capacity)
+        self.offsets.extend(part.offsets)
+        self.tokens.extend(part.tokens)
+        self._add_columns(part)
+
+    def _add_columns(self, part: _Part) -> None:
         if not part.n:
             return
         for name in _INT_FIELDS:
@@ -498,8 +531,6 @@ class _Columns:
         for k, msg in part.errors:
             self.errors[base + k] = msg
         self.counts.append(part.counts)
-        self.offsets.extend(part.offsets)
-        self.tokens.extend(part.tokens)
         self.n += part.n
 
     def to_part(self) -> _Part:
@@ -509,7 +540,7 @@ class _Columns:
             k: (np.concatenate(v) if v else np.empty(0, dtype=np.int32), list(self.cat_tables[k]))
             for k, v in self.cats.items()
         }
-        return _Part(
+        part = _Part(
             ints=ints,
             cats=cats,
             ids=self.ids,
@@ -519,8 +550,13 @@ class _Columns:
             tokens=self.tokens.finish() if self.tokens else np.empty(0, dtype=np.int32),
             skipped=self.skipped,
         )
+        in_slot = self.offsets is None or self.tokens is None or (self.offsets.in_slot and self.tokens.in_slot)
+        if self.slots is not None and in_slot:
+            part.in_slot = len(part.offsets)
+            part.offsets, part.tokens = np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int32)
+        return part
 
-    def finish(self) -> Requests:
+    def finish(self, chunk_arrays: tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]] | None = None) -> Requests:
         def cat(name: str) -> Categorical:
             names = tuple(self.cat_tables[name])
             parts = self.cats[name]
@@ -544,18 +580,22 @@ class _Columns:
             error_class=cat("error_class"),
             endpoint=cat("endpoint"),
             chunk_start=chunk_start,
-            chunk_offsets_ns=(self.offsets or empty).finish(),
-            chunk_tokens=(self.tokens or _Flat(np.int32, 0)).finish(),
+            chunk_offsets_ns=chunk_arrays[0] if chunk_arrays else (self.offsets or empty).finish(),
+            chunk_tokens=chunk_arrays[1] if chunk_arrays else (self.tokens or _Flat(np.int32, 0)).finish(),
             errors=self.errors,
             **ints,
         )
 
 
-def _parse_range(task: tuple[str, int, int]) -> _Part:
-    """Parse ``path[start:end]`` (whole lines) into one part; runs in a worker process too."""
+def _parse_range(
+    task: tuple[str, int, int], slots: tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]] | None = None
+) -> _Part:
+    """Parse ``path[start:end]`` (whole lines) into one part; runs in a worker process too.
+
+    With ``slots`` (views of shared memory) the chunk arrays are written there, not returned."""
     path_s, start, end = task
     path = Path(path_s)
-    cols = _Columns(end - start)
+    cols = _Columns(end - start, slots)
     gc_was_enabled = gc.isenabled()
     gc.disable()  # millions of short-lived dicts would trigger the cyclic collector over and over
     try:
@@ -605,6 +645,63 @@ def _workers_for(total_bytes: int, workers: int | None) -> int:
     return max(1, min(os.cpu_count() or 1, 4))
 
 
+class _SharedChunks:
+    """The chunk arrays of a parallel load, in anonymous shared memory that forked workers write.
+
+    Each task gets a slot big enough for any text of its byte range (every chunk takes at least 4
+    bytes of it: a digit and a separator in each array), so a worker never has to send its arrays
+    back through a pipe. The parent then slides the slots together (memmove) and gives the emptied
+    pages back, leaving one contiguous array each, as a serial load would.
+    """
+
+    def __init__(self, tasks: Sequence[tuple[str, int, int]]) -> None:
+        caps = [(end - start) // 4 + 1 for _, start, end in tasks]
+        self.bases = [0, *itertools.accumulate(caps)]
+        total = self.bases[-1]
+        self._maps = (mmap.mmap(-1, max(total * 8, 1)), mmap.mmap(-1, max(total * 4, 1)))
+        self.offsets = np.frombuffer(self._maps[0], dtype=np.int64, count=total)
+        self.tokens = np.frombuffer(self._maps[1], dtype=np.int32, count=total)
+
+    def slot(self, k: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]:
+        a, b = self.bases[k], self.bases[k + 1]
+        return self.offsets[a:b], self.tokens[a:b]
+
+    def _release(self, which: int, first: int, end: int, item: int) -> None:
+        page = mmap.PAGESIZE
+        lo = -(-first * item // page) * page
+        hi = end * item // page * page
+        if hi > lo and hasattr(mmap, "MADV_REMOVE"):
+            self._maps[which].madvise(mmap.MADV_REMOVE, lo, hi - lo)
+
+    def compact(self, counts: Sequence[int]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]:
+        """Slide slot k's first ``counts[k]`` entries to follow slot k-1's; the joined arrays."""
+        pos = 0
+        for k, n in enumerate(counts):
+            base = self.bases[k]
+            if n and base != pos:
+                arrays: tuple[npt.NDArray[Any], npt.NDArray[Any]] = (self.offsets, self.tokens)
+                for which, arr in enumerate(arrays):
+                    item = arr.itemsize
+                    ctypes.memmove(arr.ctypes.data + pos * item, arr.ctypes.data + base * item, n * item)
+                    self._release(which, max(base, pos + n), base + n, item)
+            pos += n
+        self._release(0, pos, self.bases[-1], 8)
+        self._release(1, pos, self.bases[-1], 4)
+        return self.offsets[:pos], self.tokens[:pos]
+
+
+_WORKER_SHARED: list[_SharedChunks] = []  # set in each forked worker by _init_worker
+
+
+def _init_worker(shared: _SharedChunks) -> None:
+    _WORKER_SHARED.append(shared)
+
+
+def _parse_task(item: tuple[int, tuple[str, int, int]]) -> _Part:
+    k, task = item
+    return _parse_range(task, _WORKER_SHARED[0].slot(k))
+
+
 def _load_requests(files: Sequence[Path], workers: int | None = None) -> tuple[Requests, int]:
     try:
         sizes = [p.stat().st_size for p in files]
@@ -616,12 +713,22 @@ def _load_requests(files: Sequence[Path], workers: int | None = None) -> tuple[R
         raise RunLoadError(f"cannot read {exc.filename}: {exc.strerror}") from exc
     cols = _Columns(total)
     if n_workers > 1 and len(tasks) > 1:
-        # fork (checked safe above): spawn would re-import the caller's __main__ in every worker
+        shared = _SharedChunks(tasks)
+        # fork (checked safe above): spawn would re-import the caller's __main__ in every worker,
+        # and the shared mappings are inherited, not copied
         ctx = multiprocessing.get_context("fork")
-        with ctx.Pool(min(n_workers, len(tasks))) as pool:
-            for task, part in zip(tasks, pool.imap(_parse_range, tasks), strict=True):
-                cols.add(part, task[2] - task[1])
-                del part
+        with ctx.Pool(min(n_workers, len(tasks)), initializer=_init_worker, initargs=(shared,)) as pool:
+            parts = list(pool.imap(_parse_task, enumerate(tasks)))
+        if all(part.in_slot >= 0 for part in parts):
+            for task, part in zip(tasks, parts, strict=True):
+                cols.add(part, task[2] - task[1], chunks=False)
+            joined = shared.compact([part.in_slot for part in parts])
+            return cols.finish(joined), cols.skipped
+        for k, (task, part) in enumerate(zip(tasks, parts, strict=True)):  # a slot overflowed: copy
+            if part.in_slot >= 0:
+                off, tok = shared.slot(k)
+                part.offsets, part.tokens = off[: part.in_slot], tok[: part.in_slot]
+            cols.add(part, task[2] - task[1])
     else:
         for task in tasks:
             cols.add(_parse_range(task), task[2] - task[1])

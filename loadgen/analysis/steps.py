@@ -37,6 +37,7 @@ PERCENTILE_METHOD: Final = "linear"
 DEFAULT_MIN_OK_REQUESTS = 5
 NS_PER_MS = 1e6
 NS_PER_S = 1e9
+_NOT_A_GAP = np.iinfo(np.int64).max
 _SLICE_CHUNKS = 4_000_000  # per-chunk temporaries are built in slices of at most this many chunks
 
 FArr = npt.NDArray[np.float64]
@@ -102,24 +103,36 @@ class StepAnalysis:
         status = req.status
         status_ok = (status == 0) | ((status >= 200) & (status < 300))
         self.ok: BArr = (req.error_class.codes == none_code) & status_ok
-        self.chunk_tok_sum = self._chunk_token_sums()
         out = req.output_tokens
         self.out_from_chunks: BArr = out == MISSING
-        self.out_eff: IArr = np.where(self.out_from_chunks, self.chunk_tok_sum, out)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            scale = self.out_eff / self.chunk_tok_sum
-        self.scale: FArr = np.where((self.chunk_tok_sum > 0) & (self.out_eff > 0), scale, 1.0)
-        self.rec_tokens: FArr = self.chunk_tok_sum * self.scale  # a request's chunks, scaled
+        self.out_eff: IArr = out.copy()
+        missing = np.flatnonzero(self.out_from_chunks)
+        if len(missing):
+            self.out_eff[missing] = self.chunk_sums(missing)
 
-    def _chunk_token_sums(self) -> IArr:
-        req, counts = self.req, self.counts
-        sums = np.zeros(req.n, dtype=np.int64)
-        has = counts > 0
-        if has.any():
-            # reduceat sums up to the next index given: over the non-empty rows' starts that is
-            # exactly each row's own range (rows in between are empty)
-            sums[has] = np.add.reduceat(req.chunk_tokens, req.chunk_start[:-1][has])
+    def chunk_sums(self, rows: IArr) -> IArr:
+        """Sum of ``chunk_tokens`` of each row (0 for a row without chunks).
+
+        Computed for the rows asked only: usage is the usual source of a request's token count."""
+        n = self.counts[rows]
+        sums = np.zeros(len(rows), dtype=np.int64)
+        has = n > 0
+        if not has.any():
+            return sums
+        toks = self.req.chunk_tokens[_gather(self.req.chunk_start[rows[has]], n[has])]
+        starts = np.cumsum(n[has]) - n[has]
+        sums[has] = np.add.reduceat(toks, starts)
         return sums
+
+    def chunk_scale(self, rows: IArr) -> FArr:
+        """Factor on each row's chunk tokens so that they sum to its output tokens (1 when either
+        is unknown or zero)."""
+        sums = self.chunk_sums(rows)
+        out = self.out_eff[rows]
+        use = (sums > 0) & (out > 0)
+        scale = np.ones(len(rows), dtype=np.float64)
+        scale[use] = out[use] / sums[use]
+        return scale
 
     # -- pieces -------------------------------------------------------------------------------
 
@@ -136,9 +149,13 @@ class StepAnalysis:
         sent = req.sent_ns[chunked]
         first = sent + req.chunk_offsets_ns[starts]
         last = sent + req.chunk_offsets_ns[starts + counts[chunked] - 1]
-        whole = (first >= a_ns) & (last < b_ns)
-        total = float(self.rec_tokens[chunked[whole]].sum())
-        edge = chunked[~whole & (last >= a_ns) & (first < b_ns)]
+        whole = chunked[(first >= a_ns) & (last < b_ns)]
+        whole_out = self.out_eff[whole]
+        total = float(whole_out[whole_out > 0].sum())
+        odd = whole[whole_out <= 0]  # chunks but no positive usage: the chunks' own counts
+        if len(odd):
+            total += float(self.chunk_sums(odd).sum())
+        edge = chunked[~((first >= a_ns) & (last < b_ns)) & (last >= a_ns) & (first < b_ns)]
         for rows in _slices(edge, counts):
             n = counts[rows]
             idx = _gather(req.chunk_start[rows], n)
@@ -146,7 +163,7 @@ class StepAnalysis:
             arrival += req.chunk_offsets_ns[idx]
             inside = (arrival >= a_ns) & (arrival < b_ns)
             del arrival
-            weight = np.repeat(self.scale[rows], n)
+            weight = np.repeat(self.chunk_scale(rows), n)
             total += float(np.dot(req.chunk_tokens[idx][inside], weight[inside]))
         plain = cand[counts[cand] == 0]
         end = req.end_ns[plain]
@@ -154,8 +171,85 @@ class StepAnalysis:
         total += float(np.clip(self.out_eff[plain][inside_plain], 0, None).sum())
         return total
 
+    def _runs(self, rows: IArr) -> list[tuple[int, int, IArr]] | None:
+        """Runs of consecutive rows as (first chunk, end chunk, indices of the gaps that cross from
+        one request to the next within the run); None when the rows are too scattered for runs."""
+        cs = self.req.chunk_start
+        if len(rows) == 0:
+            return []
+        breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+        if len(breaks) + 1 > max(len(rows) // 16, 64):
+            return None
+        out: list[tuple[int, int, IArr]] = []
+        firsts = rows[np.r_[0, breaks]].tolist()
+        lasts = rows[np.r_[breaks - 1, len(rows) - 1]].tolist()
+        for r0, r_last in zip(firsts, lasts, strict=True):
+            c0, c1 = int(cs[r0]), int(cs[r_last + 1])
+            if c1 - c0 < 2:
+                continue
+            cross = cs[r0 + 1 : r_last + 1] - c0 - 1
+            out.append((c0, c1, cross[(cross >= 0) & (cross < c1 - c0 - 1)]))
+        return out
+
     def chunk_gaps(self, rows: IArr) -> IArr:
-        """Gaps between successive text chunks of each request in ``rows``, pooled (ns)."""
+        """Gaps between successive text chunks of each request in ``rows`` (sorted), pooled (ns).
+
+        Runs of consecutive rows have their chunks side by side in the flat arrays: each run is
+        one ``diff`` over a slice, less the gaps that cross from one request to the next. Scattered
+        rows (many short runs) are gathered in bounded slices instead.
+        """
+        runs = self._runs(rows)
+        if runs is None:
+            return self._gathered_gaps(rows)
+        parts: list[IArr] = []
+        for c0, c1, cross in runs:
+            gaps = np.diff(self.req.chunk_offsets_ns[c0:c1])
+            if len(cross):
+                keep = np.ones(len(gaps), dtype=bool)
+                keep[cross] = False
+                gaps = gaps[keep]
+            parts.append(gaps)
+        return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+
+    def itl_ms(self, rows: IArr) -> dict[str, float | None]:
+        """``dist_ms(self.chunk_gaps(rows))``, without building the pooled array twice.
+
+        The gaps of each run are written into one buffer with the crossing gaps set to the largest
+        int64; a partition then leaves them above every rank a percentile reads, and the mean is
+        the telescoped sum (last - first chunk offset of each request) / number of gaps.
+        """
+        runs = self._runs(rows)
+        if runs is None:
+            return dist_ms(self._gathered_gaps(rows))
+        offsets = self.req.chunk_offsets_ns
+        total = sum(c1 - c0 - 1 for c0, c1, _ in runs)
+        buf = np.empty(total, dtype=np.int64)
+        pos = 0
+        for c0, c1, cross in runs:
+            out = buf[pos : pos + c1 - c0 - 1]
+            np.subtract(offsets[c0 + 1 : c1], offsets[c0 : c1 - 1], out=out)
+            out[cross] = _NOT_A_GAP
+            pos += len(out)
+        n_gaps = total - int(np.count_nonzero(buf == _NOT_A_GAP))
+        if n_gaps == 0:
+            return dist_ms(buf[:0])
+        many = rows[self.counts[rows] > 1]
+        cs = self.req.chunk_start
+        span = int((offsets[cs[many + 1] - 1] - offsets[cs[many]]).sum())
+        ranks = np.array([0.50, 0.90, 0.99]) * (n_gaps - 1)
+        lo = np.floor(ranks).astype(np.int64)
+        hi = np.minimum(lo + 1, n_gaps - 1)
+        buf.partition(np.unique(np.r_[lo, hi]))
+        below, above = buf[lo].astype(np.float64), buf[hi].astype(np.float64)
+        p50, p90, p99 = (below + (ranks - lo) * (above - below)).tolist()
+        return {
+            "mean": span / n_gaps / NS_PER_MS,
+            "p50": p50 / NS_PER_MS,
+            "p90": p90 / NS_PER_MS,
+            "p99": p99 / NS_PER_MS,
+        }
+
+    def _gathered_gaps(self, rows: IArr) -> IArr:
         parts: list[IArr] = []
         rows = rows[self.counts[rows] > 1]
         for group in _slices(rows, self.counts):
@@ -189,7 +283,6 @@ class StepAnalysis:
         e2e = end - intended
         tpot_rows = has_first & (out > 1)
         tpot = (end - first)[tpot_rows] / (out[tpot_rows] - 1)
-        itl = self.chunk_gaps(ok_rows)
 
         rate_rows = (out > 0) & (e2e > 0)
         per_req = out[rate_rows] / (e2e[rate_rows] / NS_PER_S)
@@ -222,7 +315,7 @@ class StepAnalysis:
             "requests_warmup": int((of_step & (sent < a)).sum()),
             "errors": self.error_counts(bad_rows),
             "ttft_ms": dist_ms(ttft),
-            "itl_ms": dist_ms(itl),
+            "itl_ms": self.itl_ms(ok_rows),
             "tpot_ms": dist_ms(tpot),
             "e2e_ms": dist_ms(e2e),
             "tokens_per_chunk_mean": float(out[streamed].sum()) / chunk_total if chunk_total else None,

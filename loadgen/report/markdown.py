@@ -8,6 +8,7 @@ invalid steps with their reasons. Every server-provided text is escaped for a ta
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -15,13 +16,17 @@ Section = Callable[[dict[str, Any]], "str | None"]
 """An extra report section: summary -> Markdown text (with its own heading), or None to skip."""
 
 MAX_MESSAGE_CHARS = 300
+_ENTITY = re.compile(r"&(?=#?\w+;)")
+_TAG_START = re.compile(r"<(?=[A-Za-z/!?])")
 
 
 def escape_cell(text: Any) -> str:
-    """One-line text safe inside a Markdown table cell: no pipes, newlines or raw HTML."""
+    """One-line text safe inside a Markdown table cell: pipes escaped, newlines and runs of white
+    space made one space, HTML tags and entities neutralised, cut at MAX_MESSAGE_CHARS."""
     s = str(text)
     s = s.replace("\\", "\\\\").replace("|", "\\|")
-    s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    s = _ENTITY.sub("&amp;", s)
+    s = _TAG_START.sub("&lt;", s)  # "<b", "</", "<!": would be read as HTML; "3 < 5" stays
     s = " ".join(s.split())  # newlines, tabs and runs of spaces -> one space
     if len(s) > MAX_MESSAGE_CHARS:
         s = s[: MAX_MESSAGE_CHARS - 1] + "…"
@@ -178,9 +183,16 @@ def _invalid(steps: Sequence[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def render_markdown(summary: dict[str, Any], sections: Sequence[Section] = ()) -> str:
-    """The report.md text for ``summary`` (from ``build_summary``), extra sections appended."""
+def render_markdown(
+    summary: dict[str, Any], sections: Sequence[Section] = (), lead: Sequence[Section] = ()
+) -> str:
+    """The report.md text for ``summary`` (from ``build_summary``): ``lead`` sections right after
+    the header (the verdict comes first), the step table, errors, invalid steps, then ``sections``."""
     lines = _header(summary)
+    for section in lead:
+        text = section(summary)
+        if text:
+            lines += [text.rstrip("\n"), ""]
     steps: list[dict[str, Any]] = summary.get("steps", [])
     totals = summary.get("totals", {})
     if totals.get("empty", not steps):

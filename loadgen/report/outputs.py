@@ -20,7 +20,7 @@ from loadgen.analysis.summary import StepEnricher, build_summary
 from loadgen.report.markdown import Section, render_markdown
 from loadgen.report.tables import steps_csv
 
-OUTPUT_FILES = ("summary.json", "steps.csv", "report.md")
+OUTPUT_FILES = ("summary.json", "steps.csv", "report.md", "report.html")
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -36,12 +36,18 @@ def summary_json(summary: dict[str, Any]) -> bytes:
     return orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY, default=str) + b"\n"
 
 
-def write_run_outputs(run: Run, summary: dict[str, Any], sections: Sequence[Section] = ()) -> list[Path]:
-    """Write summary.json, steps.csv and report.md of an already summarised run; their paths."""
-    paths = [run.path / name for name in OUTPUT_FILES]
+def write_run_outputs(
+    run: Run, summary: dict[str, Any], sections: Sequence[Section] = (), lead: Sequence[Section] = ()
+) -> list[Path]:
+    """Write summary.json, steps.csv, report.md and report.html (with plots/*.svg) of an already
+    summarised run; their paths."""
+    from loadgen.report.html import write_html
+
+    paths = [run.path / name for name in OUTPUT_FILES[:3]]
     _write_atomic(paths[0], summary_json(summary))
     _write_atomic(paths[1], steps_csv(summary["steps"]).encode())
-    _write_atomic(paths[2], render_markdown(summary, sections).encode())
+    _write_atomic(paths[2], render_markdown(summary, sections, lead).encode())
+    paths += write_html(run.path, summary, run=run)
     return paths
 
 

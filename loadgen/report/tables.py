@@ -56,9 +56,24 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+EMPTY_HEADER = (
+    "step",
+    "concurrency",
+    "context_tokens",
+    "output_tok_s",
+    "per_request_tok_s",
+    "requests_ok",
+    "requests_failed",
+    "valid",
+    "invalid_reason",
+)
+
+
 def steps_csv(steps: Sequence[dict[str, Any]]) -> str:
-    """The text of steps.csv (header line, then one line per step)."""
+    """The text of steps.csv (header line, then one line per step; a short header for no steps)."""
     columns, rows = flat_rows(steps)
+    if not columns:
+        columns = list(EMPTY_HEADER)
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(columns)

@@ -1,0 +1,645 @@
+"""report.html: one self-contained page per run, readable by someone who was not there.
+
+Order: the knee verdict and headline figures first; the detectors side by side; the capacity plan
+when the summary has one; the plots (``loadgen.report.plots``, inline SVG); the step table (every
+step VALID or INVALID with its reason); errors by class with a sample message each; the server log
+lines the telemetry captured; the scenario and the environment from ``manifest.json``.
+
+The page needs nothing from outside: styles inline, no scripts, no fonts, no network. Every text
+that came from a server, a prompt, a log or a manifest is escaped (``svg.esc``). ``write_html``
+also writes each plot as ``plots/<slug>.svg`` beside the page.
+
+Inputs: the summary dict (``summary.json``; any per-step key may be absent or None) and the run
+directory, from which ``manifest.json``, ``samples.jsonl`` and ``events.jsonl`` are read (each may
+be missing). Pass an already loaded ``Run`` to reuse its lines and to mark failed requests on the
+time plots (the request records are not re-read without it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from loadgen.analysis.load import MISSING, Run, RunLoadError
+from loadgen.records import read_jsonl
+from loadgen.report.plots import (
+    Failure,
+    Plot,
+    as_dict,
+    as_list,
+    build_plots,
+    knee_load,
+    load_axis,
+    load_label,
+    number,
+    steps_of,
+)
+from loadgen.report.svg import esc, format_value
+from loadgen.rundir import read_manifest
+
+MAX_LOG_LINES = 400
+MAX_MESSAGE_CHARS = 2000
+PLOTS_DIR = "plots"
+
+_CSS = """
+:root{--ink:#1f2933;--muted:#616e7c;--faint:#9aa5b1;--line:#e4e7eb;--bg:#f7f8fa;--card:#fff;
+--bad:#b03a2e;--bad-bg:#fbe9e7;--warn:#9a6700;--warn-bg:#fff4d6;--good:#1e7b4f;--good-bg:#e6f4ec;--accent:#0b6fa4}
+*{box-sizing:border-box}
+body{margin:0;background:var(--bg);color:var(--ink);font:15px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,
+"Helvetica Neue",Arial,sans-serif;-webkit-font-smoothing:antialiased}
+main{max-width:1240px;margin:0 auto;padding:28px 28px 60px}
+h1{font-size:24px;margin:0 0 4px;letter-spacing:-.01em}
+h2{font-size:18px;margin:36px 0 10px;padding-bottom:6px;border-bottom:1px solid var(--line)}
+h3{font-size:15px;margin:18px 0 6px}
+.meta{color:var(--muted);font-size:13.5px;margin:0 0 20px}
+.meta span+span:before{content:"·";margin:0 8px;color:var(--faint)}
+.verdict{background:var(--card);border:1px solid var(--line);border-left:6px solid var(--accent);border-radius:8px;
+padding:18px 22px;margin:0 0 16px}
+.verdict.hard{border-left-color:var(--bad)}.verdict.none{border-left-color:var(--faint)}
+.verdict .head{font-size:22px;font-weight:650;margin:0 0 6px}
+.verdict .reason{font-size:16px;margin:0}
+.verdict .rule{color:var(--muted);font-size:13px;margin:8px 0 0}
+.figures{display:grid;grid-template-columns:repeat(auto-fit,minmax(170px,1fr));gap:10px;margin:0 0 8px}
+.figure{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:10px 14px}
+.figure b{display:block;font-size:20px;font-variant-numeric:tabular-nums}
+.figure small{color:var(--muted);font-size:12.5px}
+.figure.bad b{color:var(--bad)}
+.plots{display:grid;grid-template-columns:repeat(auto-fit,minmax(min(520px,100%),1fr));gap:16px}
+figure{margin:0;background:var(--card);border:1px solid var(--line);border-radius:8px;padding:10px 12px 8px}
+figure svg{display:block;width:100%;height:auto}
+figcaption{color:var(--muted);font-size:12.5px;margin:4px 4px 2px}
+figure.empty{padding:0;border:none;background:none;align-self:start}
+table{border-collapse:collapse;background:var(--card);font-size:13px;width:100%}
+th,td{padding:5px 8px;border-bottom:1px solid var(--line);text-align:left;vertical-align:top}
+th{font-weight:600;color:var(--muted);background:#fafbfc;position:sticky;top:0}
+td.n,th.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+tr.invalid td{background:var(--bad-bg)}
+.scroll{overflow-x:auto;border:1px solid var(--line);border-radius:8px;max-height:640px}
+.tag{display:inline-block;font-size:11.5px;font-weight:650;padding:1px 7px;border-radius:10px;white-space:nowrap}
+.tag.ok{background:var(--good-bg);color:var(--good)}.tag.bad{background:var(--bad-bg);color:var(--bad)}
+.tag.off{background:#eef0f3;color:var(--muted)}.tag.warn{background:var(--warn-bg);color:var(--warn)}
+code,pre{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12.5px}
+pre{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:12px;overflow:auto;max-height:480px;
+white-space:pre-wrap;word-break:break-word;margin:6px 0}
+td code{white-space:pre-wrap;word-break:break-word}
+td.name code{white-space:nowrap}
+td.status{min-width:150px}
+td.status small{display:block;color:var(--bad);font-size:12px}
+table.kv{width:auto;min-width:420px;border:1px solid var(--line);border-radius:8px}
+table.kv th{position:static;background:none;padding-right:24px}
+.verdict ul{margin:4px 0 0;padding-left:20px}.verdict li{margin:1px 0}
+.note{color:var(--muted);font-size:13.5px}
+details>summary{cursor:pointer;color:var(--accent);margin:6px 0}
+footer{color:var(--faint);font-size:12px;margin-top:40px}
+"""
+
+
+_n = number
+
+
+def _num(v: Any, digits: int | None = None) -> str:
+    f = _n(v)
+    if f is None:
+        return "–"
+    if digits is not None:
+        return f"{f:,.{digits}f}"
+    if isinstance(v, (int, np.integer)):
+        return f"{int(v):,}"
+    return format_value(f)
+
+
+def _pct(v: Any) -> str:
+    f = _n(v)
+    return "–" if f is None else f"{f * 100:.0f}%"
+
+
+def _sub(step: dict[str, Any], key: str, part: str) -> Any:
+    d = step.get(key)
+    return d.get(part) if isinstance(d, dict) else (d if part == "mean" else None)
+
+
+def _clip(text: Any, limit: int = MAX_MESSAGE_CHARS) -> str:
+    s = str(text)
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+# ------------------------------------------------------------------------------------ inputs
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    try:
+        return [r for r in read_jsonl(path) if isinstance(r, dict)]
+    except OSError:
+        return []
+
+
+def _failures(run: Run) -> list[Failure]:
+    """Failed requests of a loaded run (the analysis's rule: an error class, or a non-2xx status)."""
+    req = run.requests
+    if req.n == 0:
+        return []
+    status = req.status
+    ok = (req.error_class.codes == req.error_class.code_of(None)) & ((status == 0) | ((status >= 200) & (status < 300)))
+    rows = np.flatnonzero(~ok)
+    if not len(rows):
+        return []
+    t = req.end_ns[rows]
+    t = np.where(t == MISSING, req.sent_ns[rows], t)
+    names = req.error_class.values(rows)
+    out = []
+    for t_ns, name, st in zip(t.tolist(), names, status[rows].tolist(), strict=True):
+        if t_ns == MISSING:
+            continue
+        if name is None:
+            name = "http_5xx" if st >= 500 else "http_4xx" if st >= 400 else "other"
+        out.append(Failure(int(t_ns), name))
+    return out
+
+
+def _inputs(
+    run_dir: Path, run: Run | None
+) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]], list[Failure]]:
+    if run is not None:
+        return run.manifest, list(run.samples), list(run.events), _failures(run)
+    manifest = read_manifest(run_dir)
+    return (
+        manifest if isinstance(manifest, dict) else {},
+        _lines(run_dir / "samples.jsonl"),
+        _lines(run_dir / "events.jsonl"),
+        [],
+    )
+
+
+# ----------------------------------------------------------------------------------- sections
+
+
+def _header(summary: dict[str, Any]) -> str:
+    title = summary.get("label") or summary.get("run_id") or "run"
+    facts = [
+        ("run", summary.get("run_id")),
+        ("server", summary.get("url")),
+        ("model", summary.get("model")),
+        ("transport", summary.get("transport")),
+        ("started", summary.get("created")),
+    ]
+    meta = "".join(f"<span>{esc(k)} <b>{esc(v)}</b></span>" for k, v in facts if v is not None)
+    return f"<h1>Load test report: {esc(title)}</h1>\n<p class=meta>{meta}</p>"
+
+
+def _verdict(summary: dict[str, Any]) -> str:
+    knee = summary.get("knee")
+    axis = load_axis(summary)
+    if not isinstance(knee, dict):
+        return (
+            '<section class="verdict none" id="verdict"><p class=head>No knee verdict</p>'
+            "<p class=reason>This summary has no knee analysis (no <code>knee</code> object in summary.json), "
+            "so no saturation point is stated. Rebuild the report with <code>loadgen report RUN_DIR</code> "
+            "to add one.</p></section>"
+        )
+    k = knee_load(summary)
+    rule = str(knee.get("rule") or "none")
+    reason = str(knee.get("reason") or "no reason given")
+    if k is not None:
+        head = f"Knee: {load_label(k, axis)}"
+        ctx = knee.get("context_tokens")
+        if ctx is not None:
+            head += f" at {esc(ctx)} context tokens"
+    elif rule == "hard limit":
+        head = "No load meets the limits"
+    else:
+        head = "No knee in the measured range"
+    css = "hard" if rule == "hard limit" else ("none" if k is None else "")
+    rule_txt = {
+        "hard limit": "Decided by a hard limit (SLO breach, errors, KV cache full or preemption).",
+        "curve consensus": "Decided by the throughput curve (Kneedle, USL peak, marginal gain).",
+        "none": "No detector found saturation.",
+    }.get(rule, f"Rule: {rule}.")
+    clauses = [c.strip() for c in reason.split("; ") if c.strip()]
+    if len(clauses) > 2:  # a long verdict reads better as a list of its findings
+        body = (
+            f"<p class=reason>{esc(clauses[0])}</p><ul>" + "".join(f"<li>{esc(c)}</li>" for c in clauses[1:]) + "</ul>"
+        )
+    else:
+        body = f"<p class=reason>{esc(reason)}</p>"
+    return (
+        f'<section class="verdict {css}" id="verdict"><p class=head>{esc(head)}</p>'
+        f"{body}<p class=rule>{esc(rule_txt)}</p></section>"
+    )
+
+
+def _figures(summary: dict[str, Any]) -> str:
+    totals = as_dict(summary.get("totals"))
+    steps = steps_of(summary)
+    axis = load_axis(summary)
+    items: list[tuple[str, str]] = []
+    if _n(totals.get("peak_output_tok_s")) is not None:
+        at = totals.get("peak_concurrency")
+        where = f"at C={at}" if at is not None else f"at step {totals.get('peak_step')}"
+        items.append((f"{_num(totals['peak_output_tok_s'], 0)} tok/s", f"peak output throughput {where}"))
+    items.append((_num(totals.get("requests_ok", 0)), "successful requests"))
+    failed = totals.get("requests_failed", 0)
+    items.append((_num(failed), "failed requests"))
+    items.append((f"{_num(totals.get('valid_steps', 0))} / {_num(totals.get('steps', len(steps)))}", "valid steps"))
+    if _n(totals.get("duration_s")) is not None:
+        items.append((f"{float(totals['duration_s']):,.0f} s", "duration"))
+    energies = [e for s in steps if (e := _n(s.get("energy_j"))) is not None]
+    if energies:
+        items.append((f"{sum(energies) / 3.6e6 * 1000:,.1f} Wh", "GPU energy in steady windows"))
+    tpj = [(t, s) for s in steps if (t := _n(s.get("tokens_per_joule"))) is not None and s.get("power_valid", True)]
+    if tpj:
+        best, s = max(tpj, key=lambda p: p[0])
+        items.append((f"{best:.2f} tok/J", f"best energy efficiency, {load_label(_n(s.get(axis)), axis)}"))
+    body = "".join(
+        f"<div class='figure{' bad' if label == 'failed requests' and _n(failed) else ''}'><b>{v}</b>"
+        f"<small>{esc(label)}</small></div>"
+        for v, label in items
+    )
+    return f'<div class=figures id="figures">{body}</div>'
+
+
+def _detectors(summary: dict[str, Any]) -> str:
+    knee = summary.get("knee")
+    if not isinstance(knee, dict) or not isinstance(knee.get("detectors"), dict) or not knee["detectors"]:
+        return ""
+    axis = load_axis(summary)
+    rows = []
+    for name, d in knee["detectors"].items():
+        if not isinstance(d, dict):
+            continue
+        if not d.get("has_data", True):
+            tag = "<span class='tag off'>no data</span>"
+        elif d.get("triggered"):
+            tag = "<span class='tag bad'>triggered</span>"
+        else:
+            tag = "<span class='tag ok'>not triggered</span>"
+        load = _n(d.get("load")) if d.get("load") is not None else _n(d.get(axis))
+        knee_at = _n(d.get("knee"))
+        rows.append(
+            f"<tr><td class=name><code>{esc(name)}</code></td><td>{tag}</td>"
+            f"<td class=n>{esc(load_label(load, axis)) if load is not None else '–'}</td>"
+            f"<td class=n>{esc(load_label(knee_at, axis)) if knee_at is not None else '–'}</td>"
+            f"<td>{esc(d.get('evidence') or '')}</td></tr>"
+        )
+    ignored = as_list(knee.get("ignored_steps"))
+    note = ""
+    if ignored:
+        parts = []
+        for s in ignored:
+            if isinstance(s, dict):
+                parts.append(
+                    f"step {s.get('step', '?')} ({load_label(_n(s.get(axis)), axis)}): {s.get('invalid_reason')}"
+                )
+        note = f"<p class=note>Left out as INVALID: {esc('; '.join(parts))}</p>" if parts else ""
+    return (
+        "<h2 id=detectors>Detectors</h2><p class=note>Each detector reads the step table on its own; "
+        "<i>at</i> is where its signal appears, <i>proposes</i> the knee it votes for.</p>"
+        "<div class=scroll><table><thead><tr><th>detector</th><th>finding</th><th class=n>at</th>"
+        f"<th class=n>proposes</th><th>evidence</th></tr></thead><tbody>{''.join(rows)}</tbody></table></div>{note}"
+    )
+
+
+def _plan(summary: dict[str, Any]) -> str:
+    plan = summary.get("plan")
+    if not isinstance(plan, dict):
+        return ""
+    axis = str(plan.get("axis") or load_axis(summary))
+    op = plan.get("operating_point")
+    out = ["<h2 id=plan>Capacity plan</h2>"]
+    if not isinstance(op, dict):
+        out.append(f"<p>{esc(plan.get('reason') or 'no operating point found')}</p>")
+    else:
+        per = as_dict(plan.get("per_replica"))
+        energy = as_dict(plan.get("energy"))
+        cost = as_dict(plan.get("cost"))
+        facts = [
+            (
+                "operating point",
+                f"{load_label(_n(op.get(axis)), axis)}" + (" (interpolated)" if op.get("interpolated") else ""),
+            ),
+            ("goodput", f"{_num(op.get('goodput_req_s'))} req/s, {_num(op.get('goodput_tok_s'))} tok/s"),
+            (
+                f"per replica ({_pct(plan.get('headroom'))} headroom)",
+                f"{_num(per.get('req_s'))} req/s, {_num(per.get('tok_s'))} tok/s",
+            ),
+        ]
+        if plan.get("replicas") is not None:
+            facts.append(("replicas", f"{_num(plan.get('replicas'))} ({_num(plan.get('gpus'))} GPUs)"))
+        if energy:
+            facts.append(("energy", f"{_num(energy.get('kwh_per_million_tokens'))} kWh per million tokens"))
+        if cost:
+            facts.append(
+                (
+                    "cost",
+                    f"{_num(cost.get('per_million_tokens'))} per million tokens "
+                    f"(at {_num(cost.get('gpu_hour_cost'))} per GPU-hour)",
+                )
+            )
+        out.append(
+            "<table class=kv><tbody>"
+            + "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in facts)
+            + "</tbody></table>"
+        )
+    notes = as_list(plan.get("notes"))
+    if notes:
+        out.append("<ul class=note>" + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>")
+    return "".join(out)
+
+
+def _plots(plots: Sequence[Plot]) -> str:
+    """Charts in reading order, then the no-data panels together (small, so they do not break the grid)."""
+    figs = []
+    for p in [p for p in plots if p.has_data] + [p for p in plots if not p.has_data]:
+        figs.append(
+            f'<figure id="plot-{esc(p.slug)}" data-plot="{esc(p.slug)}" data-has-data="{str(p.has_data).lower()}"'
+            f"{'' if p.has_data else ' class=empty'}>{p.svg}"
+            f"{f'<figcaption>{esc(p.caption)}</figcaption>' if p.has_data and p.caption else ''}</figure>"
+        )
+    return f"<h2 id=plots>Plots</h2><div class=plots>{''.join(figs)}</div>"
+
+
+def _steps_table(summary: dict[str, Any]) -> str:
+    steps = steps_of(summary)
+    if not steps:
+        return "<h2 id=steps>Steps</h2><p>No steps were recorded.</p>"
+    axis = load_axis(summary)
+    has_ctx = any(s.get("context_tokens") is not None for s in steps)
+    power = any(_n(_sub(s, "gpu_power_w", "mean")) is not None for s in steps)
+    tpj = any(_n(s.get("tokens_per_joule")) is not None for s in steps)
+    kv = any(_n(_sub(s, "kv_usage", "max")) is not None for s in steps)
+    queue = any(_n(_sub(s, "queue_len", "mean")) is not None for s in steps)
+    pre = any(_n(s.get("preemptions")) is not None for s in steps)
+    logs = any(isinstance(s.get("log_events"), dict) and s["log_events"] for s in steps)
+    head = ["step"] + (["context"] if has_ctx else []) + ["concurrency" if axis == "concurrency" else "rate, req/s"]
+    head += ["status", "output tok/s", "tok/s per req", "TTFT p50/p99 ms", "TPOT p50/p99 ms", "E2E p50/p99 ms"]
+    head += ["ok", "failed"]
+    head += (["GPU W mean"] if power else []) + (["tok/J"] if tpj else []) + (["KV max"] if kv else [])
+    head += (["queue mean"] if queue else []) + (["preempt."] if pre else []) + (["log events"] if logs else [])
+    text_cols = {"status", "log events"}
+    ths = "".join(f"<th{'' if h in text_cols else ' class=n'}>{esc(h)}</th>" for h in head)
+
+    def pair(s: dict[str, Any], key: str) -> str:
+        return f"{_num(_sub(s, key, 'p50'))} / {_num(_sub(s, key, 'p99'))}"
+
+    rows = []
+    for s in steps:
+        valid = s.get("valid", True) is not False
+        status = (
+            "<span class='tag ok'>VALID</span>"
+            if valid
+            else "<span class='tag bad'>INVALID</span>"
+            f"<small>{esc(s.get('invalid_reason') or 'no reason given')}</small>"
+        )
+        cells = [f"<td class=n>{esc(s.get('step', '?'))}</td>"]
+        if has_ctx:
+            cells.append(f"<td class=n>{_num(s.get('context_tokens'))}</td>")
+        cells.append(f"<td class=n>{_num(s.get(axis))}</td>")
+        cells.append(f"<td class=status>{status}</td>")
+        cells += [
+            f"<td class=n>{_num(s.get('output_tok_s'), 0)}</td>",
+            f"<td class=n>{_num(s.get('per_request_tok_s'), 1)}</td>",
+            f"<td class=n>{pair(s, 'ttft_ms')}</td>",
+            f"<td class=n>{pair(s, 'tpot_ms')}</td>",
+            f"<td class=n>{pair(s, 'e2e_ms')}</td>",
+            f"<td class=n>{_num(s.get('requests_ok'))}</td>",
+            f"<td class=n>{_num(s.get('requests_failed'))}</td>",
+        ]
+        if power:
+            w = _num(_sub(s, "gpu_power_w", "mean"), 0)
+            if s.get("power_valid") is False:
+                why = esc(s.get("power_invalid_reason") or "invalid")
+                w = f"<span title=\"{why}\">{w} <span class='tag warn'>invalid</span></span>"
+            cells.append(f"<td class=n>{w}</td>")
+        if tpj:
+            cells.append(f"<td class=n>{_num(s.get('tokens_per_joule'), 2)}</td>")
+        if kv:
+            cells.append(f"<td class=n>{_pct(_sub(s, 'kv_usage', 'max'))}</td>")
+        if queue:
+            cells.append(f"<td class=n>{_num(_sub(s, 'queue_len', 'mean'), 1)}</td>")
+        if pre:
+            cells.append(f"<td class=n>{_num(s.get('preemptions'))}</td>")
+        if logs:
+            ev = as_dict(s.get("log_events"))
+            cells.append(f"<td>{esc(', '.join(f'{k} ×{v}' for k, v in ev.items()))}</td>")
+        rows.append(f"<tr class={'valid' if valid else 'invalid'}>{''.join(cells)}</tr>")
+    return (
+        "<h2 id=steps>Steps</h2><p class=note>Latencies over the successful requests sent in each step's steady "
+        "window; a step is INVALID when its numbers cannot be trusted (the reason is given).</p>"
+        f"<div class=scroll><table><thead><tr>{ths}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
+    )
+
+
+def _errors(summary: dict[str, Any]) -> str:
+    totals = as_dict(summary.get("totals"))
+    errors = as_dict(totals.get("errors"))
+    samples = as_dict(totals.get("error_samples"))
+    if not isinstance(errors, dict) or not errors:
+        return "<h2 id=errors>Errors</h2><p>No request failed.</p>"
+    rows = "".join(
+        f"<tr><td><code>{esc(name)}</code></td><td class=n>{_num(count)}</td>"
+        f"<td><code>{esc(_clip(samples.get(name, '–')))}</code></td></tr>"
+        for name, count in errors.items()
+    )
+    by_step = []
+    axis = load_axis(summary)
+    for s in steps_of(summary):
+        e = s.get("errors")
+        if isinstance(e, dict) and e:
+            parts = ", ".join(f"{k} ×{v}" for k, v in e.items())
+            by_step.append(
+                f"<li>step {esc(s.get('step', '?'))} ({esc(load_label(_n(s.get(axis)), axis))}): {esc(parts)}</li>"
+            )
+    steps_html = f"<h3>By step (steady windows)</h3><ul>{''.join(by_step)}</ul>" if by_step else ""
+    return (
+        "<h2 id=errors>Errors</h2><div class=scroll><table><thead><tr><th>class</th><th class=n>requests</th>"
+        f"<th>sample message (first of its class)</th></tr></thead><tbody>{rows}</tbody></table></div>{steps_html}"
+    )
+
+
+def _step_at(steps: Sequence[dict[str, Any]], t_ns: float) -> Any:
+    for s in steps:
+        a, b = _n(s.get("start_ns")), _n(s.get("end_ns"))
+        if a is not None and b is not None and a <= t_ns < b:
+            return s.get("step")
+    return None
+
+
+def _logs(summary: dict[str, Any], events: Sequence[dict[str, Any]]) -> str:
+    steps = steps_of(summary)
+    starts = [v for s in steps if (v := _n(s.get("start_ns"))) is not None]
+    t0 = min(starts) if starts else None
+    logs = sorted((e for e in events if e.get("src") == "log"), key=lambda e: _n(e.get("t_ns")) or 0.0)
+    tele = [e for e in events if e.get("src") == "telemetry"]
+    out = ["<h2 id=logs>Server log lines</h2>"]
+    if not events:
+        out.append("<p>No events.jsonl: the server's logs were not captured for this run.</p>")
+        return "".join(out)
+
+    def when(e: dict[str, Any]) -> str:
+        t = _n(e.get("t_ns"))
+        if t is None:
+            return "–"
+        return f"{(t - t0) / 1e9:+,.1f} s" if t0 is not None else f"{t / 1e9:,.1f}"
+
+    if not logs:
+        out.append("<p>No server log line matched a known failure pattern.</p>")
+    else:
+        shown = logs[:MAX_LOG_LINES]
+        cells = []
+        for e in shown:
+            t = _n(e.get("t_ns"))
+            step = _step_at(steps, t) if t is not None else None
+            cells.append(
+                f"<tr><td class=n>{when(e)}</td><td class=n>{esc('–' if step is None else step)}</td>"
+                f"<td><code>{esc(e.get('pattern') or e.get('kind') or '')}</code></td>"
+                f"<td>{esc(e.get('severity') or '')}</td><td><code>{esc(_clip(e.get('line') or ''))}</code></td></tr>"
+            )
+        rows = "".join(cells)
+        more = (
+            f"<p class=note>{len(logs) - len(shown):,} more lines in events.jsonl.</p>"
+            if len(logs) > len(shown)
+            else ""
+        )
+        out.append(
+            "<div class=scroll><table><thead><tr><th class=n>time</th><th class=n>step</th><th>pattern</th>"
+            f"<th>severity</th><th>line</th></tr></thead><tbody>{rows}</tbody></table></div>{more}"
+        )
+    notable = [e for e in tele if e.get("kind") not in ("started", "stopped")]
+    if notable:
+        items = []
+        for e in notable[:MAX_LOG_LINES]:
+            extra = {k: v for k, v in e.items() if k not in ("t_ns", "src", "kind")}
+            detail = ", ".join(f"{k}={v}" for k, v in extra.items())
+            items.append(f"<li>{when(e)} <code>{esc(e.get('kind'))}</code> {esc(_clip(detail, 400))}</li>")
+        out.append(f"<h3>Telemetry events</h3><ul class=note>{''.join(items)}</ul>")
+    return "".join(out)
+
+
+def _json_block(title: str, data: Any, anchor: str, open_: bool = False) -> str:
+    text = json.dumps(data, indent=2, sort_keys=False, default=str, ensure_ascii=False)
+    attrs = f"id={anchor}" + (" open" if open_ else "")
+    return f"<details {attrs}><summary>{esc(title)}</summary><pre>{esc(text)}</pre></details>"
+
+
+def _scenario_env(manifest: dict[str, Any]) -> str:
+    out = ["<h2 id=scenario>Scenario</h2>"]
+    if not manifest:
+        out.append("<p>No manifest.json in the run directory.</p>")
+        return "".join(out)
+    env_keys = ("host", "versions", "created_ns")
+    scenario = {k: v for k, v in manifest.items() if k not in env_keys}
+    opts = manifest.get("options") if isinstance(manifest.get("options"), dict) else {}
+    argv = opts.get("argv") if isinstance(opts, dict) else None
+    if isinstance(argv, list) and argv:
+        out.append(f"<p>Command: <code>loadgen {esc(' '.join(str(a) for a in argv))}</code></p>")
+    facts: dict[str, str] = {}
+    for section in ("scenario", "options"):
+        part = manifest.get(section)
+        if not isinstance(part, dict):
+            continue
+        for key, value in part.items():
+            if key == "argv" or key in facts:
+                continue
+            if isinstance(value, (str, int, float, bool)) or value is None:
+                facts[key] = "–" if value is None else str(value)
+            elif isinstance(value, list) and len(value) <= 32 and all(isinstance(v, (str, int, float)) for v in value):
+                facts[key] = ", ".join(str(v) for v in value)
+    if facts:
+        rows = "".join(f"<tr><th>{esc(k)}</th><td>{esc(_clip(v, 300))}</td></tr>" for k, v in facts.items())
+        out.append(f"<table class=kv><tbody>{rows}</tbody></table>")
+    out.append(_json_block("everything in manifest.json (scenario, options, step plan)", scenario, "scenario-json"))
+    out.append("<h2 id=environment>Environment</h2>")
+    env: dict[str, Any] = {}
+    for key in ("host", "versions"):
+        part = manifest.get(key)
+        if isinstance(part, dict):
+            env.update(part)
+    rows = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in env.items())
+    out.append(f"<table class=kv><tbody>{rows}</tbody></table>" if rows else "<p>No host or version information.</p>")
+    return "".join(out)
+
+
+# ---------------------------------------------------------------------------------------- API
+
+
+def render_html(run_dir: Path, summary: dict[str, Any], *, run: Run | None = None) -> str:
+    """The report page of a run as one HTML string (inline SVG plots, inline CSS, no scripts).
+
+    ``run_dir``: the run directory (``manifest.json``, ``samples.jsonl``, ``events.jsonl`` are read
+    from it unless ``run`` is given; any may be missing).
+    """
+    manifest, samples, events, failures = _inputs(Path(run_dir), run)
+    return _page(summary, manifest, events, build_plots(summary, samples, events, failures))
+
+
+def _page(
+    summary: dict[str, Any], manifest: dict[str, Any], events: Sequence[dict[str, Any]], plots: Sequence[Plot]
+) -> str:
+    title = summary.get("label") or summary.get("run_id") or "run"
+    version = (
+        (manifest.get("versions") or {}).get("llm-loadgen") if isinstance(manifest.get("versions"), dict) else None
+    )
+    parts = [
+        "<!doctype html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{esc(title)} · load test report</title>",
+        f"<style>{_CSS}</style></head><body><main>",
+        _header(summary),
+        _verdict(summary),
+        _figures(summary),
+        _detectors(summary),
+        _plan(summary),
+        _plots(plots),
+        _steps_table(summary),
+        _errors(summary),
+        _logs(summary, events),
+        _scenario_env(manifest),
+        f"<footer>llm-loadgen {esc(version or '')} · summary schema {esc(summary.get('schema_version', '?'))} · "
+        f"plots also in {PLOTS_DIR}/*.svg</footer>",
+        "</main></body></html>\n",
+    ]
+    return "\n".join(parts)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def write_html(run_dir: Path, summary: dict[str, Any], *, run: Run | None = None) -> list[Path]:
+    """Write ``report.html`` and ``plots/<slug>.svg`` (one per plot, no-data panels included)
+    into ``run_dir``; returns their paths, the page first.
+
+    Raises RunLoadError (naming the file) when the folder is not writable.
+    """
+    run_dir = Path(run_dir)
+    manifest, samples, events, failures = _inputs(run_dir, run)
+    plots = build_plots(summary, samples, events, failures)
+    page = _page(summary, manifest, events, plots)
+    plot_dir = run_dir / PLOTS_DIR
+    paths = [run_dir / "report.html"]
+    target = plot_dir
+    try:
+        plot_dir.mkdir(exist_ok=True)
+        target = paths[0]
+        _write_atomic(paths[0], page)
+        for p in plots:
+            target = plot_dir / f"{p.slug}.svg"
+            _write_atomic(target, '<?xml version="1.0" encoding="UTF-8"?>\n' + p.svg + "\n")
+            paths.append(target)
+    except OSError as exc:
+        raise RunLoadError(
+            f"cannot write {target}: {exc.strerror or exc}; check the run folder's permissions and free space"
+        ) from exc
+    return paths
+
+
+__all__ = ["PLOTS_DIR", "render_html", "write_html"]

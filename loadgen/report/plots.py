@@ -1,0 +1,760 @@
+"""The report's plots, built from a run's summary dict and its telemetry lines.
+
+Load plots (x = concurrency on a log2 axis, or request rate for open-loop ramps), one series per
+context length: aggregate output tok/s with the USL curve and the knee, per-request tok/s, latency
+percentiles (p50 dashed, p99 solid) with SLO lines, tokens per joule. Time plots (x = seconds since
+the first step started; each step a shaded band, its warm-up lighter than its steady window; server
+log matches and failed requests as ticks in lanes above the plot): total GPU power against the
+summed power limit, power per GPU against the per-GPU limit, KV-cache fill, running and queued
+requests. INVALID steps are open grey markers whose hover text gives the reason; a plot whose
+input was not measured is a "no data: <why>" panel.
+
+Inputs are plain dicts (``summary.json``, ``samples.jsonl`` and ``events.jsonl`` lines): any key
+may be absent or None. Time series are thinned to about 1,200 points per line before drawing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from loadgen.analysis.usl import fit_usl
+from loadgen.report.svg import (
+    BAD,
+    F64,
+    FAINT,
+    MUTED,
+    PALETTE,
+    WARN,
+    Band,
+    Chart,
+    Mark,
+    RefLine,
+    Series,
+    downsample,
+    format_value,
+    no_data,
+    render,
+)
+
+MAX_POINTS = 1200
+MAX_MARKS = 240
+KV_FULL_FRAC = 0.95
+LATENCIES = (
+    ("ttft_ms", "TTFT", "time to first token"),
+    ("tpot_ms", "TPOT", "time per output token"),
+    ("e2e_ms", "E2E", "end-to-end latency"),
+)
+KNEE_COLOR = "#b03a2e"
+
+
+@dataclass
+class Plot:
+    """One rendered plot: ``svg`` is a chart, or a no-data panel (``has_data`` False, ``why`` says why)."""
+
+    slug: str
+    title: str
+    svg: str
+    caption: str = ""
+    has_data: bool = True
+    why: str = ""
+
+
+@dataclass
+class Failure:
+    """One failed request on the time axis (wall-clock ns) and its error class."""
+
+    t_ns: int
+    error_class: str
+
+
+def number(v: Any) -> float | None:
+    """``v`` as a finite float, or None (bools, strings, None, nan and inf are not numbers here).
+
+    numpy scalars count: an enricher may leave np.int64 or np.float64 in the summary."""
+    t = type(v)
+    if t is float:
+        return v if math.isfinite(v) else None
+    if t is int:
+        return float(v)
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+        return None
+    f = float(v)
+    return f if math.isfinite(f) else None
+
+
+_num = number
+
+
+def as_dict(v: Any) -> dict[str, Any]:
+    """``v`` when it is a dict, else an empty one (a hand-edited or older summary.json)."""
+    return v if isinstance(v, dict) else {}
+
+
+def as_list(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else []
+
+
+def steps_of(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The summary's step dicts (anything else in the list is skipped)."""
+    return [s for s in as_list(summary.get("steps")) if isinstance(s, dict)]
+
+
+def _sub(step: dict[str, Any], key: str, part: str) -> float | None:
+    d = step.get(key)
+    if isinstance(d, dict):
+        return _num(d.get(part))
+    return _num(d) if part == "mean" else None
+
+
+def load_axis(summary: dict[str, Any]) -> str:
+    """ "concurrency" when any step has one, else "rate" when any has a rate, else "concurrency"."""
+    knee = summary.get("knee")
+    if isinstance(knee, dict) and knee.get("axis") in ("concurrency", "rate"):
+        return str(knee["axis"])
+    steps = steps_of(summary)
+    if any(_num(s.get("concurrency")) is not None for s in steps):
+        return "concurrency"
+    if any(_num(s.get("rate")) is not None for s in steps):
+        return "rate"
+    return "concurrency"
+
+
+def load_label(value: float | None, axis: str) -> str:
+    if value is None:
+        return "–"
+    if axis == "rate":
+        return f"{value:.4g} req/s"
+    return f"C={value:g}" if float(value).is_integer() else f"C≈{format_value(value)}"
+
+
+def knee_load(summary: dict[str, Any]) -> float | None:
+    knee = summary.get("knee")
+    if not isinstance(knee, dict):
+        return None
+    return _num(knee.get(load_axis(summary))) if knee.get(load_axis(summary)) is not None else _num(knee.get("knee"))
+
+
+def _groups(steps: Sequence[dict[str, Any]], axis: str) -> list[tuple[Any, list[dict[str, Any]]]]:
+    """Steps with a positive load, grouped by context length, each sorted by load."""
+    groups: dict[Any, list[dict[str, Any]]] = {}
+    for s in steps:
+        load = _num(s.get(axis))
+        if load is None or load <= 0:
+            continue
+        ctx = s.get("context_tokens")
+        groups.setdefault(ctx if ctx is None or isinstance(ctx, (int, float, str)) else str(ctx), []).append(s)
+    out = [(k, sorted(v, key=lambda s: float(s[axis]))) for k, v in groups.items()]
+    out.sort(key=lambda kv: (kv[0] is not None, kv[0] or 0))
+    return out
+
+
+def _group_name(ctx: Any, n_groups: int, what: str) -> str:
+    if n_groups == 1 or ctx is None:
+        return what
+    return f"{what}, {ctx:,} ctx" if isinstance(ctx, int) else f"{what}, ctx {ctx}"
+
+
+def _x_axis(axis: str, steps: Sequence[dict[str, Any]]) -> tuple[str, str]:
+    """(x label, scale): concurrency on log2; rates on log2 when they span a factor of 4."""
+    if axis == "concurrency":
+        return "concurrent users (log2 scale)", "log2"
+    rates = [r for s in steps if (r := _num(s.get("rate"))) and r > 0]
+    if rates and max(rates) / min(rates) >= 4:
+        return "request rate, req/s (log2 scale)", "log2"
+    return "request rate, req/s", "linear"
+
+
+def _knee_ref(summary: dict[str, Any], axis: str) -> list[RefLine]:
+    k = knee_load(summary)
+    if k is None:
+        return []
+    knee = summary.get("knee") or {}
+    return [RefLine("x", k, f"knee {load_label(k, axis)}", KNEE_COLOR, "6 3", tip=str(knee.get("reason") or ""))]
+
+
+def _step_tip(step: dict[str, Any], axis: str, metric: str, value: float | None) -> str:
+    load = load_label(_num(step.get(axis)), axis)
+    ctx = step.get("context_tokens")
+    where = f"{load}" + (f", {ctx} ctx" if ctx is not None else "")
+    shown = format_value(value) if value is not None else "–"
+    status = "VALID" if step.get("valid", True) else f"INVALID: {step.get('invalid_reason') or 'no reason given'}"
+    return f"step {step.get('step', '?')} · {where} · {metric} {shown} · {status}"
+
+
+def _load_chart(
+    summary: dict[str, Any],
+    slug: str,
+    title: str,
+    y_label: str,
+    metric_of: Sequence[tuple[str, Any, str | None]],
+    *,
+    why_empty: str,
+    caption: str,
+    valid_key: str = "valid",
+    reason_key: str = "invalid_reason",
+    extra_series: Sequence[Series] = (),
+    extra_refs: Sequence[RefLine] = (),
+) -> Plot:
+    """A metric-vs-load chart: one series per (context group, metric); ``metric_of`` is
+    [(legend name, step -> value, dash)]."""
+    axis = load_axis(summary)
+    steps = steps_of(summary)
+    groups = _groups(steps, axis)
+    x_label, scale = _x_axis(axis, steps)
+    chart = Chart(title, x_label, y_label, x_scale=scale, slug=slug)
+    colour = 0
+    any_value = False
+    for ctx, group in groups:
+        for s in group:
+            if all(get(s) is None for _, get, _ in metric_of) and not s.get("valid", True):
+                chart.refs.append(
+                    RefLine(
+                        "x",
+                        float(s[axis]),
+                        "INVALID",
+                        FAINT,
+                        "2 3",
+                        tip=_step_tip(s, axis, "no value", None),
+                        label_at="bottom",
+                    )
+                )
+        for name, get, dash in metric_of:
+            xs = [float(s[axis]) for s in group]
+            ys = [get(s) for s in group]
+            if all(v is None for v in ys):
+                continue
+            any_value = True
+            hollow = [not s.get("valid", True) or (valid_key != "valid" and s.get(valid_key) is False) for s in group]
+            tips = []
+            for s, v in zip(group, ys, strict=True):
+                tip = _step_tip(s, axis, name, v)
+                if valid_key != "valid" and s.get(valid_key) is False:
+                    tip += f" · {reason_key}: {s.get(reason_key) or 'invalid'}"
+                tips.append(tip)
+            chart.series.append(
+                Series(
+                    _group_name(ctx, len(groups), name),
+                    xs,
+                    ys,
+                    color=PALETTE[colour % len(PALETTE)],
+                    dash=dash,
+                    hollow=hollow,
+                    tips=tips,
+                )
+            )
+        colour += 1
+    if not any_value:
+        return Plot(slug, title, no_data(title, why_empty, slug=slug), caption, False, why_empty)
+    chart.series.extend(extra_series)
+    chart.refs.extend(extra_refs)
+    chart.refs.extend(_knee_ref(summary, axis))
+    return Plot(slug, title, render(chart), caption)
+
+
+# --------------------------------------------------------------------------------- load plots
+
+
+def _usl_params(summary: dict[str, Any], xs: Sequence[float], ys: Sequence[float]) -> dict[str, float] | None:
+    """lambda/sigma/kappa/r_squared/peak from the knee's USL detector, else fitted here."""
+    knee = summary.get("knee")
+    numbers: Any = None
+    if isinstance(knee, dict):
+        det = as_dict(knee.get("detectors")).get("usl")
+        if isinstance(det, dict):
+            numbers = det.get("numbers")
+    if isinstance(numbers, dict) and numbers.get("ok") and _num(numbers.get("lambda")) is not None:
+        out = {k: _num(numbers.get(k)) for k in ("lambda", "sigma", "kappa", "r_squared", "peak_concurrency")}
+        if out["sigma"] is not None and out["kappa"] is not None:
+            return {k: v for k, v in out.items() if v is not None}
+    fit = fit_usl(list(xs), list(ys))
+    if not fit.ok:
+        return None
+    d = fit.to_dict()
+    return {
+        k: float(d[k]) for k in ("lambda", "sigma", "kappa", "r_squared", "peak_concurrency") if d.get(k) is not None
+    }
+
+
+def _usl_curve(summary: dict[str, Any]) -> tuple[list[Series], list[RefLine], str]:
+    """The USL fit drawn over a single-context concurrency ramp: (series, refs, caption text)."""
+    axis = load_axis(summary)
+    groups = _groups(steps_of(summary), axis)
+    if axis != "concurrency":
+        return [], [], " The USL curve is drawn for concurrency ramps only."
+    if len(groups) != 1:
+        return [], [], " The USL curve is drawn for a single context length only."
+    group = groups[0][1]
+    pts = [(float(s[axis]), v) for s in group if s.get("valid", True) and (v := _num(s.get("output_tok_s")))]
+    params = _usl_params(summary, [p[0] for p in pts], [p[1] for p in pts]) if len(pts) >= 3 else None
+    if not params:
+        return [], [], " No USL curve: it needs at least three valid steps with throughput."
+    lam, sigma, kappa = params["lambda"], params["sigma"], params["kappa"]
+    xs = [float(s[axis]) for s in group]
+    hi = max(xs) * 2
+    grid = np.exp2(np.linspace(math.log2(min(xs)), math.log2(hi), 120))
+    curve = lam * grid / (1 + sigma * (grid - 1) + kappa * grid * (grid - 1))
+    series = Series(
+        f"USL fit (σ={sigma:.2g}, κ={kappa:.2g})",
+        grid.tolist(),
+        curve.tolist(),
+        MUTED,
+        markers=False,
+        dash="4 4",
+        width=1.5,
+    )
+    refs = []
+    peak = params.get("peak_concurrency")
+    if peak is not None and min(xs) <= peak <= hi:
+        refs.append(RefLine("x", peak, f"USL peak C≈{peak:.0f}", MUTED, "1 3", tip="USL-predicted throughput peak"))
+    r2 = f", R²={params['r_squared']:.3f}" if "r_squared" in params else ""
+    caption = (
+        " Dashed grey: Universal Scalability Law fit X(N) = λN / (1 + σ(N−1) + κN(N−1)) with "
+        f"σ={sigma:.3g}, κ={kappa:.3g}{r2}, extrapolated to twice the last step."
+    )
+    return [series], refs, caption
+
+
+def throughput_plot(summary: dict[str, Any]) -> Plot:
+    series, refs, usl_caption = _usl_curve(summary)
+    return _load_chart(
+        summary,
+        "throughput",
+        "Aggregate output throughput",
+        "output tok/s",
+        [("measured output tok/s", lambda s: _num(s.get("output_tok_s")), None)],
+        why_empty="no step has an output throughput (no successful requests, or no steps)",
+        caption="Output tokens per second summed over all requests in each step's steady window. "
+        "Open grey markers are INVALID steps (hover for the reason)." + usl_caption,
+        extra_series=series,
+        extra_refs=refs,
+    )
+
+
+def per_request_plot(summary: dict[str, Any]) -> Plot:
+    return _load_chart(
+        summary,
+        "per_request",
+        "Per-request output speed",
+        "tok/s per request",
+        [("per-request tok/s", lambda s: _num(s.get("per_request_tok_s")), None)],
+        why_empty="no step has a per-request speed (no successful requests)",
+        caption="Mean over successful requests of output tokens ÷ end-to-end time: what one user sees.",
+    )
+
+
+def _slo_refs(summary: dict[str, Any], metric: str, data_max: float) -> tuple[list[RefLine], list[str]]:
+    slo = summary.get("slo")
+    refs: list[RefLine] = []
+    off: list[str] = []
+    if not isinstance(slo, dict):
+        return refs, off
+    base = metric.removesuffix("_ms")
+    for key, value in sorted(slo.items()):
+        v = _num(value)
+        if v is None or not str(key).startswith(base + "_"):
+            continue
+        stat = str(key)[len(base) + 1 :].removesuffix("_ms")
+        label = f"SLO {base.upper()} {stat} ≤ {v:,g} ms"
+        if data_max > 0 and v > 3 * data_max:
+            off.append(label)
+            continue
+        refs.append(RefLine("y", v, label, BAD, "2 3"))
+    return refs, off
+
+
+def latency_plots(summary: dict[str, Any]) -> list[Plot]:
+    plots: list[Plot] = []
+    steps = steps_of(summary)
+    for key, short, long in LATENCIES:
+        data_max = max((v for s in steps if (v := _sub(s, key, "p99")) is not None), default=0.0)
+        refs, off = _slo_refs(summary, key, data_max)
+        caption = f"{short} per step: p99 solid, p50 dashed."
+        if refs:
+            caption += " Red dotted: the SLO limit."
+        if off:
+            caption += " Off the scale (over 3x the largest p99): " + "; ".join(off) + "."
+        plots.append(
+            _load_chart(
+                summary,
+                key.removesuffix("_ms"),
+                f"{short} ({long})",
+                f"{short}, ms",
+                [
+                    ("p99", lambda s, k=key: _sub(s, k, "p99"), None),
+                    ("p50", lambda s, k=key: _sub(s, k, "p50"), "5 3"),
+                ],
+                why_empty=f"no step has {short} percentiles (no successful requests)",
+                caption=caption,
+                extra_refs=refs,
+            )
+        )
+    return plots
+
+
+def tokens_per_joule_plot(summary: dict[str, Any]) -> Plot:
+    return _load_chart(
+        summary,
+        "tokens_per_joule",
+        "Energy efficiency",
+        "output tokens per joule",
+        [("tok/J", lambda s: _num(s.get("tokens_per_joule")), None)],
+        why_empty="no GPU energy was measured (no GPU telemetry, or every step's power invalid)",
+        caption="Output tokens per joule of GPU energy in each step's steady window; open markers: power invalid.",
+        valid_key="power_valid",
+        reason_key="power_invalid_reason",
+    )
+
+
+# --------------------------------------------------------------------------------- time plots
+
+
+@dataclass
+class _TimeAxis:
+    t0_ns: int
+    unit_s: float
+    label: str
+
+    def x(self, t_ns: float) -> float:
+        return (t_ns - self.t0_ns) / 1e9 / self.unit_s
+
+
+def _time_axis(summary: dict[str, Any], samples: Sequence[dict[str, Any]]) -> _TimeAxis | None:
+    starts = [v for s in steps_of(summary) if (v := _num(s.get("start_ns"))) is not None]
+    ends = [v for s in steps_of(summary) if (v := _num(s.get("end_ns"))) is not None]
+    t0 = min(starts) if starts else None
+    if t0 is None:
+        times = [v for r in samples if (v := _num(r.get("t_ns"))) is not None]
+        if not times:
+            return None
+        t0, t1 = min(times), max(times)
+    else:
+        t1 = max(ends) if ends else t0
+    span_s = (t1 - t0) / 1e9
+    if span_s > 2 * 3600:
+        return _TimeAxis(int(t0), 3600.0, "time since the first step, hours")
+    if span_s > 20 * 60:
+        return _TimeAxis(int(t0), 60.0, "time since the first step, minutes")
+    return _TimeAxis(int(t0), 1.0, "time since the first step, s")
+
+
+def _bands(summary: dict[str, Any], ta: _TimeAxis) -> list[Band]:
+    axis = load_axis(summary)
+    bands: list[Band] = []
+    for s in steps_of(summary):
+        a, b, steady = _num(s.get("start_ns")), _num(s.get("end_ns")), _num(s.get("steady_ns"))
+        if a is None or b is None or b <= a:
+            continue
+        load = load_label(_num(s.get(axis)), axis)
+        bad = s.get("valid", True) is False
+        status = "VALID" if not bad else f"INVALID: {s.get('invalid_reason') or 'no reason given'}"
+        failed = int(_num(s.get("requests_failed")) or 0)
+        tip = (
+            f"step {s.get('step', '?')} · {load} · {status} · {int(_num(s.get('requests_ok')) or 0):,} ok, "
+            f"{failed:,} failed"
+        )
+        if s.get("power_valid") is False and s.get("power_invalid_reason"):
+            tip += f" · power invalid: {s['power_invalid_reason']}"
+        inner = (ta.x(steady), ta.x(b)) if steady is not None and a <= steady <= b else None
+        bands.append(Band(ta.x(a), ta.x(b), load, tip, inner, bad))
+    return bands
+
+
+def _marks(
+    events: Sequence[dict[str, Any]], failures: Sequence[Failure], ta: _TimeAxis
+) -> tuple[list[Mark], list[str]]:
+    """Log matches (lane "server log") and failed requests (lane "failed") binned to at most MAX_MARKS."""
+    lanes: list[str] = []
+    marks: list[Mark] = []
+    logs = [e for e in events if e.get("src") == "log" and _num(e.get("t_ns")) is not None]
+    tele = [
+        e
+        for e in events
+        if e.get("src") == "telemetry"
+        and _num(e.get("t_ns")) is not None
+        and e.get("kind") not in ("started", "stopped", "gpus", "sampler_recovered")
+    ]
+
+    def binned(items: list[tuple[float, str, str]], lane: int) -> None:
+        if not items:
+            return
+        xs = [x for x, _, _ in items]
+        lo, hi = min(xs), max(xs)
+        width = (hi - lo) / MAX_MARKS if hi > lo else 1.0
+        bins: dict[int, list[tuple[float, str, str]]] = {}
+        for it in items:
+            bins.setdefault(int((it[0] - lo) / width) if width else 0, []).append(it)
+        for group in bins.values():
+            colors = {c for _, _, c in group}
+            color = BAD if BAD in colors else next(iter(colors))
+            if len(group) == 1:
+                tip = group[0][1]
+            else:
+                counts: dict[str, int] = {}
+                for _, t, _ in group:
+                    head = t.split(" · ")[1] if " · " in t else t
+                    counts[head] = counts.get(head, 0) + 1
+                span = f"{format_value(group[0][0])}–{format_value(group[-1][0])}"
+                tip = f"{len(group)} events at {span}: " + ", ".join(f"{k} ×{v}" for k, v in counts.items())
+                tip += f" · first: {group[0][1]}"
+            marks.append(Mark(group[0][0], tip[:600], color, lane))
+
+    if logs or tele:
+        lanes.append("server log")
+        items = []
+        for e in sorted(logs + tele, key=lambda e: float(e["t_ns"])):
+            sev = str(e.get("severity") or "")
+            color = BAD if sev in ("error", "critical", "fatal") or e.get("src") == "telemetry" else WARN
+            what = str(e.get("pattern") or e.get("kind") or "event")
+            line = str(e.get("line") or e.get("message") or e.get("error") or "")
+            x = ta.x(float(e["t_ns"]))
+            items.append((x, f"t={format_value(x)} · {what} · {line[:300]}", color))
+        binned(items, len(lanes) - 1)
+    if failures:
+        lanes.append("failed")
+        items = [
+            (ta.x(f.t_ns), f"t={format_value(ta.x(f.t_ns))} · {f.error_class} · request failed", BAD)
+            for f in sorted(failures, key=lambda f: f.t_ns)
+        ]
+        binned(items, len(lanes) - 1)
+    return marks, lanes
+
+
+def _points(recs: Sequence[dict[str, Any]], key: str) -> tuple[F64, F64]:
+    """(t_ns, value) arrays of the records that have a number under ``key``, in time order."""
+    pairs = [(t, v) for r in recs if (v := _num(r.get(key))) is not None and (t := _num(r.get("t_ns"))) is not None]
+    if not pairs:
+        return np.empty(0), np.empty(0)
+    arr = np.array(pairs, dtype=float)
+    order = np.argsort(arr[:, 0], kind="stable")
+    return arr[order, 0], arr[order, 1]
+
+
+def _line(t: F64, y: F64, ta: _TimeAxis) -> tuple[F64, F64]:
+    """A time series ready to draw: broken (NaN) across telemetry gaps, thinned to MAX_POINTS."""
+    if len(t) > 2:
+        dt = np.diff(t)
+        limit = max(5 * float(np.median(dt)), 1e9)
+        gaps = np.flatnonzero(dt > limit)
+        if len(gaps):
+            t = np.insert(t, gaps + 1, t[gaps] + 1)
+            y = np.insert(y, gaps + 1, np.nan)
+    x = (t - ta.t0_ns) / 1e9 / ta.unit_s
+    return downsample(x, y, MAX_POINTS)
+
+
+def _series_of(recs: Sequence[dict[str, Any]], key: str, ta: _TimeAxis, scale: float = 1.0) -> tuple[F64, F64]:
+    t, y = _points(recs, key)
+    return _line(t, y * scale, ta)
+
+
+def _time_chart(
+    slug: str, title: str, y_label: str, ta: _TimeAxis, bands: list[Band], marks: list[Mark], lanes: list[str]
+) -> Chart:
+    return Chart(title, ta.label, y_label, bands=bands, marks=marks, mark_lanes=lanes, y_min=0.0, slug=slug)
+
+
+@dataclass
+class _Gpu:
+    t: F64  # ns, ascending
+    power_w: F64
+    limit_w: float | None  # the median of its power_limit_w readings
+
+
+def _gpus(samples: Sequence[dict[str, Any]]) -> dict[int, _Gpu]:
+    """Per GPU index: its power readings as arrays and its power limit."""
+    by_index: dict[int, list[dict[str, Any]]] = {}
+    for r in samples:
+        if r.get("src") == "gpu":
+            g = _num(r.get("gpu"))
+            by_index.setdefault(int(g) if g is not None else 0, []).append(r)
+    out: dict[int, _Gpu] = {}
+    for g, recs in sorted(by_index.items()):
+        t, w = _points(recs, "power_w")
+        limits = [v for r in recs if (v := _num(r.get("power_limit_w"))) is not None]
+        out[g] = _Gpu(t, w, float(np.median(limits)) if limits else None)
+    return out
+
+
+def _total_power(gpus: dict[int, _Gpu], ta: _TimeAxis) -> tuple[F64, F64, float | None]:
+    """Sum over GPUs of each one's last power reading on a common time grid; the summed limit.
+
+    A GPU whose last reading is older than 5 median sampling intervals (at least 1 s) counts as
+    missing at that instant; where every GPU is missing the total is a gap.
+    """
+    series = [g for g in gpus.values() if len(g.t)]
+    if not series:
+        return np.empty(0), np.empty(0), None
+    t_all = np.unique(np.concatenate([g.t for g in series]))
+    if len(t_all) > 4 * MAX_POINTS:
+        t_all = np.linspace(t_all[0], t_all[-1], 4 * MAX_POINTS)
+    intervals = [float(np.median(np.diff(g.t))) for g in series if len(g.t) > 1]
+    stale = max(5 * float(np.median(intervals)), 1e9) if intervals else 1e9
+    total = np.zeros(len(t_all))
+    seen = np.zeros(len(t_all), dtype=bool)
+    for g in series:
+        idx = np.searchsorted(g.t, t_all, side="right") - 1
+        ok = (idx >= 0) & (t_all - g.t[np.maximum(idx, 0)] <= stale)
+        total[ok] += g.power_w[idx[ok]]
+        seen |= ok
+    total[~seen] = np.nan
+    x = (t_all - ta.t0_ns) / 1e9 / ta.unit_s
+    xs, ys = downsample(x, total, MAX_POINTS)
+    limits = [g.limit_w for g in series if g.limit_w is not None]
+    limit = sum(limits) if len(limits) == len(series) else None
+    return xs, ys, limit
+
+
+def power_plots(
+    summary: dict[str, Any],
+    samples: Sequence[dict[str, Any]],
+    events: Sequence[dict[str, Any]],
+    failures: Sequence[Failure],
+) -> list[Plot]:
+    gpus = _gpus(samples)
+    ta = _time_axis(summary, samples)
+    has_power = any(len(g.t) for g in gpus.values())
+    t_total, t_per = "GPU power, all GPUs", "GPU power per GPU"
+    if ta is None or not has_power:
+        why = "no GPU telemetry in samples.jsonl" if not gpus else "GPU samples carry no power reading"
+        if not samples:
+            why = "no samples.jsonl (telemetry was not recorded)"
+        return [
+            Plot("power_total", t_total, no_data(t_total, why, slug="power_total"), "", False, why),
+            Plot("power_per_gpu", t_per, no_data(t_per, why, slug="power_per_gpu"), "", False, why),
+        ]
+    bands = _bands(summary, ta)
+    marks, lanes = _marks(events, failures, ta)
+    xs, ys, limit = _total_power(gpus, ta)
+    chart = _time_chart("power_total", t_total, "watts", ta, bands, marks, lanes)
+    chart.series.append(
+        Series(f"total of {len(gpus)} GPU{'s' if len(gpus) > 1 else ''}", xs, ys, PALETTE[0], markers=False, width=1.6)
+    )
+    if limit:
+        chart.refs.append(RefLine("y", limit, f"power limit {format_value(limit)} W", BAD, "6 3"))
+    caption = "Sum over GPUs of each one's latest power reading; shaded: load steps (darker: steady window)."
+    invalid = [s for s in steps_of(summary) if s.get("power_valid") is False]
+    if invalid:
+        caption += (
+            f" Power is INVALID in {len(invalid)} step(s), e.g. "
+            + str(invalid[0].get("power_invalid_reason") or "no reason given")
+            + "."
+        )
+    plots = [Plot("power_total", t_total, render(chart), caption)]
+
+    per = _time_chart("power_per_gpu", t_per, "watts", ta, bands, marks, lanes)
+    for i, (index, gpu) in enumerate(gpus.items()):
+        xs, ys = _line(gpu.t, gpu.power_w, ta)
+        per.series.append(Series(f"GPU {index}", xs, ys, PALETTE[i % len(PALETTE)], markers=False, width=1.2))
+    limits = [g.limit_w for g in gpus.values() if g.limit_w is not None]
+    if limits:
+        lim = float(np.median(limits))
+        per.refs.append(RefLine("y", lim, f"per-GPU limit {format_value(lim)} W", BAD, "6 3"))
+    plots.append(Plot("power_per_gpu", t_per, render(per), "Each GPU's power reading against its power limit."))
+    return plots
+
+
+def server_plots(
+    summary: dict[str, Any],
+    samples: Sequence[dict[str, Any]],
+    events: Sequence[dict[str, Any]],
+    failures: Sequence[Failure],
+) -> list[Plot]:
+    server = [r for r in samples if r.get("src") == "server" and _num(r.get("t_ns")) is not None]
+    ta = _time_axis(summary, samples)
+    t_kv, t_q = "KV-cache fill", "Server queue"
+    out: list[Plot] = []
+    bands = _bands(summary, ta) if ta else []
+    marks, lanes = _marks(events, failures, ta) if ta else ([], [])
+    kv_x, kv_y = _series_of(server, "kv_usage", ta, 100.0) if ta else (np.empty(0), np.empty(0))
+    if not len(kv_x) or not np.isfinite(kv_y).any():
+        why = "no server metrics in samples.jsonl" if not server else "the server's metrics have no KV-cache fill"
+        if not samples:
+            why = "no samples.jsonl (telemetry was not recorded)"
+        out.append(Plot("kv_cache", t_kv, no_data(t_kv, why, slug="kv_cache"), "", False, why))
+    else:
+        assert ta is not None
+        chart = _time_chart("kv_cache", t_kv, "KV cache used, %", ta, bands, marks, lanes)
+        chart.y_max = 100.0
+        chart.series.append(Series("KV-cache fill", kv_x, kv_y, PALETTE[2], markers=False, width=1.6))
+        chart.refs.append(RefLine("y", KV_FULL_FRAC * 100, f"{KV_FULL_FRAC:.0%} full", BAD, "2 3"))
+        out.append(
+            Plot(
+                "kv_cache",
+                t_kv,
+                render(chart),
+                "Fraction of the server's KV cache in use; ticks above: server log matches and failed requests.",
+            )
+        )
+    series = []
+    if ta:
+        for key, name, color in (("queued", "queued (waiting)", PALETTE[1]), ("running", "running", PALETTE[0])):
+            x, y = _series_of(server, key, ta)
+            if len(x) and np.isfinite(y).any():
+                series.append(Series(name, x, y, color, markers=False, width=1.6))
+    if not series:
+        why = (
+            "no server metrics in samples.jsonl"
+            if not server
+            else "the server's metrics have no queue or running count"
+        )
+        if not samples:
+            why = "no samples.jsonl (telemetry was not recorded)"
+        out.append(Plot("queue", t_q, no_data(t_q, why, slug="queue"), "", False, why))
+    else:
+        assert ta is not None
+        chart = _time_chart("queue", t_q, "requests", ta, bands, marks, lanes)
+        chart.series.extend(series)
+        out.append(
+            Plot("queue", t_q, render(chart), "Requests the server reports as running and as waiting in its queue.")
+        )
+    return out
+
+
+def build_plots(
+    summary: dict[str, Any],
+    samples: Sequence[dict[str, Any]] = (),
+    events: Sequence[dict[str, Any]] = (),
+    failures: Sequence[Failure] = (),
+) -> list[Plot]:
+    """Every plot of the report, in reading order; a plot without data is a no-data panel."""
+    return [
+        throughput_plot(summary),
+        per_request_plot(summary),
+        *latency_plots(summary),
+        tokens_per_joule_plot(summary),
+        *power_plots(summary, samples, events, failures),
+        *server_plots(summary, samples, events, failures),
+    ]
+
+
+PLOT_SLUGS = (
+    "throughput",
+    "per_request",
+    "ttft",
+    "tpot",
+    "e2e",
+    "tokens_per_joule",
+    "power_total",
+    "power_per_gpu",
+    "kv_cache",
+    "queue",
+)
+
+__all__ = [
+    "PLOT_SLUGS",
+    "Failure",
+    "Plot",
+    "as_dict",
+    "as_list",
+    "build_plots",
+    "knee_load",
+    "load_axis",
+    "load_label",
+    "number",
+    "steps_of",
+]
