@@ -62,7 +62,12 @@ def _extra_body(items: list[str]) -> dict[str, Any]:
 
 
 # ramp defaults when neither a flag nor a scenario says otherwise
-RAMP_DEFAULTS = {"concurrency": "1,8,32,64,128", "step_seconds": 30.0, "warmup_seconds": 5.0, "max_tokens": 512}
+RAMP_DEFAULTS: dict[str, Any] = {
+    "concurrency": "1,8,32,64,128",
+    "step_seconds": 30.0,
+    "warmup_seconds": 5.0,
+    "max_tokens": 512,
+}
 
 
 def _add_ramp_flags(p: argparse.ArgumentParser, demo: bool = False) -> None:

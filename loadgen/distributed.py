@@ -81,8 +81,12 @@ class MasterLink:
             # a worker that joins mid-run learns the current step
             runner.send_message(
                 MSG_STEP,
-                {"event": "start", "step": self.state.step_index, "t_ns": self.state.counters[-1].first_ns,
-                 "plan": plan_to_dict(self.state.step_plan)},
+                {
+                    "event": "start",
+                    "step": self.state.step_index,
+                    "t_ns": self.state.counters[-1].first_ns,
+                    "plan": plan_to_dict(self.state.step_plan),
+                },
                 client_id=client_id,
             )
 
@@ -116,8 +120,14 @@ class MasterLink:
                 self.known.discard(client_id)
                 index = runner.worker_indexes.get(client_id)
                 self.events.write(
-                    {"t_ns": ANCHOR.now_wall_ns(), "src": "loadgen", "kind": "worker_lost", "worker": f"w{index}",
-                     "client_id": client_id, "step": self.state.step_index}
+                    {
+                        "t_ns": ANCHOR.now_wall_ns(),
+                        "src": "loadgen",
+                        "kind": "worker_lost",
+                        "worker": f"w{index}",
+                        "client_id": client_id,
+                        "step": self.state.step_index,
+                    }
                 )
                 self.out.write(f"\nworker w{index} stopped answering; Locust moves its users to the others\n")
 
@@ -179,25 +189,34 @@ class WorkerLink:
         opts = RampOptions(**fields)
         opts.api_key = os.environ.get("OPENAI_API_KEY") or None
         shared = run_dir.is_dir() and os.access(run_dir, os.W_OK) and not os.environ.get("LOADGEN_RECORDS_VIA_MASTER")
-        target = TargetOptions(url=opts.url, model=opts.model, api_key=opts.api_key, transport=opts.transport,
-                               timeouts=opts.timeouts, stream=opts.stream)
+        target = TargetOptions(
+            url=opts.url,
+            model=opts.model,
+            api_key=opts.api_key,
+            transport=opts.transport,
+            timeouts=opts.timeouts,
+            stream=opts.stream,
+        )
         sink = None
         if not shared:
             self.lines = []
             lines = self.lines
             sink = lambda line: lines.append(line.decode())  # noqa: E731
-        state = RunState(run_dir if shared else Path("."), target, _workload_factory(_base_workload(opts)),
-                         worker=self.worker, record_sink=sink, step_log=False,
-                         user_offset=index * USERS_PER_WORKER)
-        original = state.count
-
-        def count(step: int, error_class: str | None, tokens: int, sent_ns: int) -> None:
-            original(step, error_class, tokens, sent_ns)
-            self.counts.append((step, error_class, tokens, sent_ns))
-
-        state.count = count  # type: ignore[method-assign]
+        state = RunState(
+            run_dir if shared else Path("."),
+            target,
+            _workload_factory(_base_workload(opts)),
+            worker=self.worker,
+            record_sink=sink,
+            step_log=False,
+            user_offset=index * USERS_PER_WORKER,
+        )
+        state.on_count = lambda step, error_class, tokens, sent_ns: self.counts.append(
+            (step, error_class, tokens, sent_ns)
+        )
         state.fire_request = environment.events.request.fire
-        state.log_metric = lambda kind, name, ms: environment.stats.log_request(kind, name, ms, 0)
+        # Locust keeps float response times as given (its type hint says int)
+        state.log_metric = lambda kind, name, ms: environment.stats.log_request(kind, name, ms, 0)  # type: ignore[arg-type]
         environment.loadgen = state  # type: ignore[attr-defined]
         self.state = state
         if shared:

@@ -89,7 +89,7 @@ def _base_workload(opts: RampOptions) -> Any:
     return Workload.simple(
         context_tokens=DEFAULT_CONTEXT_TOKENS,
         max_tokens=opts.max_tokens,
-        endpoint=opts.endpoint,  # type: ignore[arg-type]
+        endpoint=opts.endpoint,
         extra=dict(opts.extra_body),
         seed=opts.seed,
     )
@@ -280,7 +280,7 @@ class KneeSearch:
         from loadgen.analysis.knee import search_state
         from loadgen.pipeline import summarise
 
-        _, summary = summarise(self.run_dir, self.budget.slo)
+        _, summary = summarise(self.run_dir, dict(self.budget.slo) if self.budget.slo else None)
         self.state = search_state(summary["steps"], self.budget, time.monotonic() - self.started)
         nxt = self.state.next_load
         t = self.template
@@ -352,7 +352,8 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
     )
     env.loadgen = state  # type: ignore[attr-defined]
     state.fire_request = env.events.request.fire
-    state.log_metric = lambda kind, name, ms: env.stats.log_request(kind, name, ms, 0)
+    # Locust keeps float response times as given (its type hint says int)
+    state.log_metric = lambda kind, name, ms: env.stats.log_request(kind, name, ms, 0)  # type: ignore[arg-type]
     env.events.spawning_complete.add_listener(lambda user_count, **_: shape.on_spawning_complete(user_count))
     side = _start_telemetry(run_dir, opts.telemetry, out)
     watch = SelfWatch(run_dir, state.worker, lambda: state.in_flight)
@@ -374,8 +375,7 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
                 for p in workers:
                     p.kill()
                 raise RuntimeError(
-                    f"{opts.workers} workers did not connect ({runner.worker_count} did); "
-                    f"see {run_dir}/worker-*.log"
+                    f"{opts.workers} workers did not connect ({runner.worker_count} did); see {run_dir}/worker-*.log"
                 )
             gevent.sleep(0.1)
         watcher = gevent.spawn(link.watch)

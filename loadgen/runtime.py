@@ -98,6 +98,7 @@ class RunState(StepSink):
         self.in_flight = 0
         self.conn_streak = 0  # consecutive connection-level failures
         self.on_server_suspect: Callable[[], None] | None = None
+        self.on_count: Callable[[int, str | None, int, int], None] | None = None  # a worker reports counts
         self.steady_ns: int | None = None
         self.counters: list[StepCounters] = []
         self.started_ns = ANCHOR.now_wall_ns()
@@ -276,6 +277,8 @@ class RunState(StepSink):
             c.errors[error_class] = c.errors.get(error_class, 0) + 1
         if self.steady_ns is not None and step == self.step_index and sent_ns >= self.steady_ns:
             c.in_window += 1
+        if self.on_count is not None:
+            self.on_count(step, error_class, output_tokens, sent_ns)
 
     def _report(self, rec: RequestRecord, spec: RequestSpec) -> None:
         ok = rec.error_class is None

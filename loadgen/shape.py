@@ -222,4 +222,4 @@ class RampShape(LoadTestShape):
         classes = self.open_classes if step.open_loop else self.closed_classes
         if classes is None:
             return step.concurrency, max(self.spawn_rate, float(step.concurrency))
-        return step.concurrency, max(self.spawn_rate, float(step.concurrency)), classes  # type: ignore[return-value]
+        return step.concurrency, max(self.spawn_rate, float(step.concurrency)), classes

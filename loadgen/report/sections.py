@@ -169,10 +169,9 @@ def run_events_section(summary: dict[str, Any]) -> str | None:
     for e in events:
         when = time.strftime("%H:%M:%S", time.gmtime(e.get("t_ns", 0) / 1e9))
         step = e.get("step")
+        shown = "–" if step is None else str(step)
         detail = e.get("detail") or e.get("worker") or ""
-        lines.append(
-            f"| {when} | {escape_cell(e.get('kind', ''))} | {step if step is not None else '–'} | {escape_cell(detail)} |"
-        )
+        lines.append(f"| {when} | {escape_cell(e.get('kind', ''))} | {shown} | {escape_cell(detail)} |")
     lines.append("")
     return "\n".join(lines)
 

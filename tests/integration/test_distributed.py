@@ -30,9 +30,28 @@ def _served(emission_log: Path) -> set[str]:
 def test_two_workers_record_every_request_the_server_saw(sim_factory: Any, tmp_path: Path) -> None:
     sim = sim_factory("--profile", "tiny")
     proc = subprocess.run(
-        loadgen_cmd("ramp", "--url", sim.url, "--workers", "2", "--concurrency", "4,8", "--step-seconds", "2.5",
-                    "--warmup-seconds", "0.5", "--max-tokens", "16", "--no-telemetry", "--out", str(tmp_path)),
-        cwd=REPO, capture_output=True, text=True, timeout=180,
+        loadgen_cmd(
+            "ramp",
+            "--url",
+            sim.url,
+            "--workers",
+            "2",
+            "--concurrency",
+            "4,8",
+            "--step-seconds",
+            "2.5",
+            "--warmup-seconds",
+            "0.5",
+            "--max-tokens",
+            "16",
+            "--no-telemetry",
+            "--out",
+            str(tmp_path),
+        ),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = Path(proc.stdout.strip().splitlines()[-1])
@@ -51,7 +70,8 @@ def test_two_workers_record_every_request_the_server_saw(sim_factory: Any, tmp_p
     lines = [json.loads(x) for x in (run_dir / "steps.jsonl").read_text().splitlines()]
     ev = {(x["step"], x["event"]): x["t_ns"] for x in lines}
     window = [
-        r for r in recs
+        r
+        for r in recs
         if r["step"] == 1 and r["error_class"] is None and ev[(1, "steady")] <= r["sent_ns"] <= ev[(1, "end")]
     ]
     ttft = np.array([(r["first_chunk_ns"] - r["intended_ns"]) / 1e6 for r in window])
@@ -63,9 +83,28 @@ def test_two_workers_record_every_request_the_server_saw(sim_factory: Any, tmp_p
 def test_a_worker_that_dies_is_reported_and_the_run_completes(sim_factory: Any, tmp_path: Path) -> None:
     sim = sim_factory("--profile", "tiny")
     proc = subprocess.Popen(
-        loadgen_cmd("ramp", "--url", sim.url, "--workers", "2", "--concurrency", "4,4", "--step-seconds", "4",
-                    "--warmup-seconds", "0.2", "--max-tokens", "16", "--no-telemetry", "--out", str(tmp_path)),
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        loadgen_cmd(
+            "ramp",
+            "--url",
+            sim.url,
+            "--workers",
+            "2",
+            "--concurrency",
+            "4,4",
+            "--step-seconds",
+            "4",
+            "--warmup-seconds",
+            "0.2",
+            "--max-tokens",
+            "16",
+            "--no-telemetry",
+            "--out",
+            str(tmp_path),
+        ),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 60

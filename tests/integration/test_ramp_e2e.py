@@ -310,9 +310,28 @@ def test_find_knee_plan_and_compare_from_the_run_directory(sim_factory: Any, tmp
     # the tiny profile admits 16 running requests; past that requests queue and TTFT grows
     sim = sim_factory(*FAST, "--max-running-requests", "16")
     out = str(tmp_path / "reports")
-    proc = run_loadgen("ramp", "--url", sim.url, "--find-knee", "--concurrency", "2", "--max-steps", "6",
-                       "--step-seconds", "2", "--warmup-seconds", "0.5", "--max-tokens", "24",
-                       "--slo", "ttft_p99=150ms", "--no-telemetry", "--out", out, timeout=240)
+    proc = run_loadgen(
+        "ramp",
+        "--url",
+        sim.url,
+        "--find-knee",
+        "--concurrency",
+        "2",
+        "--max-steps",
+        "6",
+        "--step-seconds",
+        "2",
+        "--warmup-seconds",
+        "0.5",
+        "--max-tokens",
+        "24",
+        "--slo",
+        "ttft_p99=150ms",
+        "--no-telemetry",
+        "--out",
+        out,
+        timeout=240,
+    )
     run_dir = _run_dir(proc)
     assert "knee search" in proc.stderr
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -329,9 +348,7 @@ def test_find_knee_plan_and_compare_from_the_run_directory(sim_factory: Any, tmp
     plan = json.loads((run_dir / "plan.json").read_text())["plan"]
     op = plan["operating_point"]
     assert op is not None and op["concurrency"] <= knee["concurrency"] * 2
-    assert plan["replicas"] >= 1 and plan["replicas"] == pytest.approx(
-        100 / plan["per_replica"]["req_s"], abs=1.0
-    )
+    assert plan["replicas"] >= 1 and plan["replicas"] == pytest.approx(100 / plan["per_replica"]["req_s"], abs=1.0)
     # the plan stays part of the report when it is rebuilt
     assert run_loadgen("report", str(run_dir)).returncode == 0
     assert "Capacity plan" in (run_dir / "report.md").read_text()

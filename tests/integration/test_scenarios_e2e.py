@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -75,7 +76,7 @@ def test_multi_turn_history_grows_with_the_servers_replies(sim_factory: Any, tmp
     multi = [sorted(v, key=lambda r: r["turn"]) for v in by_conv.values() if len(v) >= 2]
     assert multi, "no conversation reached a second turn"
     for turns in multi:
-        for a, b in zip(turns, turns[1:]):
+        for a, b in itertools.pairwise(turns):
             assert b["turn"] == a["turn"] + 1
             # the next prompt holds the previous prompt plus the reply the server gave
             assert b["prompt_tokens"] > a["prompt_tokens"] + a["output_tokens"] * 0.5

@@ -25,9 +25,25 @@ def test_http_ramp_matches_virtual_clock_at_c1_and_c64(sim_factory: Any, tmp_pat
     measured = {}
     for c in (1, 64):
         proc = run_loadgen(
-            "ramp", "--url", sim.url, "--concurrency", str(c), "--max-tokens", "512", "--context-tokens", "1000",
-            "--extra-body", "ignore_eos=true", "--warmup-seconds", str(WARMUP[c]), "--step-seconds",
-            str(WINDOW[c]), "--no-telemetry", "--out", str(tmp_path), timeout=240,
+            "ramp",
+            "--url",
+            sim.url,
+            "--concurrency",
+            str(c),
+            "--max-tokens",
+            "512",
+            "--context-tokens",
+            "1000",
+            "--extra-body",
+            "ignore_eos=true",
+            "--warmup-seconds",
+            str(WARMUP[c]),
+            "--step-seconds",
+            str(WINDOW[c]),
+            "--no-telemetry",
+            "--out",
+            str(tmp_path),
+            timeout=240,
         )
         assert proc.returncode == 0, proc.stderr[-3000:]
         step = json.loads((Path(proc.stdout.strip().splitlines()[-1]) / "summary.json").read_text())["steps"][0]
@@ -39,7 +55,12 @@ def test_http_ramp_matches_virtual_clock_at_c1_and_c64(sim_factory: Any, tmp_pat
     source = classify_source(" ".join(m["content"] for m in spec.messages or []))
     for c, step in measured.items():
         virtual = closed_loop(
-            profile, c, prompt_tokens=round(step["prompt_tokens_mean"]), output_tokens=512,
-            warmup_s=WARMUP[c], window_s=WINDOW[c], source=source,
+            profile,
+            c,
+            prompt_tokens=round(step["prompt_tokens_mean"]),
+            output_tokens=512,
+            warmup_s=WARMUP[c],
+            window_s=WINDOW[c],
+            source=source,
         )
         assert step["output_tok_s"] == pytest.approx(virtual.output_tok_s, rel=0.10), (c, virtual)

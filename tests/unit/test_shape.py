@@ -109,7 +109,7 @@ def test_last_step_ends_the_test_and_stop_records_reason() -> None:
     assert shape.tick() is None
     assert sink.events[-1][0] == "end" and sink.events[-1][3] == "duration"
 
-    shape2, clock2, runner2, sink2 = make([StepPlan(1, None, 0.0, 60.0, None)])
+    shape2, clock2, _runner2, sink2 = make([StepPlan(1, None, 0.0, 60.0, None)])
     shape2.tick()
     clock2.t += S
     shape2.stop("stopped")
