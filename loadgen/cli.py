@@ -126,6 +126,7 @@ def _add_ramp_flags(p: argparse.ArgumentParser, demo: bool = False) -> None:
     )
     p.add_argument("--out", default="reports", help="folder for run directories")
     p.add_argument("--no-telemetry", action="store_true", help="start no telemetry side process")
+    p.add_argument("--prometheus-port", type=int, help="serve the load generator's own metrics on this port")
     p.add_argument("--slo", help="latency limits for the knee verdict, e.g. ttft_p99=2s,tpot_p99=50ms")
     p.add_argument(
         "--find-knee",
@@ -218,6 +219,7 @@ def _ramp_options(ns: argparse.Namespace, argv: list[str]) -> Any:
         slo=_slo(ns.slo),
         on_server_down=ns.on_server_down,
         workers=ns.workers,
+        prometheus_port=ns.prometheus_port,
         wait_ready_s=ns.wait_ready,
         find_knee=ns.find_knee,
         search_max_steps=ns.max_steps,
@@ -478,6 +480,12 @@ def _html_page(title: str, body: str) -> str:
     )
 
 
+def cmd_ui(ns: argparse.Namespace, argv: list[str]) -> int:
+    from loadgen.webui.cli import main as ui_main
+
+    return ui_main(ns.ui_args)
+
+
 def cmd_monitor(ns: argparse.Namespace, argv: list[str]) -> int:
     from loadgen.telemetry.monitor import main as monitor_main
 
@@ -535,6 +543,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", type=int, default=20, help="requests to draw (show)")
     p.set_defaults(func=cmd_scenario)
 
+    p = sub.add_parser("ui", help="Locust's web UI with the live LLM tab (loadgen ui --help)", add_help=False)
+    p.add_argument("ui_args", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_ui)
+
     p = sub.add_parser("monitor", help="the telemetry side process on its own (loadgen monitor --help)", add_help=False)
     p.add_argument("monitor_args", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_monitor)
@@ -548,6 +560,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_sim(argparse.Namespace(sim_args=argv[1:]), argv)
     if argv and argv[0] == "monitor":
         return cmd_monitor(argparse.Namespace(monitor_args=argv[1:]), argv)
+    if argv and argv[0] == "ui":
+        return cmd_ui(argparse.Namespace(ui_args=argv[1:]), argv)
     ns = parser.parse_args(argv)
     try:
         code: int = ns.func(ns, argv)

@@ -57,23 +57,46 @@ def free_port(host: str = "127.0.0.1") -> int:
 class MasterLink:
     """The master's side: hands out the config, relays steps, collects records and counts."""
 
-    def __init__(self, env: Environment, state: RunState, config: dict[str, Any], out: TextIO) -> None:
-        self.env, self.state, self.config, self.out = env, state, config, out
+    def __init__(
+        self, env: Environment, state: RunState | None, config: dict[str, Any] | None, out: TextIO
+    ) -> None:
+        """Register the handlers at once (before anything yields to the hub: a worker's hello can
+        come in any time after); ``state``/``config`` may follow with ``bind``."""
+        self.env, self.out = env, out
         self.appenders: dict[str, JsonlAppender] = {}
-        self.events = JsonlAppender(state.run_dir / "events.jsonl")
         self.known: set[str] = set()
+        self.state: RunState | None = None
+        self.config: dict[str, Any] | None = None
+        self.events: JsonlAppender | None = None
         runner = env.runner
         assert runner is not None
         runner.register_message(MSG_RECORDS, self._on_records)
         # a worker asks for its config once its handlers are in place (Locust's own connect
         # handshake can arrive before a worker has registered them)
         runner.register_message(MSG_HELLO, lambda environment, msg, **_: self._on_connect(msg.node_id))
+        if state is not None and config is not None:
+            self.bind(state, config)
+
+    def bind(self, state: RunState, config: dict[str, Any]) -> None:
+        """Point the link at a (new) run: workers connected now get its config at once."""
+        runner: Any = self.env.runner
+        for app in self.appenders.values():
+            app.close()
+        self.appenders = {}
+        if self.events is not None:
+            self.events.close()
+        self.state, self.config = state, config
+        self.events = JsonlAppender(state.run_dir / "events.jsonl")
         state.on_step = lambda message: runner.send_message(MSG_STEP, message)
+        for client_id in sorted(self.known):
+            self._on_connect(client_id)
 
     def _on_connect(self, client_id: str) -> None:
         runner: Any = self.env.runner
         index = runner.get_worker_index(client_id)
         self.known.add(client_id)
+        if self.state is None or self.config is None:
+            return  # no run yet: ``bind`` sends the config
         runner.send_message(MSG_CONFIG, {**self.config, "worker_index": index}, client_id=client_id)
         if self.state.step_index >= 0 and self.state.step_plan is not None:
             from loadgen.runtime import plan_to_dict
@@ -91,6 +114,8 @@ class MasterLink:
             )
 
     def _on_records(self, environment: Environment, msg: Any, **_: Any) -> None:
+        if self.state is None:
+            return
         data = msg.data
         for step, error_class, tokens, sent_ns in data.get("counts", ()):
             self.state.count(step, error_class, tokens, sent_ns)
@@ -119,6 +144,8 @@ class MasterLink:
             for client_id in sorted(self.known - alive):
                 self.known.discard(client_id)
                 index = runner.worker_indexes.get(client_id)
+                if self.events is None or self.state is None:
+                    continue
                 self.events.write(
                     {
                         "t_ns": ANCHOR.now_wall_ns(),
@@ -134,7 +161,8 @@ class MasterLink:
     def close(self) -> None:
         for app in self.appenders.values():
             app.close()
-        self.events.close()
+        if self.events is not None:
+            self.events.close()
 
 
 def start_local_workers(n: int, port: int, run_dir: Path) -> list[subprocess.Popen[bytes]]:
@@ -163,6 +191,7 @@ class WorkerLink:
         self.counts: list[tuple[int, str | None, int, int]] = []
         self.lines: list[str] | None = None
         self.worker = "w?"
+        self.watch: Any = None
         runner = env.runner
         assert runner is not None
         runner.register_message(MSG_CONFIG, self._on_config)
@@ -178,6 +207,12 @@ class WorkerLink:
         from loadgen.runtime import TargetOptions
         from loadgen.selfwatch import SelfWatch
 
+        if self.state is not None:  # a new run (the web UI's next Start): close the last one
+            self.flush()
+            self.state.close()
+        if self.watch is not None:
+            self.watch.stop()
+            self.watch = None
         cfg = dict(msg.data)
         index = int(cfg.pop("worker_index"))
         run_dir = Path(cfg.pop("run_dir"))
@@ -220,7 +255,8 @@ class WorkerLink:
         environment.loadgen = state  # type: ignore[attr-defined]
         self.state = state
         if shared:
-            SelfWatch(run_dir, self.worker, lambda: state.in_flight).start()
+            self.watch = SelfWatch(run_dir, self.worker, lambda: state.in_flight)
+            self.watch.start()
 
     def _on_step(self, environment: Environment, msg: Any, **_: Any) -> None:
         if self.state is not None:

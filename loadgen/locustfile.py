@@ -1,14 +1,27 @@
-"""Wiring for ``locust -f loadgen/locustfile.py --host URL`` (web UI or --headless).
+"""Wiring for ``locust -f loadgen/locustfile.py --host URL`` (web UI or --headless); ``loadgen ui``.
 
-The same ``LLMUser`` as ``loadgen ramp``; Locust's own user count and spawn rate drive the load.
-Each test start (each "Start" in the web UI) is one step of the run directory; the report is
-written when the test stops. Options (all optional): --lg-model, --lg-max-tokens,
---lg-context-tokens, --lg-endpoint, --lg-transport, --lg-extra-body, --lg-label, --lg-out,
---lg-stall-timeout, --lg-request-timeout; the API key comes from $OPENAI_API_KEY.
+The same ``LLMUser`` as ``loadgen ramp``. Two ways to drive it:
+
+* ramp steps given (``--lg-steps 1,8,32``, an editable field of the web UI's form): Start walks the
+  steps with ``loadgen.shape.RampShape`` (warm-up, then a steady window of ``--lg-step-seconds``
+  per step), as ``loadgen ramp`` does; each Start is a run directory of its own.
+* no ramp steps: Locust's own user count and spawn rate drive the load; each test start (each
+  Start in the web UI) is one step of one run directory per Locust process.
+
+The report is written when the test stops. The web UI gets an "LLM" tab (live charts from the run
+directory, the knee verdict, links to the report) and ``/loadgen/metrics`` (Prometheus). The
+telemetry side process runs beside the load (not on workers) with the flags of ``loadgen ramp``
+(``--gpu-source``, ``--metrics-url``, ...; ``--no-telemetry`` for none). Options in the form:
+--lg-scenario, --lg-steps, --lg-step-seconds, --lg-warmup-seconds, --lg-model, --lg-max-tokens,
+--lg-context-tokens, --lg-endpoint, --lg-transport, --lg-extra-body, --lg-slo, --lg-label; on the
+command line only: --lg-out, --lg-stall-timeout, --lg-request-timeout, --lg-prometheus-port. The
+API key comes from $OPENAI_API_KEY.
 """
 
 from __future__ import annotations
 
+import copy
+import logging
 import os
 import sys
 from pathlib import Path
@@ -22,59 +35,199 @@ from loadgen.clock import ANCHOR
 from loadgen.ramp import DEFAULT_CONTEXT_TOKENS
 from loadgen.rundir import create_run_dir, write_manifest
 from loadgen.runtime import RunState, TargetOptions
-from loadgen.shape import StepPlan
+from loadgen.shape import RampShape, StepPlan, build_plan
 from loadgen.user import LLMUser
 
 __all__ = ["LLMUser"]
 
+log = logging.getLogger("loadgen")
+
+
+class _Hidden:
+    """Adds arguments that stay off the web UI's form (Locust shows only those it marks)."""
+
+    def __init__(self, parser: Any) -> None:
+        self.parser = parser
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> Any:
+        return self.parser.add_argument(*args, include_in_web_ui=False, **kwargs)
+
 
 @events.init_command_line_parser.add_listener
 def _add_arguments(parser: Any) -> None:
-    group = parser.add_argument_group("llm-loadgen")
-    group.add_argument("--lg-model", default="", help="model name (default: first of /v1/models)")
-    group.add_argument("--lg-max-tokens", type=int, default=512, help="max_tokens per request")
-    group.add_argument("--lg-context-tokens", type=int, default=0, help="prompt length in tokens (0: short chat)")
-    group.add_argument("--lg-endpoint", choices=["chat", "completions"], default="chat")
-    group.add_argument("--lg-transport", choices=["fast", "openai"], default="fast")
-    group.add_argument("--lg-extra-body", default="", help="JSON object merged into each request body")
-    group.add_argument("--lg-label", default="", help="run label")
-    group.add_argument("--lg-out", default="reports", help="folder for run directories")
-    group.add_argument("--lg-stall-timeout", type=float, default=60.0)
-    group.add_argument("--lg-request-timeout", type=float, default=600.0)
+    # shown in the web UI's form (editable before each Start)
+    ui = parser.add_argument
+    ui("--lg-scenario", default="", help="scenario file (TOML): prompts, lengths; empty: short chat prompts")
+    ui("--lg-steps", default="", help="ramp: users per step, e.g. 1,8,32 (empty: Locust's user count drives the load)")
+    ui("--lg-step-seconds", type=float, default=30.0, help="ramp: steady window per step (s)")
+    ui("--lg-warmup-seconds", type=float, default=5.0, help="ramp: warm-up before each step's window (s)")
+    ui("--lg-max-tokens", type=int, default=512, help="max_tokens per request (without a scenario)")
+    ui("--lg-context-tokens", type=int, default=0, help="prompt length in tokens (0: short chat)")
+    ui("--lg-slo", default="", help="latency limits for the knee verdict, e.g. ttft_p99=2s,tpot_p99=50ms")
+    ui("--lg-model", default="", help="model name (default: first of /v1/models)")
+    ui("--lg-endpoint", choices=["chat", "completions"], default="chat")
+    ui("--lg-transport", choices=["fast", "openai"], default="fast")
+    ui("--lg-extra-body", default="", help="JSON object merged into each request body")
+    ui("--lg-label", default="", help="run label")
+    # command line only
+    hidden = _Hidden(parser)
+    hidden.add_argument("--lg-out", default="reports", help="folder for run directories")
+    hidden.add_argument("--lg-stall-timeout", type=float, default=60.0)
+    hidden.add_argument("--lg-request-timeout", type=float, default=600.0)
+    hidden.add_argument(
+        "--lg-prometheus-port", type=int, default=0, help="headless: serve /metrics on this port (0: off)"
+    )
+    hidden.add_argument("--no-telemetry", action="store_true", help="start no telemetry side process")
+    from loadgen.telemetry.options import add_source_args
+
+    add_source_args(hidden)  # type: ignore[arg-type]
+
+
+class OptionError(Exception):
+    """A bad --lg-* value; the message names the option, the value and what to do."""
+
+
+def _int_list(flag: str, text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.replace(" ", "").split(",") if v]
+    except ValueError:
+        raise OptionError(f"{flag} {text!r}: expected comma-separated whole numbers, e.g. 1,8,32") from None
+    if not values or any(v <= 0 for v in values):
+        raise OptionError(f"{flag} {text!r}: every value must be a whole number above 0")
+    return values
+
+
+def _slo(text: str) -> dict[str, float] | None:
+    if not text.strip():
+        return None
+    from loadgen.analysis.plan import SLOError, parse_slo
+
+    try:
+        return dict(parse_slo(text))
+    except (SLOError, ValueError) as exc:
+        raise OptionError(f"--lg-slo {text!r}: {exc}") from None
+
+
+def _telemetry(opts: Any) -> Any:
+    if getattr(opts, "no_telemetry", False) or not hasattr(opts, "gpu_source"):
+        return None
+    from loadgen.telemetry import TelemetryOptions
+
+    return TelemetryOptions(
+        gpu_source=opts.gpu_source,
+        gpu_hz=opts.gpu_hz,
+        gpus=opts.gpus,
+        metrics_url=opts.metrics_url,
+        metrics_hz=opts.metrics_hz,
+        metrics_map=dict(opts.metrics_map),
+        server_logs=opts.server_logs,
+        server_log_file=opts.server_log_file,
+        log_from_start=opts.log_from_start,
+        monitor_url=opts.monitor_url,
+        monitor_token=os.environ.get("LOADGEN_MONITOR_TOKEN") or None,
+        monitor_hz=opts.monitor_hz,
+    )
+
+
+def validate(opts: Any) -> None:
+    """Check the --lg-* values before a run starts; raises OptionError naming the option and value."""
+    import orjson
+
+    if opts.lg_steps.strip():
+        _int_list("--lg-steps", opts.lg_steps)
+    _slo(opts.lg_slo)
+    if opts.lg_max_tokens <= 0:
+        raise OptionError(f"--lg-max-tokens {opts.lg_max_tokens}: must be above 0")
+    if opts.lg_step_seconds <= 0:
+        raise OptionError(f"--lg-step-seconds {opts.lg_step_seconds:g}: must be above 0")
+    if opts.lg_warmup_seconds < 0:
+        raise OptionError(f"--lg-warmup-seconds {opts.lg_warmup_seconds:g}: must be 0 or more")
+    if opts.lg_extra_body:
+        try:
+            extra = orjson.loads(opts.lg_extra_body)
+        except orjson.JSONDecodeError as exc:
+            raise OptionError(f"--lg-extra-body {opts.lg_extra_body!r}: not valid JSON ({exc})") from None
+        if not isinstance(extra, dict):
+            raise OptionError(
+                f'--lg-extra-body {opts.lg_extra_body!r}: expected a JSON object, e.g. {{"temperature": 0}}'
+            )
+    if opts.lg_scenario:
+        from loadgen.scenario import ScenarioError, load_scenario
+
+        try:
+            load_scenario(opts.lg_scenario)
+        except ScenarioError as exc:
+            raise OptionError(f"--lg-scenario: {exc}") from None
 
 
 class _UIRun:
-    """One run directory per Locust process; a step per test start."""
+    """One run directory: its RunState (the step sink), its telemetry process, its plan."""
 
-    def __init__(self, env: Environment) -> None:
+    def __init__(
+        self, env: Environment, ramp: bool, opts: Any = None, host: str | None = None, telemetry: bool = True
+    ) -> None:
         import orjson
 
         from loadgen.lifecycle import first_model
         from loadgen.workload import Workload
 
-        opts = env.parsed_options
-        host = env.host or ""
-        model = getattr(opts, "lg_model", "") or first_model(host) or "default"
-        extra = orjson.loads(opts.lg_extra_body) if getattr(opts, "lg_extra_body", "") else {}
+        opts = opts if opts is not None else env.parsed_options
+        host = host if host is not None else (env.host or "")
+        self.ramp = ramp
+        self.ctx = opts.lg_context_tokens or None
+        self.slo = _slo(opts.lg_slo)
+        scenario = None
+        if opts.lg_scenario:
+            from loadgen.scenario import ScenarioError, load_scenario
+
+            try:
+                scenario = load_scenario(opts.lg_scenario)
+            except ScenarioError as exc:
+                raise OptionError(f"--lg-scenario: {exc}") from None
+        self.plan: list[StepPlan] = []
+        if ramp:
+            self.plan = build_plan(
+                _int_list("--lg-steps", opts.lg_steps),
+                [self.ctx] if self.ctx else None,
+                opts.lg_warmup_seconds,
+                opts.lg_step_seconds,
+                None,
+            )
+        if scenario is not None:
+            workload = Workload(scenario)
+        else:
+            extra = orjson.loads(opts.lg_extra_body) if opts.lg_extra_body else {}
+            workload = Workload.simple(
+                context_tokens=DEFAULT_CONTEXT_TOKENS,
+                max_tokens=opts.lg_max_tokens,
+                endpoint=opts.lg_endpoint,
+                extra=extra,
+                seed=0,
+            )
+        cache: dict[int | None, Any] = {}
+
+        def workload_for(plan: StepPlan | None) -> Any:
+            ctx = plan.context_tokens if plan is not None else self.ctx
+            if ctx not in cache:
+                cache[ctx] = workload.for_context(ctx) if ctx else workload
+            return cache[ctx]
+
+        model = opts.lg_model or (scenario.model if scenario is not None and scenario.model else "")
+        model = model or first_model(host) or "default"
         self.run_dir = create_run_dir(opts.lg_out, opts.lg_label or "locust")
         write_manifest(
             self.run_dir,
             {
-                "kind": "locust",
+                "kind": "locust-ramp" if ramp else "locust",
                 "label": opts.lg_label or None,
                 "run_id": self.run_dir.name,
-                "argv": sys.argv[1:],
+                "argv": [a if not a.startswith("--api-key") else "--api-key=***" for a in sys.argv[1:]],
                 "url": host,
                 "model": model,
+                "plan": [p.describe() for p in self.plan],
+                "scenario": opts.lg_scenario or None,
+                "slo": self.slo,
             },
-        )
-        ctx = opts.lg_context_tokens or None
-        workload = Workload.simple(
-            context_tokens=ctx or DEFAULT_CONTEXT_TOKENS,
-            max_tokens=opts.lg_max_tokens,
-            endpoint=opts.lg_endpoint,
-            extra=extra,
-            seed=0,
         )
         target = TargetOptions(
             url=host,
@@ -83,47 +236,263 @@ class _UIRun:
             transport=opts.lg_transport,
             timeouts=Timeouts(stall_s=opts.lg_stall_timeout, request_s=opts.lg_request_timeout),
         )
-        self.ctx = ctx
-        self.state = RunState(self.run_dir, target, lambda plan: workload)
+        master = _is_master(env)
+        self.state = RunState(
+            self.run_dir,
+            target,
+            workload_for,
+            worker="master" if master else "w0",
+            record_sink=(lambda line: None) if master else None,  # a master's workers send the requests
+        )
+        if master:
+            _link_workers(env, self, opts, host, model)
         self.state.fire_request = env.events.request.fire
-        self.state.log_metric = lambda kind, name, ms: env.stats.log_request(kind, name, ms, 0)
+        self.state.log_metric = lambda kind, name, ms: env.stats.log_request(kind, name, ms, 0)  # type: ignore[arg-type]
+        env.loadgen = self.state  # type: ignore[attr-defined]
         self.env = env
         self.step = -1
+        self.closed = False
+        self.side: Any = None
+        sources = _telemetry(opts) if telemetry else None
+        if sources is not None:
+            from loadgen.ramp import _start_telemetry
 
-    def start(self) -> None:
+            self.side = _start_telemetry(self.run_dir, sources, sys.stderr)
+
+    def start_step(self) -> None:
+        """Manual mode: a test start is the next step, at Locust's user count."""
         self.step += 1
         users = getattr(self.env.parsed_options, "num_users", None) or 0
         now = ANCHOR.now_wall_ns()
         self.state.step_started(self.step, StepPlan(users, self.ctx, 0.0, None, None), now)
         self.state.step_steady(self.step, now)
 
-    def stop(self) -> None:
-        if self.step < 0:
-            return
-        self.state.step_ended(self.step, ANCHOR.now_wall_ns(), "stopped")
-        from loadgen.report import write_outputs
+    def end_step(self) -> None:
+        if self.step >= 0 and self.state.step_live:
+            self.state.step_ended(self.step, ANCHOR.now_wall_ns(), "stopped")
 
-        write_outputs(self.run_dir)
+    def write_report(self) -> None:
+        from loadgen.pipeline import rebuild
+
+        rebuild(self.run_dir, self.slo)
         print(f"report: {Path(self.run_dir) / 'report.md'}", file=sys.stderr)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self.side is not None:
+            self.side.stop()
+        self.state.close()
+
+
+class UIRampShape(RampShape):
+    """The ramp of one run (its plan from --lg-steps); built complete before Locust starts it."""
+
+    abstract = True
+
+    def __init__(self, env: Environment, run: _UIRun) -> None:
+        super().__init__(run.plan, run.state)
+        self.runner = env.runner
+        self.run = run
+
+    def reset_time(self) -> None:
+        # Locust's master calls this again at its first start(), after the ramp's first tick: that
+        # would begin step 0 twice. A new Start builds a new shape, so once begun, a ramp never resets.
+        if getattr(self, "index", -1) >= 0 and not self.finished:
+            return
+        super().reset_time()
 
 
 _run: _UIRun | None = None
+_metrics: Any = None
+
+
+def _begin_run(env: Environment, ramp: bool, opts: Any = None, host: str | None = None) -> _UIRun:
+    global _run
+    if _run is not None and not _run.closed:
+        _finish_run(_run)
+    # telemetry beside the load, never on a worker (the master's run samples the servers once)
+    _run = _UIRun(env, ramp, opts, host, telemetry=not _is_worker(env))
+    return _run
+
+
+def _form_options(env: Environment, form: Any) -> Any:
+    """The parsed options as they will be once Locust applies the form (it does so after us)."""
+    opts = copy.copy(env.parsed_options)
+    for key, value in form.items():
+        if key.startswith("lg_") and hasattr(opts, key):
+            old = getattr(opts, key)
+            try:
+                setattr(opts, key, type(old)(value) if old is not None else value)
+            except ValueError:
+                raise OptionError(f"--{key.replace('_', '-')} {value!r}: expected a {type(old).__name__}") from None
+    return opts
+
+
+def _finish_run(run: _UIRun) -> None:
+    try:
+        run.write_report()
+    finally:
+        run.close()
+
+
+def _current_dir() -> Path | None:
+    return _run.run_dir if _run is not None else None
+
+
+def _is_master(env: Environment) -> bool:
+    from locust.runners import MasterRunner
+
+    return isinstance(env.runner, MasterRunner)
+
+
+_link: Any = None
+
+
+def _link_workers(env: Environment, run: _UIRun, opts: Any, host: str, model: str) -> None:
+    """A master hands its run to the workers: config, steps, and records back (loadgen.distributed)."""
+    import orjson
+
+    from loadgen.distributed import MasterLink, master_config
+    from loadgen.ramp import RampOptions
+
+    global _link
+    options = RampOptions(
+        url=host,
+        model=model,
+        max_tokens=opts.lg_max_tokens,
+        context_tokens=[run.ctx] if run.ctx else None,
+        endpoint=opts.lg_endpoint,
+        extra_body=orjson.loads(opts.lg_extra_body) if opts.lg_extra_body else {},
+        scenario=opts.lg_scenario or None,
+        transport=opts.lg_transport,
+        timeouts=Timeouts(stall_s=opts.lg_stall_timeout, request_s=opts.lg_request_timeout),
+    ).manifest()
+    config = master_config(run.run_dir, options)
+    if _link is None:
+        _link = MasterLink(env, None, None, sys.stderr)
+    _link.bind(run.state, config)
+
+
+def _is_worker(env: Environment) -> bool:
+    from locust.runners import WorkerRunner
+
+    return isinstance(env.runner, WorkerRunner)
+
+
+@events.init.add_listener
+def _on_init(environment: Environment, **_: Any) -> None:
+    from loadgen.promexport import LoadgenMetrics, serve_metrics
+
+    global _metrics
+    env = environment
+    opts = env.parsed_options
+    if _is_worker(env):
+        from loadgen.distributed import WorkerLink
+
+        WorkerLink(env)  # the master's config, steps and run directory arrive as messages
+        return
+    if opts is None:
+        return
+    if _is_master(env):
+        from loadgen.distributed import MasterLink
+
+        global _link
+        _link = MasterLink(env, None, None, sys.stderr)  # before anything yields: workers say hello early
+
+    def users() -> int | None:
+        return int(env.runner.user_count) if env.runner is not None else None
+
+    def in_flight() -> int | None:
+        v = getattr(_run.state, "in_flight", None) if _run is not None else None
+        return v if isinstance(v, int) else None
+
+    _metrics = LoadgenMetrics(_current_dir, users=users, in_flight=in_flight)
+    if env.web_ui is not None and env.web_ui.app is not None:
+        from flask import jsonify, request
+
+        from loadgen.webui.blueprint import install
+
+        install(env, _current_dir, _metrics)
+
+        @env.web_ui.app.before_request
+        def _choose_shape() -> Any:
+            # the form's --lg-steps decides, per Start, between the ramp and Locust's user count
+            if request.path.rstrip("/").endswith("/swarm") and request.method == "POST":
+                from locust.runners import STATE_RUNNING, STATE_SPAWNING
+
+                running = env.runner is not None and env.runner.state in (STATE_RUNNING, STATE_SPAWNING)
+                try:
+                    form_opts = _form_options(env, request.form)
+                    validate(form_opts)
+                    if running and (isinstance(env.shape_class, UIRampShape) or form_opts.lg_steps.strip()):
+                        # an edit while a test runs: a ramp's steps are fixed once it started
+                        raise OptionError(
+                            "a test is running: Stop it before starting a ramp (a running ramp cannot be edited)"
+                        )
+                    if form_opts.lg_steps.strip():
+                        host = str(request.form.get("host") or env.host or "")
+                        run = _begin_run(env, True, form_opts, host)
+                        env.shape_class = UIRampShape(env, run)
+                    else:
+                        env.shape_class = None
+                except (OptionError, ValueError) as exc:
+                    return jsonify({"success": False, "message": str(exc), "host": env.host})
+            return None
+
+    elif opts.lg_prometheus_port:
+        serve_metrics(_metrics, opts.lg_prometheus_port)
+    if opts.headless:
+        try:
+            validate(opts)
+        except OptionError as exc:
+            sys.exit(f"error: {exc}")
+    if opts.lg_steps and opts.headless:
+        try:
+            env.shape_class = UIRampShape(env, _begin_run(env, ramp=True))
+        except (OptionError, ValueError) as exc:
+            sys.exit(f"error: {exc}")
+
+    def spawning_complete(user_count: int, **_: Any) -> None:
+        if isinstance(env.shape_class, UIRampShape):
+            env.shape_class.on_spawning_complete(user_count)
+
+    env.events.spawning_complete.add_listener(spawning_complete)
 
 
 @events.test_start.add_listener
 def _on_test_start(environment: Environment, **_: Any) -> None:
-    global _run
-    from locust.runners import MasterRunner
-
-    if isinstance(environment.runner, MasterRunner):
-        return
-    if _run is None:
-        _run = _UIRun(environment)
-        environment.loadgen = _run.state  # type: ignore[attr-defined]
-    _run.start()
+    if _is_worker(environment):
+        return  # a worker follows the master's run (loadgen.distributed.WorkerLink)
+    if isinstance(environment.shape_class, UIRampShape):
+        return  # the run was built with the shape (the form's Start, or --lg-steps headless); it walks the steps
+    try:
+        if _run is None or _run.closed or _run.ramp:
+            _begin_run(environment, ramp=False)
+        assert _run is not None
+        _run.start_step()
+    except OptionError as exc:
+        log.error("%s", exc)
 
 
 @events.test_stop.add_listener
 def _on_test_stop(environment: Environment, **_: Any) -> None:
-    if _run is not None:
-        _run.stop()
+    run = _run
+    if run is None or run.closed:
+        return
+    shape = environment.shape_class
+    if run.ramp and isinstance(shape, UIRampShape):
+        shape.stop("stopped")  # a no-op when the ramp reached its end
+        if environment.web_ui is not None:
+            environment.shape_class = None  # the form shows Locust's user count again until the next ramp
+        _finish_run(run)
+        return
+    run.end_step()
+    run.write_report()
+
+
+@events.quitting.add_listener
+def _on_quitting(environment: Environment, **_: Any) -> None:
+    if _run is not None and not _run.closed:
+        _run.close()

@@ -58,6 +58,7 @@ class RampOptions:
     telemetry: Any = None  # loadgen.telemetry.TelemetryOptions, or None for no side process
     slo: dict[str, float] | None = None
     workers: int = 0
+    prometheus_port: int | None = None
     find_knee: bool = False
     search_max_steps: int = 12
     search_max_seconds: float | None = None
@@ -356,6 +357,12 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
     state.log_metric = lambda kind, name, ms: env.stats.log_request(kind, name, ms, 0)  # type: ignore[arg-type]
     env.events.spawning_complete.add_listener(lambda user_count, **_: shape.on_spawning_complete(user_count))
     side = _start_telemetry(run_dir, opts.telemetry, out)
+    exporter = None
+    if opts.prometheus_port is not None:
+        from loadgen.promexport import start_exporter
+
+        exporter = start_exporter(state, opts.prometheus_port, env)
+        out.write(f"load generator metrics on http://0.0.0.0:{exporter.port}/metrics\n")
     watch = SelfWatch(run_dir, state.worker, lambda: state.in_flight)
     watch.start()
     link = None
@@ -407,6 +414,8 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
         signal.signal(signal.SIGINT, previous)
         printer.kill()
         watch.stop()
+        if exporter is not None:
+            exporter()
         guard.close()
         if side is not None:
             side.stop()

@@ -132,8 +132,11 @@ class RampShape(LoadTestShape):
 
     def reset_time(self) -> None:
         super().reset_time()
+        if 0 <= self.index and not self.finished:
+            return  # a master calls this again at its first start: the ramp is already under way
         self.index = -1
         self.finished = False
+        self.holding = False
 
     # Locust calls this when every user of a start() call is running.
     def on_spawning_complete(self, user_count: int) -> None:

@@ -10,7 +10,8 @@ from loadgen.workload.cli import check_main, show_main
 from loadgen.workload.lengths import Fixed, LogNormal
 
 REPO = Path(__file__).resolve().parents[2]
-SHIPPED = sorted((REPO / "scenarios").glob("*.toml"))
+# campaign-*.toml files are campaigns (loadgen campaign), not scenarios
+SHIPPED = sorted(p for p in (REPO / "scenarios").glob("*.toml") if not p.name.startswith("campaign-"))
 
 
 def test_all_five_scenarios_are_shipped() -> None:

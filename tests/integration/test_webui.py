@@ -1,0 +1,242 @@
+"""The Locust web UI in a real browser: Start a ramp from the form, watch the LLM tab's charts fill.
+
+Headless Chromium (Debian's ``chromium``) is driven over the DevTools protocol with a small client
+on ``websocket-client``; the UI is ``locust -f loadgen/locustfile.py`` against the simulated
+server (``--profile tiny``). A screenshot of the LLM tab is kept as a test artefact (tmp path; set
+LOADGEN_SCREENSHOT to copy it elsewhere). Skipped without a Chromium binary.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "headless_shell")
+
+
+def _chromium() -> str | None:
+    env = os.environ.get("LOADGEN_CHROMIUM")
+    if env:
+        return env if Path(env).exists() else None
+    for name in CANDIDATES:
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+CHROMIUM = _chromium()
+try:
+    import websocket  # websocket-client
+
+    HAVE_WS = True
+except ImportError:  # pragma: no cover - depends on the environment
+    HAVE_WS = False
+
+needs_browser = pytest.mark.skipif(
+    CHROMIUM is None or not HAVE_WS,
+    reason="needs a Chromium binary (apt-get install chromium, or set LOADGEN_CHROMIUM) and websocket-client",
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_http(url: str, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{url} did not answer within {timeout_s} s")
+
+
+class Page:
+    """The DevTools protocol on one page target: send a command, wait for its answer."""
+
+    def __init__(self, ws_url: str) -> None:
+        self.ws = websocket.create_connection(ws_url, timeout=30, suppress_origin=True)
+        self._ids = itertools.count(1)
+
+    def call(self, method: str, **params: Any) -> dict[str, Any]:
+        mid = next(self._ids)
+        self.ws.send(json.dumps({"id": mid, "method": method, "params": params}))
+        while True:
+            msg = json.loads(self.ws.recv())
+            if msg.get("id") == mid:
+                if "error" in msg:
+                    raise RuntimeError(f"{method}: {msg['error']}")
+                result: dict[str, Any] = msg.get("result", {})
+                return result
+
+    def js(self, expr: str) -> Any:
+        res = self.call("Runtime.evaluate", expression=expr, returnByValue=True, awaitPromise=True)
+        if "exceptionDetails" in res:
+            raise RuntimeError(f"{expr[:80]}: {res['exceptionDetails']}")
+        return res["result"].get("value")
+
+    def wait(self, expr: str, timeout_s: float, what: str) -> Any:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            value = self.js(expr)
+            if value:
+                return value
+            time.sleep(0.25)
+        raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+    def close(self) -> None:
+        self.ws.close()
+
+
+# sets a React-controlled input the way typing does (the value setter, then an input event)
+SET_FIELD = """
+(function (name, value) {
+  const el = document.querySelector(`input[name="${name}"]`);
+  if (!el) return false;
+  const setter = Object.getOwnPropertyDescriptor(HTMLInputElement.prototype, 'value').set;
+  setter.call(el, value);
+  el.dispatchEvent(new Event('input', { bubbles: true }));
+  return el.value === value;
+})
+"""
+
+# what the LLM tab's iframe shows: points drawn per chart, steps, knee text
+CHARTS = """
+(function () {
+  const f = document.getElementById('loadgen-llm-frame');
+  const d = f && f.contentDocument;
+  if (!d || !d.getElementById('chart-tok')) return null;
+  const pts = (id) => Number(d.getElementById(id).dataset.points || 0);
+  return { tok: pts('chart-tok'), req: pts('chart-req'), ttft: pts('chart-ttft'), itl: pts('chart-itl'),
+           kv: pts('chart-kv'), power: pts('chart-power'), steps: Number(d.body.dataset.steps || 0),
+           run: d.getElementById('run').textContent, knee: d.getElementById('knee-text').textContent,
+           circles: d.querySelectorAll('#chart-tok circle').length };
+})()
+"""
+
+
+@needs_browser
+def test_start_a_ramp_from_the_form_and_watch_the_llm_tab(sim_factory: Any, tmp_path: Path) -> None:
+    sim = sim_factory("--profile", "tiny")
+    web_port = _free_port()
+    out = tmp_path / "reports"
+    locust = subprocess.Popen(
+        [
+            sys.executable, "-m", "locust", "-f", "loadgen/locustfile.py", "--host", sim.url,
+            "--web-host", "127.0.0.1", "--web-port", str(web_port), "--lg-out", str(out),
+            "--gpu-source", f"{sim.url}/gpu/metrics", "--gpu-hz", "4",
+            "--metrics-url", f"{sim.url}/metrics", "--metrics-hz", "4",
+        ],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=(tmp_path / "locust.log").open("wb"),
+    )  # fmt: skip
+    browser = None
+    page = None
+    try:
+        ui = f"http://127.0.0.1:{web_port}/"
+        _wait_http(ui, locust, 30)
+        dbg_port = _free_port()
+        assert CHROMIUM is not None
+        browser = subprocess.Popen(
+            [
+                CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'profile'}",
+                f"--remote-debugging-port={dbg_port}", "--window-size=1400,1500", ui,
+            ],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        _wait_http(f"http://127.0.0.1:{dbg_port}/json/version", browser, 20)
+        with urllib.request.urlopen(f"http://127.0.0.1:{dbg_port}/json/list", timeout=5) as resp:
+            targets = [t for t in json.load(resp) if t.get("type") == "page"]
+        page = Page(targets[0]["webSocketDebuggerUrl"])
+        page.wait("document.querySelector('input[name=\"lgSteps\"]') !== null", 20, "Locust's form")
+
+        for name, value in [
+            ("lgSteps", "1,4"),
+            ("lgStepSeconds", "3"),
+            ("lgWarmupSeconds", "1"),
+            ("lgMaxTokens", "24"),
+        ]:
+            assert page.js(f"{SET_FIELD}({json.dumps(name)}, {json.dumps(value)})"), name
+        page.js("document.querySelector('form button[type=submit]').click()")
+        # the form goes away once Locust accepted the Start; then the LLM tab is one of the tabs
+        page.wait(
+            "[...document.querySelectorAll('button[role=tab]')].some(b => b.textContent.trim() === 'LLM')",
+            20,
+            "the LLM tab",
+        )
+        page.js("[...document.querySelectorAll('button[role=tab]')].find(b => b.textContent.trim() === 'LLM').click()")
+        filled = page.wait(
+            f"(function () {{ const c = {CHARTS.strip()};"
+            " return c && c.steps >= 2 && c.tok >= 2 && c.ttft >= 4 ? c : null; })()",
+            40,
+            "two steps in the LLM tab's charts",
+        )
+        # the tab shows our run, one point per step on the throughput chart, p50/p90/p99 per step for TTFT
+        assert filled["run"].endswith("-locust")
+        assert filled["circles"] >= 2
+        assert filled["req"] >= 1 and filled["itl"] >= 3
+        # the telemetry side process sampled the simulator's /metrics and its DCGM-style /gpu/metrics
+        assert filled["kv"] >= 1 and filled["power"] >= 1
+        # the table Locust draws for the tab lists the steps
+        rows = page.wait(
+            "(function () { const t = [...document.querySelectorAll('table')]"
+            ".find(t => t.textContent.includes('Per-request tok/s'));"
+            " return t ? t.querySelectorAll('tbody tr').length : 0; })()",
+            10,
+            "the LLM table rows",
+        )
+        assert rows >= 2
+        # the ramp ends by itself (1 + 3 s per step): the report is linked from the tab
+        page.wait(
+            "(function () { const f = document.getElementById('loadgen-llm-frame');"
+            " return f && [...f.contentDocument.querySelectorAll('#reports a')]"
+            ".some(a => a.textContent === 'report.md'); })()",
+            30,
+            "the report link",
+        )
+        time.sleep(0.5)
+        shot = base64.b64decode(page.call("Page.captureScreenshot", format="png")["data"])
+        path = tmp_path / "webui-llm-tab.png"
+        path.write_bytes(shot)
+        assert shot[:8] == b"\x89PNG\r\n\x1a\n" and len(shot) > 20_000
+        copy_to = os.environ.get("LOADGEN_SCREENSHOT")
+        if copy_to:
+            shutil.copyfile(path, copy_to)
+        runs = list(out.iterdir())
+        assert len(runs) == 1 and (runs[0] / "summary.json").exists()
+        summary = json.loads((runs[0] / "summary.json").read_text())
+        assert [s.get("concurrency") for s in summary["steps"]] == [1, 4]
+    finally:
+        if page is not None:
+            page.close()
+        for proc in (browser, locust):
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()

@@ -1,0 +1,176 @@
+"""The web UI's endpoints over HTTP (no browser): the form's Start, the live JSON, the report files,
+Locust's extended stats for the LLM tab, /loadgen/metrics; headless --lg-prometheus-port."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_http(url: str, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{url} did not answer within {timeout_s} s")
+
+
+def _get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        body: bytes = resp.read()
+        return body
+
+
+def _post(url: str, form: dict[str, str]) -> dict[str, Any]:
+    data = urllib.parse.urlencode(form).encode()
+    with urllib.request.urlopen(urllib.request.Request(url, data=data), timeout=30) as resp:
+        result: dict[str, Any] = json.load(resp)
+        return result
+
+
+def _metric(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    raise AssertionError(f"{name} not in:\n{text}")
+
+
+def _records(run: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for f in run.glob("requests*.jsonl") for x in f.read_text().splitlines()]
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def test_form_start_live_json_reports_and_metrics(sim_factory: Any, tmp_path: Path) -> None:
+    sim = sim_factory("--profile", "tiny")
+    port = _free_port()
+    out = tmp_path / "reports"
+    locust = subprocess.Popen(
+        [
+            sys.executable, "-m", "locust", "-f", "loadgen/locustfile.py", "--host", sim.url,
+            "--web-host", "127.0.0.1", "--web-port", str(port), "--lg-out", str(out), "--no-telemetry",
+        ],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=(tmp_path / "locust.log").open("wb"),
+    )  # fmt: skip
+    ui = f"http://127.0.0.1:{port}"
+    try:
+        _wait_http(ui + "/", locust, 30)
+        before = json.loads(_get(ui + "/loadgen/live.json"))
+        assert before["run_id"] is None and before["steps"] == []
+        base = {"user_count": "1", "spawn_rate": "1", "host": sim.url, "lg_max_tokens": "12"}
+        bad = _post(ui + "/swarm", {**base, "lg_steps": "1,x"})
+        assert bad["success"] is False and "--lg-steps '1,x'" in bad["message"]
+        bad = _post(ui + "/swarm", {**base, "lg_steps": "", "lg_extra_body": "nope"})  # manual mode checks too
+        assert bad["success"] is False and "--lg-extra-body 'nope': not valid JSON" in bad["message"]
+        assert not out.exists() or not list(out.iterdir())  # a rejected Start leaves no run behind
+
+        # manual mode first: Locust's user count, one step, a report on Stop
+        assert _post(ui + "/swarm", {**base, "user_count": "2", "lg_steps": ""})["success"]
+        time.sleep(1.5)
+        _post(ui + "/stop", {})
+        (manual,) = list(out.iterdir())
+        deadline = time.monotonic() + 20
+        while not (manual / "summary.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert json.loads((manual / "summary.json").read_text())["steps"][0]["concurrency"] == 2
+        manual_ok = len([r for r in _records(manual) if r["error_class"] is None])
+        assert _metric(_get(ui + "/loadgen/metrics").decode(), "loadgen_requests_ok_total") == manual_ok > 0
+
+        # then a ramp from the form: a run directory of its own
+        started = _post(ui + "/swarm", {**base, "lg_steps": "1,2", "lg_step_seconds": "1", "lg_warmup_seconds": "0.5"})
+        assert started["success"] and "UIRampShape" in started["message"]
+        edit = _post(ui + "/swarm", {**base, "lg_steps": "4"})  # Locust's "Edit" while the ramp runs
+        assert edit["success"] is False and "Stop it" in edit["message"]
+        deadline = time.monotonic() + 30
+        live: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            live = json.loads(_get(ui + "/loadgen/live.json"))
+            if live["run_id"] != manual.name and "summary.json" in live["reports"]:
+                break
+            time.sleep(0.3)
+        assert [s["concurrency"] for s in live["steps"]] == [1, 2]
+        assert all(s["phase"] == "ended" and s["ok"] > 0 for s in live["steps"])
+        ramp = out / live["run_id"]
+        assert sorted(p.name for p in out.iterdir()) == sorted([manual.name, ramp.name])
+        # the report files of the current run are served; nothing outside it is
+        summary = json.loads(_get(ui + "/loadgen/" + live["reports"]["summary.json"]))
+        assert summary == json.loads((ramp / "summary.json").read_text())
+        html = _get(ui + "/loadgen/" + live["reports"]["report.html"]).decode()
+        assert html == (ramp / "report.html").read_text()
+        plot = sorted((ramp / "plots").iterdir())[0]  # report.md's pictures: a file in a subfolder of the run
+        assert _get(ui + "/loadgen/run/plots/" + plot.name) == plot.read_bytes()
+        with pytest.raises(urllib.error.HTTPError) as err:
+            _get(ui + "/loadgen/run/..%2f" + manual.name + "/manifest.json")
+        assert err.value.code == 404
+        # the LLM tab's table rows ride on Locust's own /stats/requests
+        stats = json.loads(_get(ui + "/stats/requests"))
+        (ext,) = stats["extended_stats"]
+        assert ext["key"] == "llm" and [r["load"] for r in ext["data"]] == ["1", "2"]
+        # Prometheus: counters keep counting across both runs, and match the records
+        text = _get(ui + "/loadgen/metrics").decode()
+        ramp_ok = len([r for r in _records(ramp) if r["error_class"] is None])
+        assert _metric(text, "loadgen_requests_ok_total") == manual_ok + ramp_ok
+        assert _metric(text, "loadgen_step_concurrency") == 2
+        page = _get(ui + "/loadgen/").decode()
+        assert "static/llm.js" in page and "<svg" in page
+        assert b"loadgen/static/tab.js" in _get(ui + "/")
+    finally:
+        _stop(locust)
+
+
+def test_headless_prometheus_port_serves_while_running(sim_factory: Any, tmp_path: Path) -> None:
+    sim = sim_factory("--profile", "tiny")
+    port = _free_port()
+    out = tmp_path / "reports"
+    proc = subprocess.Popen(
+        [
+            sys.executable, "-m", "locust", "-f", "loadgen/locustfile.py", "--headless", "--host", sim.url,
+            "-u", "2", "-r", "2", "-t", "4s", "--lg-max-tokens", "12", "--lg-out", str(out), "--no-telemetry",
+            "--lg-prometheus-port", str(port), "--only-summary",
+        ],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=(tmp_path / "locust.log").open("wb"),
+    )  # fmt: skip
+    try:
+        _wait_http(f"http://127.0.0.1:{port}/metrics", proc, 20)
+        deadline = time.monotonic() + 10
+        seen = 0.0
+        while time.monotonic() < deadline and seen < 5:
+            seen = _metric(_get(f"http://127.0.0.1:{port}/metrics").decode(), "loadgen_requests_ok_total")
+            time.sleep(0.3)
+        assert seen >= 5
+        assert proc.wait(60) == 0
+    finally:
+        _stop(proc)
