@@ -103,6 +103,9 @@ class StepAnalysis:
         status = req.status
         status_ok = (status == 0) | ((status >= 200) & (status < 300))
         self.ok: BArr = (req.error_class.codes == none_code) & status_ok
+        # the client stopped these itself (a user stopped at a step change or the end, Ctrl-C):
+        # not a failure of the server, counted on their own
+        self.cancelled: BArr = req.error_class.codes == req.error_class.code_of("cancelled")
         out = req.output_tokens
         self.out_from_chunks: BArr = out == MISSING
         self.out_eff: IArr = out.copy()
@@ -272,7 +275,7 @@ class StepAnalysis:
         in_window = of_step & (sent >= a) & (sent < b)
         rows = np.flatnonzero(in_window)
         ok_rows = rows[self.ok[rows]]
-        bad_rows = rows[~self.ok[rows]]
+        bad_rows = rows[~self.ok[rows] & ~self.cancelled[rows]]
 
         intended = req.intended_ns[ok_rows]
         first = req.first_chunk_ns[ok_rows]
@@ -312,6 +315,7 @@ class StepAnalysis:
             "per_request_tok_s": float(per_req.mean()) if len(per_req) else None,
             "requests_ok": ok_count,
             "requests_failed": bad_count,
+            "requests_cancelled": int(self.cancelled[rows].sum()),
             "requests_warmup": int((of_step & (sent < a)).sum()),
             "errors": self.error_counts(bad_rows),
             "ttft_ms": dist_ms(ttft),

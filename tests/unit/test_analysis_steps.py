@@ -313,3 +313,21 @@ def test_chunk_gaps_and_tokens_arrived_against_brute_force(tmp_path: Path, seed:
                 if a <= req.sent_ns[r] + off < b:
                     truth += tok * scale
         assert analysis.tokens_arrived(a, b) == pytest.approx(truth)
+
+
+def test_cancelled_requests_are_counted_apart_from_failures(tmp_path: Path) -> None:
+    """A user stopped by the client mid-request is not a failure of the server."""
+    recs = [
+        make_record("ok1", 0, 1500, [50, 60]),
+        make_record("ok2", 0, 1600, [40, 55]),
+        make_record("cut", 0, 1700, [], end_ms=10, error_class="cancelled", status=0),
+        make_record("bad", 0, 1800, [], end_ms=5, error_class="http_5xx", status=500),
+    ]
+    run_dir = write_run_dir(
+        tmp_path / "run",
+        steps=step_lines(0, 0, 1000, 3000, concurrency=2),
+        records={"requests-w0.jsonl": recs},
+    )
+    row = build_summary(load_run(run_dir), min_ok_requests=1)["steps"][0]
+    assert (row["requests_ok"], row["requests_failed"], row["requests_cancelled"]) == (2, 1, 1)
+    assert row["errors"] == {"http_5xx": 1}
