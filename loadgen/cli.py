@@ -235,20 +235,7 @@ def _telemetry_options(ns: argparse.Namespace) -> Any:
 
     if not hasattr(ns, "gpu_source"):  # the demo sets its sources itself
         return TelemetryOptions(gpu_source="none")
-    return TelemetryOptions(
-        gpu_source=ns.gpu_source,
-        gpu_hz=ns.gpu_hz,
-        gpus=ns.gpus,
-        metrics_url=ns.metrics_url,
-        metrics_hz=ns.metrics_hz,
-        metrics_map=dict(ns.metrics_map),
-        server_logs=ns.server_logs,
-        server_log_file=ns.server_log_file,
-        log_from_start=ns.log_from_start,
-        monitor_url=ns.monitor_url,
-        monitor_token=os.environ.get("LOADGEN_MONITOR_TOKEN") or None,
-        monitor_hz=ns.monitor_hz,
-    )
+    return TelemetryOptions.from_args(ns)
 
 
 def _redact(argv: list[str]) -> list[str]:

@@ -113,20 +113,7 @@ def _telemetry(opts: Any) -> Any:
         return None
     from loadgen.telemetry import TelemetryOptions
 
-    return TelemetryOptions(
-        gpu_source=opts.gpu_source,
-        gpu_hz=opts.gpu_hz,
-        gpus=opts.gpus,
-        metrics_url=opts.metrics_url,
-        metrics_hz=opts.metrics_hz,
-        metrics_map=dict(opts.metrics_map),
-        server_logs=opts.server_logs,
-        server_log_file=opts.server_log_file,
-        log_from_start=opts.log_from_start,
-        monitor_url=opts.monitor_url,
-        monitor_token=os.environ.get("LOADGEN_MONITOR_TOKEN") or None,
-        monitor_hz=opts.monitor_hz,
-    )
+    return TelemetryOptions.from_args(opts)
 
 
 def validate(opts: Any) -> None:

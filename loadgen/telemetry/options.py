@@ -32,6 +32,24 @@ class TelemetryOptions:
     monitor_token: str | None = None
     monitor_hz: float = 2.0
 
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> TelemetryOptions:
+        """From the flags ``add_source_args`` added; the monitor token comes from the environment."""
+        return cls(
+            gpu_source=args.gpu_source,
+            gpu_hz=args.gpu_hz,
+            gpus=args.gpus,
+            metrics_url=args.metrics_url,
+            metrics_hz=args.metrics_hz,
+            metrics_map=dict(args.metrics_map),
+            server_logs=args.server_logs,
+            server_log_file=args.server_log_file,
+            log_from_start=args.log_from_start,
+            monitor_url=args.monitor_url,
+            monitor_token=os.environ.get("LOADGEN_MONITOR_TOKEN") or None,
+            monitor_hz=args.monitor_hz,
+        )
+
     def to_argv(self) -> list[str]:
         argv = ["--gpu-source", self.gpu_source, "--gpu-hz", repr(self.gpu_hz), "--metrics-hz", repr(self.metrics_hz)]
         if self.gpus is not None:
