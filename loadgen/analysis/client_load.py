@@ -1,7 +1,11 @@
 """Per-step load of the load generator itself (from ``client-*.jsonl``) and the "load generator
 bound" verdict: a step where a process used more than ``CPU_BOUND_FRAC`` of a core on average, or
-whose event loop woke up more than ``LAG_BOUND_MS`` late at the 99th percentile, measured the
-client as much as the server. Such a step is INVALID; the fix is more worker processes.
+whose event loop woke up more than ``LAG_BOUND_MS`` late in at least one sample in ten (p90), measured
+the client as much as the server. Such a step is INVALID; the fix is more worker processes.
+
+The lag test uses the 90th percentile, not the maximum: one late wake-up (a collection pause, a
+neighbour taking the core for a moment) delays a few timestamps; a saturated loop is late all the
+time.
 """
 
 from __future__ import annotations
@@ -14,12 +18,12 @@ from loadgen.analysis.load import Run
 from loadgen.records import read_jsonl
 
 CPU_BOUND_FRAC = 0.9
-LAG_BOUND_MS = 50.0
+LAG_BOUND_MS = 20.0
 
 
 def client_load_enricher(run: Run, steps: list[dict[str, Any]]) -> None:
-    """Add ``client_cpu`` {mean, max} (share of one core, per process), ``loop_lag_ms`` {p50, p99,
-    max}, ``client_bound`` and, when bound, mark the step invalid."""
+    """Add ``client_cpu`` {mean, max} (share of one core, per process), ``loop_lag_ms`` {p50, p90,
+    p99, max}, ``client_bound`` and, when bound, mark the step invalid."""
     rows: list[dict[str, Any]] = []
     for f in sorted(run.path.glob("client-*.jsonl")):
         rows += read_jsonl(f)
@@ -40,14 +44,15 @@ def client_load_enricher(run: Run, steps: list[dict[str, Any]]) -> None:
         step["client_cpu"] = {"mean": max(per_worker), "max": float(cpu[sel].max())}
         step["loop_lag_ms"] = {
             "p50": float(np.percentile(lag[sel], 50)),
+            "p90": float(np.percentile(lag[sel], 90)),
             "p99": float(np.percentile(lag[sel], 99)),
             "max": float(lag[sel].max()),
         }
         why = []
         if max(per_worker) > CPU_BOUND_FRAC:
             why.append(f"client CPU {max(per_worker):.0%} of a core")
-        if step["loop_lag_ms"]["p99"] > LAG_BOUND_MS:
-            why.append(f"event-loop lag p99 {step['loop_lag_ms']['p99']:.0f} ms")
+        if step["loop_lag_ms"]["p90"] > LAG_BOUND_MS:
+            why.append(f"event-loop lag p90 {step['loop_lag_ms']['p90']:.0f} ms")
         step["client_bound"] = bool(why)
         if why:
             reason = "load generator bound (" + ", ".join(why) + "): add worker processes (--workers N)"
