@@ -18,12 +18,21 @@ from loadgen.analysis.load import Run
 from loadgen.records import read_jsonl
 
 CPU_BOUND_FRAC = 0.9
+SCHEDULE_LAG_MS = 10.0  # open loop: mean delay of actual behind intended send times
 LAG_BOUND_MS = 20.0
 
 
 def client_load_enricher(run: Run, steps: list[dict[str, Any]]) -> None:
     """Add ``client_cpu`` {mean, max} (share of one core, per process), ``loop_lag_ms`` {p50, p90,
     p99, max}, ``client_bound`` and, when bound, mark the step invalid."""
+    for step in steps:
+        lag_ms = (step.get("schedule_lag_ms") or {}).get("mean")
+        if step.get("rate") is not None and lag_ms is not None and lag_ms > SCHEDULE_LAG_MS:
+            _invalid(
+                step,
+                f"load generator lagging: requests left {lag_ms:.0f} ms after their scheduled time on "
+                "average (add worker processes)",
+            )
     rows: list[dict[str, Any]] = []
     for f in sorted(run.path.glob("client-*.jsonl")):
         rows += read_jsonl(f)
@@ -55,7 +64,10 @@ def client_load_enricher(run: Run, steps: list[dict[str, Any]]) -> None:
             why.append(f"event-loop lag p90 {step['loop_lag_ms']['p90']:.0f} ms")
         step["client_bound"] = bool(why)
         if why:
-            reason = "load generator bound (" + ", ".join(why) + "): add worker processes (--workers N)"
-            step["valid"] = False
-            prev = step.get("invalid_reason")
-            step["invalid_reason"] = f"{prev}; {reason}" if prev else reason
+            _invalid(step, "load generator bound (" + ", ".join(why) + "): add worker processes (--workers N)")
+
+
+def _invalid(step: dict[str, Any], reason: str) -> None:
+    step["valid"] = False
+    prev = step.get("invalid_reason")
+    step["invalid_reason"] = f"{prev}; {reason}" if prev else reason

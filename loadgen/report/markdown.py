@@ -100,7 +100,8 @@ _STEP_COLUMNS = (
     "Agg tok/s",
     "Per-req tok/s",
     "Wall s",
-    "Prompt tok",
+    "Prompt tok asked / served",
+    "Tok/chunk",
     "TTFT p50/p99 ms",
     "ITL p50/p99 ms",
     "TPOT p50/p99 ms",
@@ -122,7 +123,8 @@ def _step_table(steps: Sequence[dict[str, Any]]) -> list[str]:
             _num(s.get("output_tok_s")),
             _num(s.get("per_request_tok_s")),
             _num(s.get("wall_s")),
-            _num(s.get("prompt_tokens_mean"), 0),
+            f"{_num(s.get('prompt_tokens_requested_mean'), 0)} / {_num(s.get('prompt_tokens_mean'), 0)}",
+            _num(s.get("tokens_per_chunk_mean"), 2),
             _pair(s.get("ttft_ms")),
             _pair(s.get("itl_ms")),
             _pair(s.get("tpot_ms")),
@@ -143,7 +145,9 @@ def _step_table(steps: Sequence[dict[str, Any]]) -> list[str]:
         "Agg tok/s: output tokens that arrived inside the step's steady window (warm-up excluded) / "
         "window length. Latencies: successful requests sent inside the window; TTFT and E2E from the "
         "intended send time; ITL is the gap between successive text chunks; percentiles by linear "
-        "interpolation (numpy's default). Wall s: the step's whole length, warm-up included.",
+        "interpolation (numpy's default). Wall s: the step's whole length, warm-up included. Prompt tokens: "
+        "the length the workload asked for (estimated) / the server's usage (the truth). Tok/chunk: output "
+        "tokens per streamed chunk (above 1 on speculative servers).",
         "",
     ]
     return lines

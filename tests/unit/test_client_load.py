@@ -41,3 +41,13 @@ def test_a_saturated_client_flags_the_step_and_says_what_to_do(tmp_path: Path) -
 def test_samples_outside_the_window_are_ignored(tmp_path: Path) -> None:
     step = _run(tmp_path, [(500, 1.0, 500.0)] + [(1000 + 250 * i, 0.2, 1.0) for i in range(40)])
     assert step["client_cpu"]["mean"] < 0.25 and step["client_bound"] is False
+
+
+def test_open_loop_step_behind_its_schedule_is_flagged(tmp_path: Path) -> None:
+    run_dir = write_run_dir(tmp_path / "run", steps=step_lines(0, 0, 1000, 11000, rate=50.0))
+    late = {"rate": 50.0, "schedule_lag_ms": {"mean": 42.0, "max": 300.0}, "valid": True, "invalid_reason": None}
+    on_time = {"rate": 50.0, "schedule_lag_ms": {"mean": 0.8, "max": 6.0}, "valid": True, "invalid_reason": None}
+    closed = {"rate": None, "schedule_lag_ms": {"mean": 42.0, "max": 300.0}, "valid": True, "invalid_reason": None}
+    client_load_enricher(load_run(run_dir), [late, on_time, closed])
+    assert late["valid"] is False and "lagging" in late["invalid_reason"] and "42 ms" in late["invalid_reason"]
+    assert on_time["valid"] is True and closed["valid"] is True

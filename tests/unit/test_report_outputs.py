@@ -44,9 +44,10 @@ def test_outputs_of_a_run(tmp_path: Path) -> None:
     md = (run / "report.md").read_text()
     assert md.startswith("# Load test report: B300 \\| TP8\n")
     assert "- Server: http://127.0.0.1:9/v1" in md and "- Model: m" in md and "- Transport: fast" in md
-    assert "| Step | Context | C | Agg tok/s | Per-req tok/s | Wall s | Prompt tok |" in md
-    # step 0: context 100, C=2, 1.4 tok/s, wall 11 s, 110 prompt tokens, TTFT p50/p99 60.0 / 99.2
-    assert "| 0 | 100 | 2 | 1.4 | 23.7 | 11.0 | 110 | 60.0 / 99.2 |" in md
+    assert "| Step | Context | C | Agg tok/s | Per-req tok/s | Wall s | Prompt tok asked / served | Tok/chunk |" in md
+    # step 0: context 100, C=2, 1.4 tok/s, wall 11 s, 100 asked / 110 served prompt tokens,
+    # 1.40 tokens per chunk (summary's tokens_per_chunk_mean), TTFT p50/p99 60.0 / 99.2
+    assert "| 0 | 100 | 2 | 1.4 | 23.7 | 11.0 | 100 / 110 | 1.40 | 60.0 / 99.2 |" in md
     assert "| 3 / 3 | yes |" in md
     # errors: one sample message each, escaped for a table cell
     assert "| http_5xx | 2 | 2 | &lt;html>503&lt;/html> |" in md
