@@ -117,6 +117,12 @@ def _add_ramp_flags(p: argparse.ArgumentParser, demo: bool = False) -> None:
         help="when the server stops answering mid-ramp: end the ramp (stop), wait for it to come back and "
         "go on with the next step (wait, up to --wait-ready seconds or 300), or go on at once (skip-step)",
     )
+    p.add_argument(
+        "--server-status",
+        metavar="COMMAND",
+        help="a command printing the server's state, e.g. 'systemctl is-active sglang' (run without a shell); "
+        "failed/inactive/exited/dead stops --wait-ready at once",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--drain-seconds",
@@ -218,6 +224,7 @@ def _ramp_options(ns: argparse.Namespace, argv: list[str]) -> Any:
         telemetry=None if ns.no_telemetry else _telemetry_options(ns),
         slo=_slo(ns.slo),
         on_server_down=ns.on_server_down,
+        server_status=getattr(ns, "server_status", None),
         workers=ns.workers,
         prometheus_port=ns.prometheus_port,
         wait_ready_s=ns.wait_ready,
@@ -255,21 +262,58 @@ def _redact(argv: list[str]) -> list[str]:
     return out
 
 
+def _check_out(out: str) -> None:
+    """The run directory's parent must be writable before anything starts (exit 4 otherwise)."""
+    from loadgen.records import RunDirError
+
+    folder = Path(out)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RunDirError(
+            f"cannot create the output folder {folder}: {exc.strerror}. Pass --out with a writable folder."
+        ) from exc
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise RunDirError(f"cannot write in {folder}: permission denied. Pass --out with a writable folder.")
+
+
 def cmd_ramp(ns: argparse.Namespace, argv: list[str]) -> int:
     opts = _ramp_options(ns, argv)
+    _check_out(opts.out)
     from loadgen import ramp  # imports locust first
-    from loadgen.lifecycle import NotReady, first_model, wait_ready
+    from loadgen.lifecycle import NotReady, first_model, readiness_gate
+    from loadgen.rundir import create_run_dir, write_manifest
+
+    def not_ready_dir() -> Path:  # called only when the server is not ready
+        run_dir = create_run_dir(opts.out, opts.label)
+        write_manifest(
+            run_dir,
+            {
+                "kind": "ramp",
+                "label": opts.label,
+                "run_id": run_dir.name,
+                "options": opts.manifest(),
+                "outcome": "server_not_ready",
+            },
+        )
+        return run_dir
 
     try:
-        wait_ready(
+        readiness_gate(
             opts.url,
             ns.wait_ready,
-            opts.api_key,
-            progress=lambda last: print(f"waiting for {opts.url}: {last}", file=sys.stderr),
+            api_key=opts.api_key,
+            status_cmd=ns.server_status,
+            log_cmd=ns.server_logs,
+            log_file=ns.server_log_file,
+            run_dir=not_ready_dir,
+            out=sys.stderr,
         )
     except NotReady as exc:
         print(f"error: server not ready: {exc}", file=sys.stderr)
         return EXIT_NOT_READY
+    except ValueError as exc:  # a status or log command that cannot be split or run
+        raise UsageError(str(exc)) from None
     if opts.telemetry is not None and not opts.telemetry.metrics_url:
         from loadgen.lifecycle import probe_metrics
 
@@ -473,6 +517,12 @@ def cmd_ui(ns: argparse.Namespace, argv: list[str]) -> int:
     return ui_main(ns.ui_args)
 
 
+def cmd_campaign(ns: argparse.Namespace, argv: list[str]) -> int:
+    from loadgen.campaign import main as campaign_main
+
+    return campaign_main(ns.campaign_args)
+
+
 def cmd_monitor(ns: argparse.Namespace, argv: list[str]) -> int:
     from loadgen.telemetry.monitor import main as monitor_main
 
@@ -534,6 +584,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("ui_args", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_ui)
 
+    p = sub.add_parser(
+        "campaign", help="the same ramp against several server configurations (loadgen campaign --help)", add_help=False
+    )
+    p.add_argument("campaign_args", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_campaign)
+
     p = sub.add_parser("monitor", help="the telemetry side process on its own (loadgen monitor --help)", add_help=False)
     p.add_argument("monitor_args", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_monitor)
@@ -545,6 +601,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     if argv and argv[0] == "sim":
         return cmd_sim(argparse.Namespace(sim_args=argv[1:]), argv)
+    if argv and argv[0] == "campaign":
+        return cmd_campaign(argparse.Namespace(campaign_args=argv[1:]), argv)
     if argv and argv[0] == "monitor":
         return cmd_monitor(argparse.Namespace(monitor_args=argv[1:]), argv)
     if argv and argv[0] == "ui":

@@ -1,8 +1,16 @@
-"""Error classes of one LLM call (README, "Error classes"), from HTTP statuses, bodies and exceptions."""
+"""Error classes of one LLM call (README, "Error classes"), from HTTP statuses, bodies and exceptions.
+
+Bodies are matched on the phrases the engines use (SGLang, vLLM: research notes, failure-message
+table): a KV-cache or out-of-memory abort is ``kv_cache`` whatever its status, a 400 naming the
+context length is ``http_400_context_length``. Exceptions are classified by type, errno, or, for
+the wrappers the ``openai`` SDK and httpx raise, by the exception they wrap.
+"""
 
 from __future__ import annotations
 
+import errno
 import re
+import socket
 
 _CONTEXT_LENGTH = re.compile(
     rb"context length|context_length|maximum context|max_model_len|too long|exceeds the max|"
@@ -13,6 +21,14 @@ _KV_CACHE = re.compile(
     rb"kv[ _-]?cache|out of memory|cuda oom|no available memory|not enough memory|"
     rb"token_to_kv_pool|memory pool",
     re.IGNORECASE,
+)
+
+# errno values of a connection the peer broke, and of one that could not be made in time
+_RESET_ERRNOS = frozenset({errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED})
+_TIMEOUT_ERRNOS = frozenset({errno.ETIMEDOUT})
+# wrapper exceptions (openai SDK, httpx) whose cause says more than their own type
+_WRAPPERS = frozenset(
+    {"APIConnectionError", "APITimeoutError", "ConnectError", "ReadError", "WriteError", "NetworkError"}
 )
 
 
@@ -41,28 +57,39 @@ def classify_stream_error(message: str) -> str:
 
 def classify_exception(exc: BaseException, *, connected: bool) -> str:
     """Error class of a transport exception. ``connected``: the TCP connection had been established."""
-    import socket
-
+    name = type(exc).__name__
+    if name in _WRAPPERS:
+        cause = exc.__cause__ or exc.__context__
+        if cause is not None and cause is not exc:
+            inner = classify_exception(cause, connected=connected)
+            if inner != "other":
+                return inner
     if isinstance(exc, ConnectionRefusedError):
         return "connection_refused"
     if isinstance(exc, (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)):
         return "connection_reset"
     if isinstance(exc, (socket.timeout, TimeoutError)):
         return "stall" if connected else "connect_timeout"
-    name = type(exc).__name__
-    if name in ("HTTPConnectionClosed", "RemoteProtocolError", "IncompleteRead"):
+    if name in ("HTTPConnectionClosed", "RemoteProtocolError", "IncompleteRead", "ReadError", "WriteError"):
         return "connection_reset"
-    if name in ("ConnectTimeout",):
+    if name in ("ConnectTimeout", "PoolTimeout"):
         return "connect_timeout"
-    if name in ("ReadTimeout",):
+    if name in ("ReadTimeout", "WriteTimeout"):
         return "stall"
+    if name == "APITimeoutError":  # without its cause: whether the connection was made decides
+        return "stall" if connected else "connect_timeout"
     if name in ("ConnectError", "APIConnectionError"):
         text = str(exc).lower()
         if "refused" in text:
             return "connection_refused"
         return "connection_reset"
-    if isinstance(exc, OSError) and exc.errno == 111:
-        return "connection_refused"
+    if isinstance(exc, OSError):
+        if exc.errno == errno.ECONNREFUSED:
+            return "connection_refused"
+        if exc.errno in _RESET_ERRNOS:
+            return "connection_reset"
+        if exc.errno in _TIMEOUT_ERRNOS:
+            return "stall" if connected else "connect_timeout"
     return "other"
 
 

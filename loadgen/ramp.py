@@ -52,6 +52,7 @@ class RampOptions:
     seed: int = 0
     drain_seconds: float = 60.0
     on_server_down: str = "stop"  # stop | wait | skip-step
+    server_status: str | None = None  # a command printing the server's state (systemctl is-active ...)
     wait_ready_s: float = 0.0
     rates: list[float] | None = None
     scenario: str | None = None
@@ -220,18 +221,26 @@ class ServerDownGuard:
         self.events.write({"t_ns": ANCHOR.now_wall_ns(), "src": "loadgen", "kind": kind, **fields})
 
     def _check(self) -> None:
-        from loadgen.lifecycle import NotReady, wait_ready
+        from loadgen.lifecycle import NotReady, capture_logs, match_failures, split_command, wait_ready
 
         opts, state, shape = self.opts, self.state, self.shape
         try:
             try:
-                wait_ready(opts.url, 2.0, opts.api_key)
+                # short: a refused /health after refused requests is decisive, and the step the
+                # failures happened in must still be the current one when it is marked
+                status = split_command(opts.server_status, "--server-status") if opts.server_status else None
+                wait_ready(opts.url, 0.5, opts.api_key, status_cmd=status)
                 return  # it answers: the failures were the server's own, keep measuring
             except NotReady as exc:
                 why = str(exc)
             step = state.step_index
-            self._event("server_down", step=step, detail=why, policy=opts.on_server_down)
+            # the server's own account, from the log the telemetry process copies into the run dir
+            lines = capture_logs(None, state.run_dir / "server.log", max_lines=500)
+            matches = [{"pattern": m["pattern"], "line": m["line"]} for m in match_failures(lines)][-10:]
+            self._event("server_down", step=step, detail=why, policy=opts.on_server_down, log_matches=matches)
             self.out.write(f"\nserver down during step {step + 1}: {why}\n")
+            for m in matches[-3:]:
+                self.out.write(f"  server log: {m['line']}\n")
             if opts.on_server_down == "stop":
                 shape.stop("server_down")
                 return
@@ -402,8 +411,13 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
     try:
         runner.start_shape()
         gevent.sleep(0.05)
+        telemetry_alive = side is not None
         while runner.shape_greenlet is not None and not interrupted:
             gevent.sleep(0.1)
+            if telemetry_alive and not side.alive():
+                telemetry_alive = False
+                guard._event("telemetry_died", step=state.step_index, detail=f"see {run_dir / 'telemetry.log'}")
+                out.write(f"\nwarning: the telemetry process ended; the run goes on ({run_dir / 'telemetry.log'})\n")
         if watcher is not None:
             watcher.kill()
         runner.stop()
