@@ -23,6 +23,17 @@ Scheduling follows SGLang's scheduler:
   KV freed and they go back to the front of the queue to be re-prefilled (prompt + output so far),
   with SGLang's log line. A lone request that cannot fit is aborted.
 
+Prefix cache (SGLang's RadixAttention; off with ``disable_radix_cache``): a waiting request's
+prompt is matched against cached blocks (:mod:`loadgen.sim.prefix`) when it is first scheduled,
+at most up to the last full block before its final token (one token is always computed). Matched
+blocks are locked and only the rest is prefilled, so the prefill step is shorter (its attention
+still reads the cached prefix). When the prompt has been prefilled its full blocks join the cache;
+when the request ends they stay there, evictable. Cached blocks share the KV pool with running
+requests: free = pool - private request tokens - cached tokens; admission counts evictable blocks
+as free (SGLang's ``available_size() + evictable_size()``) and allocation evicts least recently used
+unlocked blocks when the free part is short. ``used_tokens`` (token usage, ``#token``) is SGLang's
+``pool - (free + evictable)``: tokens of running requests, shared cached blocks counted once.
+
 Gauges (running, queued, token usage, throughput, acceptance length) are refreshed the way SGLang
 refreshes them: at each prefill batch and every ``decode_log_interval`` decode steps, together with
 the ``Prefill batch`` / ``Decode batch`` log lines.
@@ -39,6 +50,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from loadgen.sim.model import MemoryPlan, StepCost, StepModel
+from loadgen.sim.prefix import Block, PrefixCache
 from loadgen.sim.profile import FixedTiming, Profile
 
 CLIP_MAX_NEW_TOKENS = 4096
@@ -86,6 +98,9 @@ class SimRequest:
     finish_reason: str = ""
     abort_message: str = ""
     context: object = None  # the server's per-request state
+    block_hashes: list[int] = field(default_factory=list)  # chained prompt block hashes (prefix cache)
+    cached_tokens: int = 0  # prompt tokens found in the prefix cache at first scheduling (usage)
+    locked: list[Block] = field(default_factory=list)  # cached blocks this request holds
 
     @property
     def recompute_len(self) -> int:
@@ -193,6 +208,8 @@ class Counters:
     finished_stop: int = 0
     finished_length: int = 0
     prefill_steps: int = 0
+    cached_tokens: int = 0  # prompt tokens served from the prefix cache (first scheduling)
+    prefix_queries: int = 0  # prompt tokens looked up in the prefix cache (first scheduling)
     decode_steps: int = 0
     busy_s: float = 0.0
 
@@ -272,7 +289,11 @@ class Engine:
         self.waiting: deque[SimRequest] = deque()
         self.running: list[SimRequest] = []
         self.requests: dict[str, SimRequest] = {}
-        self.used_tokens = 0
+        self._private = 0  # KV tokens held by requests outside the prefix cache
+        s = profile.server
+        self.cache: PrefixCache | None = (
+            PrefixCache(s.prefix_block_tokens) if not s.disable_radix_cache and s.prefix_block_tokens > 0 else None
+        )
         self.new_token_ratio = INIT_NEW_TOKEN_RATIO
         self.current: _Step | None = None
         self.counters = Counters()
@@ -358,6 +379,59 @@ class Engine:
         self.counters.aborted += 1
         return req
 
+    # -- KV pool --------------------------------------------------------------------------------
+
+    @property
+    def used_tokens(self) -> int:
+        """KV tokens held by requests, shared cached blocks once (SGLang: pool - free - evictable)."""
+        c = self.cache
+        return self._private + (c.total_tokens - c.evictable_tokens if c is not None else 0)
+
+    @property
+    def free_tokens(self) -> int:
+        """KV tokens held by nobody: not by requests, not by the prefix cache."""
+        return self.pool_tokens - self._private - (self.cache.total_tokens if self.cache is not None else 0)
+
+    @property
+    def evictable_tokens(self) -> int:
+        return self.cache.evictable_tokens if self.cache is not None else 0
+
+    def _make_room(self, n: int) -> None:
+        """Evict unlocked cached blocks until ``n`` tokens are free (as far as possible)."""
+        short = n - self.free_tokens
+        if short > 0 and self.cache is not None:
+            self.cache.evict(short)
+
+    def _take(self, req: SimRequest, n: int) -> None:
+        self._make_room(n)
+        req.kv_tokens += n
+        self._private += n
+
+    def _cacheable_blocks(self, req: SimRequest) -> int:
+        """Full prompt blocks that may be cached: all but the one holding the last prompt token."""
+        assert self.cache is not None
+        return min(len(req.block_hashes), (req.prompt_tokens - 1) // self.cache.block_tokens)
+
+    def check_invariants(self) -> None:
+        """Assert the KV pool accounting is consistent (tests call it)."""
+        live = [r for r in self.requests.values() if r.state in (WAITING, RUNNING)]
+        assert self._private == sum(r.kv_tokens for r in live), "private tokens != sum of request KV"
+        assert self.free_tokens >= 0, f"pool over-committed by {-self.free_tokens} tokens"
+        assert self.used_tokens <= self.pool_tokens
+        c = self.cache
+        if c is not None:
+            c.check()
+            refs: dict[int, int] = {}
+            for r in live:
+                assert len(r.locked) * c.block_tokens <= r.prefilled, "locked beyond prefill"
+                for b in r.locked:
+                    assert c.blocks.get(b.key) is b, "a block held by a request was evicted"
+                    refs[id(b)] = refs.get(id(b), 0) + 1
+            for b in c.blocks.values():
+                assert b.ref == refs.get(id(b), 0), "block lock count != requests holding it"
+        else:
+            assert all(not r.locked for r in live)
+
     # -- time -----------------------------------------------------------------------------------
 
     @property
@@ -427,30 +501,47 @@ class Engine:
         batch: list[SimRequest] = []
         chunks: list[int] = []
         pairs = 0.0
+        hit_tokens = 0
         slots = self.max_running - len(self.running)
+        cache = self.cache
         while self.waiting and len(batch) < slots and budget > 0:
             req = self.waiting[0]
-            need_total = req.recompute_len - req.prefilled
             if req.recompute_len + 1 > self.pool_tokens:
                 self.waiting.popleft()
                 self._abort_unfittable(req, t)
                 continue
+            path: list[Block] = []
+            moving = 0
+            if cache is not None and req.prefilled == 0 and req.block_hashes:
+                path = cache.match(req.block_hashes[: self._cacheable_blocks(req)])
+                moving = cache.block_tokens * sum(1 for b in path if b.ref == 0)
+            hit = len(path) * cache.block_tokens if cache is not None else 0
+            need_total = req.recompute_len - req.prefilled - hit
             reserve = need_total + min(req.max_new_tokens - req.generated, CLIP_MAX_NEW_TOKENS)
-            if reserve > rem and (batch or self.running):
+            if reserve + moving > rem and (batch or self.running):
                 break
             chunk = min(need_total, budget)
             self.waiting.popleft()
+            if path:
+                assert cache is not None
+                rem -= cache.lock(path)
+                req.locked = path
+                req.prefilled = hit
+            hit_tokens += hit
+            if req.queue_end_s < 0:
+                req.queue_end_s = t
+                self.queue_time.observe(t - req.arrival_s)
+                if cache is not None:
+                    req.cached_tokens = hit
+                    self.counters.cached_tokens += hit
+                    self.counters.prefix_queries += req.prompt_tokens
             batch.append(req)
             chunks.append(chunk)
             pairs += chunk * (req.prefilled + chunk / 2.0)
             budget -= chunk
             rem -= reserve
-            if req.queue_end_s < 0:
-                req.queue_end_s = t
-                self.queue_time.observe(t - req.arrival_s)
             # KV for the prompt is taken now
-            req.kv_tokens += chunk
-            self.used_tokens += chunk
+            self._take(req, chunk)
             if chunk < need_total:
                 break  # a chunked request ends the batch, as SGLang's single chunked request does
         if not batch:
@@ -458,32 +549,33 @@ class Engine:
         n_tokens = sum(chunks)
         cost = self.timing.prefill(n_tokens, pairs)
         self.counters.prefill_steps += 1
-        self._log_prefill(len(batch), n_tokens)
+        self._log_prefill(len(batch), n_tokens, hit_tokens)
         return _Step("prefill", t, t + cost.duration_s, cost, batch, chunks)
 
     def _plan_decode(self, t: float) -> _Step | None:
         need = len(self.running) * self.n_v
-        free = self.pool_tokens - self.used_tokens
-        if free < need:
-            self._retract(free, need, t)
-            if not self.running:
-                return self._plan_prefill(t)
+        if self.free_tokens < need:
+            self._make_room(need)
+            if self.free_tokens < need:
+                self._retract(need, t)
+                if not self.running:
+                    return self._plan_prefill(t)
+                self._make_room(len(self.running) * self.n_v)
         if self._log_t is None:
             self._log_t = t
             self._log_tokens = 0
-        ctx_sum = float(sum(r.kv_tokens for r in self.running))
+        ctx_sum = float(sum(r.prefilled for r in self.running))  # context incl. cached prefix
         cost = self.timing.decode(len(self.running), ctx_sum)
         self.counters.decode_steps += 1
         return _Step("decode", t, t + cost.duration_s, cost, list(self.running))
 
-    def _retract(self, free: int, need: int, t: float) -> None:
+    def _retract(self, need: int, t: float) -> None:
         """Free KV by retracting requests until the next decode step fits (SGLang's policy)."""
         order = sorted(self.running, key=lambda r: (r.generated, -r.prompt_tokens), reverse=True)
         retracted: list[SimRequest] = []
-        while free < need and len(order) > 1:
+        while self.free_tokens + self.evictable_tokens < need and len(order) > 1:
             req = order.pop()
             self.running.remove(req)
-            free += req.kv_tokens
             self.counters.retracted_input_tokens += req.prompt_tokens
             self.counters.retracted_output_tokens += req.generated
             self._free(req)
@@ -492,7 +584,7 @@ class Engine:
             req.retractions += 1
             retracted.append(req)
             need = len(order) * self.n_v
-        if free < need and len(order) == 1:
+        if self.free_tokens + self.evictable_tokens < need and len(order) == 1:
             req = order.pop()
             self.running.remove(req)
             self._abort_unfittable(req, t)
@@ -525,8 +617,27 @@ class Engine:
         self._aborted_now.append(req)
 
     def _free(self, req: SimRequest) -> None:
-        self.used_tokens -= req.kv_tokens
+        self._private -= req.kv_tokens
         req.kv_tokens = 0
+        if req.locked:
+            assert self.cache is not None
+            self.cache.unlock(req.locked)
+            req.locked = []
+
+    def _insert_prompt(self, req: SimRequest) -> None:
+        """The prefilled prompt's full blocks join the prefix cache (its KV for them moves there)."""
+        cache = self.cache
+        if cache is None or not req.block_hashes:
+            return
+        n = self._cacheable_blocks(req)
+        parent = req.locked[-1] if req.locked else None
+        size = cache.block_tokens
+        for key in req.block_hashes[len(req.locked) : n]:
+            block, _ = cache.insert(key, parent)  # an existing block: our duplicate KV is freed
+            req.locked.append(block)
+            req.kv_tokens -= size
+            self._private -= size
+            parent = block
 
     # -- step completion ------------------------------------------------------------------------
 
@@ -549,6 +660,7 @@ class Engine:
                 if req.prefilled < req.recompute_len:
                     self.waiting.appendleft(req)  # chunked: continue next step
                     continue
+                self._insert_prompt(req)
                 req.state = RUNNING
                 self.running.append(req)
                 out.append(self._commit(req, 1, end))
@@ -586,7 +698,7 @@ class Engine:
                     out.append(Emission(req, c, True))
                 else:
                     out.append(Emission(req, c, False))
-            self.used_tokens += gen_total
+            self._private += gen_total
             self.counters.generation_tokens += gen_total
             self._log_tokens += gen_total
             self.new_token_ratio = max(self.new_token_ratio - NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
@@ -609,10 +721,9 @@ class Engine:
     def _commit(self, req: SimRequest, tokens: int, t: float) -> Emission:
         tokens = min(tokens, req.target_tokens - req.generated)
         tokens = max(tokens, 0)
+        self._take(req, tokens)
         req.generated += tokens
-        req.kv_tokens += tokens
         req.prefilled += tokens
-        self.used_tokens += tokens
         self.counters.generation_tokens += tokens
         self._log_tokens += tokens
         if req.first_token_s < 0:
@@ -649,12 +760,12 @@ class Engine:
         g.num_used_tokens = self.used_tokens
         g.token_usage = self.used_tokens / self.pool_tokens if self.pool_tokens else 0.0
 
-    def _log_prefill(self, n_seq: int, n_tokens: int) -> None:
+    def _log_prefill(self, n_seq: int, n_tokens: int, hit_tokens: int) -> None:
         self._publish_common()
         g = self.gauges
-        g.cache_hit_rate = 0.0
+        g.cache_hit_rate = hit_tokens / (hit_tokens + n_tokens) if hit_tokens + n_tokens else 0.0
         self.log(
-            f"Prefill batch, #new-seq: {n_seq}, #new-token: {n_tokens}, #cached-token: 0, "
+            f"Prefill batch, #new-seq: {n_seq}, #new-token: {n_tokens}, #cached-token: {hit_tokens}, "
             f"token usage: {g.token_usage:.2f}, #running-req: {g.num_running_reqs}, "
             f"#queue-req: {g.num_queue_reqs},"
         )
@@ -667,6 +778,7 @@ class Engine:
         self._log_t = t
         self._log_tokens = 0
         g.num_retracted_reqs = self._log_retracted
+        g.cache_hit_rate = 0.0  # SGLang's decode log resets it
         self._log_retracted = 0
         spec = ""
         if self.spec is not None and self._log_cycles:

@@ -123,6 +123,8 @@ class ServerConfig:
     natural_len_median: int = 300  # output length when the request does not ask ignore_eos
     natural_len_sigma: float = 0.8
     chars_per_token: float = 4.0  # prompt token estimator
+    disable_radix_cache: bool = False  # SGLang's flag: no prefix cache, every prompt prefilled whole
+    prefix_block_tokens: int = 64  # prefix cache granularity, in estimated prompt tokens
 
 
 @dataclass(frozen=True)

@@ -94,7 +94,7 @@ def render_sglang(engine: Engine, model_name: str) -> str:
     )
     w.counter("sglang:prompt_tokens_total", "Number of prefill tokens processed.", c.prompt_tokens)
     w.counter("sglang:generation_tokens_total", "Number of generation tokens processed.", c.generation_tokens)
-    w.counter("sglang:cached_tokens_total", "Number of cached prompt tokens.", 0)
+    w.counter("sglang:cached_tokens_total", "Number of cached prompt tokens.", c.cached_tokens)
     w.counter("sglang:num_requests_total", "Number of requests processed.", c.requests)
     w.counter("sglang:num_aborted_requests_total", "Number of requests aborted.", c.aborted)
     w.counter("sglang:num_retracted_requests_total", "Number of retracted requests.", c.retracted_reqs)
@@ -126,9 +126,11 @@ def render_vllm(engine: Engine, model_name: str) -> str:
     w.counter(
         "vllm:prefix_cache_queries_total",
         "Prefix cache queries, in terms of number of queried tokens.",
-        c.prompt_tokens,
+        c.prefix_queries,
     )
-    w.counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.", 0)
+    w.counter(
+        "vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.", c.cached_tokens
+    )
     w.labelled_counter(
         "vllm:request_success_total",
         "Count of successfully processed requests.",

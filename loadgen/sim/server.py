@@ -37,7 +37,7 @@ from loadgen.sim.engine import ABORTED, Emission, Engine, RejectError, SimReques
 from loadgen.sim.logsink import LogSink
 from loadgen.sim.profile import Profile
 from loadgen.sim.prom import GpuTelemetry, render_sglang, render_vllm
-from loadgen.sim.text import TextSource, classify_source, count_prompt_tokens, prompt_text
+from loadgen.sim.text import TextSource, classify_source, count_prompt_tokens, prompt_block_hashes, prompt_text
 
 
 class PreciseEpollSelector(selectors.EpollSelector):
@@ -154,7 +154,7 @@ class SimServer:
         self.requests_seen = 0
         self.created = int(time.time())
         self._startup_task: asyncio.Task[None] | None = None
-        self._vllm_last = (0.0, 0, 0)
+        self._vllm_last = (0.0, 0, 0, 0, 0)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -235,6 +235,7 @@ class SimServer:
             f"mem_fraction_static={s.mem_fraction_static}, max_running_requests={p.max_running_requests}, "
             f"max_queued_requests={s.max_queued_requests or None}, chunked_prefill_size={s.chunked_prefill_size}, "
             f"cuda_graph_max_bs={s.cuda_graph_max_bs}, context_length={p.context_length}, "
+            f"disable_radix_cache={s.disable_radix_cache}, "
             f"speculative_algorithm={p.spec.name.upper() if p.spec.enabled else None!r}, "
             f"speculative_num_draft_tokens={p.verify_width if p.spec.enabled else None}, "
             f"host='{host}', port={port})",
@@ -357,14 +358,16 @@ class SimServer:
     def _vllm_stats(self) -> None:
         assert self.loop is not None
         now = self.loop.time()
-        t0, p0, g0 = self._vllm_last
+        t0, p0, g0, q0, h0 = self._vllm_last
         c, e = self.engine.counters, self.engine
+        queries = c.prefix_queries - q0
+        hit_pct = 100.0 * (c.cached_tokens - h0) / queries if queries else 0.0
         dt = now - t0 if t0 else 5.0
         usage = 100.0 * e.used_tokens / e.pool_tokens if e.pool_tokens else 0.0
         self.log.info(
             f"Engine 000: Avg prompt throughput: {(c.prompt_tokens - p0) / dt:.1f} tokens/s, Avg generation "
             f"throughput: {(c.generation_tokens - g0) / dt:.1f} tokens/s, Running: {len(e.running)} reqs, "
-            f"Waiting: {len(e.waiting)} reqs, GPU KV cache usage: {usage:.1f}%, Prefix cache hit rate: 0.0%"
+            f"Waiting: {len(e.waiting)} reqs, GPU KV cache usage: {usage:.1f}%, Prefix cache hit rate: {hit_pct:.1f}%"
         )
         if e.spec is not None and c.spec_cycles:
             self.log.info(
@@ -372,7 +375,7 @@ class SimServer:
                 f"{1 + c.spec_accepted_tokens / c.spec_cycles:.2f}, Accepted: {c.spec_accepted_tokens} "
                 f"tokens, Drafted: {c.spec_draft_tokens} tokens"
             )
-        self._vllm_last = (now, c.prompt_tokens, c.generation_tokens)
+        self._vllm_last = (now, c.prompt_tokens, c.generation_tokens, c.prefix_queries, c.cached_tokens)
         self.loop.call_later(5.0, self._vllm_stats)
 
     # -- engine driving -------------------------------------------------------------------------
@@ -446,7 +449,8 @@ class SimServer:
                     payload = b'data: {"id":' + st.id_json + b',"object":"chat.completion.chu\n\n'
                 elif st.continuous_usage:
                     n = em.req.generated
-                    payload = st.head + text + st.tail[:-7] + self._usage(st.prompt_tokens, n) + b"}\n\n"
+                    usage = self._usage(st.prompt_tokens, n, em.req.cached_tokens)
+                    payload = st.head + text + st.tail[:-7] + usage + b"}\n\n"
                 else:
                     payload = st.head + text + st.tail
                 if st.chunks == 1 and st.chat:
@@ -473,15 +477,14 @@ class SimServer:
         )
         st.sent += 1
 
-    def _usage(self, prompt: int, completion: int) -> bytes:
-        return b'{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d,"prompt_tokens_details":null}' % (
-            prompt,
-            prompt + completion,
-            completion,
+    def _usage(self, prompt: int, completion: int, cached: int) -> bytes:
+        return (
+            b'{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d,'
+            b'"prompt_tokens_details":{"cached_tokens":%d}}' % (prompt, prompt + completion, completion, cached)
         )
 
     def _role_chunk(self, st: _Stream) -> bytes:
-        usage = self._usage(st.prompt_tokens, 0) if st.continuous_usage else b"null"
+        usage = self._usage(st.prompt_tokens, 0, st.req.cached_tokens) if st.continuous_usage else b"null"
         return (
             b'data: {"id":'
             + st.id_json
@@ -495,7 +498,7 @@ class SimServer:
     def _finish_stream(self, st: _Stream, req: SimRequest) -> None:
         reason = req.finish_reason or "stop"
         matched = b"%d" % EOS_TOKEN_ID if reason == "stop" else b"null"
-        usage_all = self._usage(st.prompt_tokens, req.generated)
+        usage_all = self._usage(st.prompt_tokens, req.generated, req.cached_tokens)
         usage = usage_all if st.continuous_usage else b"null"
         if st.chat:
             fin = (
@@ -700,6 +703,9 @@ class SimServer:
             stop_reason=reason,
             source=classify_source(text),
         )
+        if engine.cache is not None:
+            s = self.profile.server
+            req.block_hashes = prompt_block_hashes(body, chat, s.chars_per_token, s.prefix_block_tokens)
         req.context = st
         st.req = req
         conn.active = st
@@ -727,6 +733,7 @@ class SimServer:
             "cuda_graph_max_bs": p.server.cuda_graph_max_bs,
             "chunked_prefill_size": p.server.chunked_prefill_size,
             "context_length": p.context_length,
+            "disable_radix_cache": self.engine.cache is None,
             "speculative_algorithm": p.spec.name.upper() if p.spec.enabled else None,
             "speculative_num_draft_tokens": p.verify_width if p.spec.enabled else None,
             "max_total_num_tokens": self.engine.pool_tokens,
@@ -977,7 +984,7 @@ class _Conn(asyncio.Protocol):
                 "prompt_tokens": st.prompt_tokens,
                 "total_tokens": st.prompt_tokens + req.generated,
                 "completion_tokens": req.generated,
-                "prompt_tokens_details": None,
+                "prompt_tokens_details": {"cached_tokens": req.cached_tokens},
             }
             reason = req.finish_reason or "stop"
             matched = EOS_TOKEN_ID if reason == "stop" else None

@@ -9,6 +9,12 @@ the usual rule of thumb for English with BPE tokenizers) over the prompt text, p
 chat message for the chat template's role markers. A completions prompt given as a list of token
 ids counts one token per id.
 
+Prefix-cache blocks: :func:`prompt_block_hashes` cuts the prompt into blocks of ``block_tokens``
+estimated tokens (``block_tokens * chars_per_token`` characters; chat messages contribute their
+role marker, as long as the 4 template tokens, then their content) and names each full block by a
+hash chained over all blocks before it, so prompts sharing a prefix byte for byte share the hashes
+of its full blocks. Token-id prompts are cut every ``block_tokens`` ids.
+
 Prompt source (for source-dependent speculative acceptance): "code" when at least 3 % of the
 characters are code punctuation (``{}();=<>[]``) or the text contains a code fence or common
 keywords (``def ``, ``function``, ``#include``, ``import ``, ``class ``); otherwise "prose".
@@ -16,6 +22,7 @@ keywords (``def ``, ``function``, ``#include``, ``import ``, ``class ``); otherw
 
 from __future__ import annotations
 
+import hashlib
 import math
 from typing import Any
 
@@ -111,3 +118,46 @@ def classify_source(text: str) -> str:
         return "code"
     punct = sum(1 for ch in sample if ch in _CODE_CHARS)
     return "code" if punct >= 0.03 * len(sample) else "prose"
+
+
+def _hash_chain(pieces: list[bytes]) -> list[int]:
+    out: list[int] = []
+    prev = b""
+    for piece in pieces:
+        prev = hashlib.blake2b(prev + piece, digest_size=8).digest()
+        out.append(int.from_bytes(prev, "big"))
+    return out
+
+
+def prompt_block_hashes(body: dict[str, Any], chat: bool, chars_per_token: float, block_tokens: int) -> list[int]:
+    """Chained hashes of the prompt's full blocks (see module docstring); [] when it has none."""
+    if block_tokens <= 0:
+        return []
+    if not chat:
+        prompt = body.get("prompt", "")
+        if isinstance(prompt, list) and prompt and all(isinstance(x, int) for x in prompt):
+            ids = np.asarray(prompt, dtype=np.int64)
+            n = len(ids) // block_tokens
+            return _hash_chain([ids[i * block_tokens : (i + 1) * block_tokens].tobytes() for i in range(n)])
+    stream = _block_stream(body, chat, chars_per_token)
+    size = max(1, round(block_tokens * chars_per_token))
+    n = len(stream) // size
+    return _hash_chain([stream[i * size : (i + 1) * size].encode("utf-8", "surrogatepass") for i in range(n)])
+
+
+def _block_stream(body: dict[str, Any], chat: bool, chars_per_token: float) -> str:
+    if not chat:
+        text, _ = prompt_text(body, False)
+        return text
+    messages = body.get("messages") or []
+    if not isinstance(messages, list):
+        return ""
+    width = max(1, round(4 * chars_per_token))  # the template's 4 tokens per message
+    parts: list[str] = []
+    for m in messages:
+        if not isinstance(m, dict):
+            continue
+        marker = "<|" + str(m.get("role", "")) + "|>"
+        parts.append(marker.ljust(width, "~")[:width])
+        parts.append(_content_text(m.get("content")))
+    return "".join(parts)

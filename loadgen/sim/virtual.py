@@ -5,6 +5,11 @@
 what a load generator would measure over a steady window: output tokens per second that arrived in
 the window, requests completed, mean per-GPU power from the energy counter, busy share. It is how
 the calibration tests and capacity what-ifs use the engine.
+
+Prefix caching: by default the requests carry no prompt blocks, so the prefix cache sees nothing.
+``shared_prefix_tokens=N`` gives every request prompt blocks whose first ``N`` tokens are the same
+for all requests (a system prompt or RAG document) and the rest unique to the request;
+``shared_prefix_tokens=0`` makes every prompt unique (the cache fills but never hits).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ class LoopResult:
     mean_e2e_s: float
     retracted: int
     mean_running: float
+    cache_hit_rate: float = 0.0  # cached / queried prompt tokens over the whole run
 
 
 def closed_loop(
@@ -42,6 +48,7 @@ def closed_loop(
     stagger_s: float = 0.0,
     source: str = "default",
     seed: int = 0,
+    shared_prefix_tokens: int | None = None,
 ) -> LoopResult:
     """Run the closed loop and measure the window ``[warmup_s, warmup_s + window_s]``.
 
@@ -49,6 +56,9 @@ def closed_loop(
     User ``i`` starts at ``i * stagger_s``.
     """
     engine = Engine(profile, seed=seed)
+    block = engine.cache.block_tokens if engine.cache is not None else 0
+    n_blocks = prompt_tokens // block if block else 0
+    n_shared = min(n_blocks, (shared_prefix_tokens or 0) // block) if block else 0
     t_end = warmup_s + window_s
     arrivals: list[tuple[float, int]] = [(i * stagger_s, i) for i in range(concurrency)]
     heapq.heapify(arrivals)
@@ -81,6 +91,10 @@ def closed_loop(
                     stop_reason="length",
                     source=source,
                 )
+                if shared_prefix_tokens is not None and block:
+                    # shared blocks are keys 1..n_shared; the request's own blocks are unique keys
+                    own = (seq + 1) << 24
+                    req.block_hashes = [i + 1 if i < n_shared else own + i for i in range(n_blocks)]
                 seq += 1
                 req.context = user
                 engine.submit(req, now)
@@ -126,4 +140,5 @@ def closed_loop(
         mean_e2e_s=sum(e2es) / len(e2es) if e2es else 0.0,
         retracted=engine.counters.retracted_reqs - retracted0,
         mean_running=running_sum / steps if steps else 0.0,
+        cache_hit_rate=engine.counters.cached_tokens / max(1, engine.counters.prefix_queries),
     )

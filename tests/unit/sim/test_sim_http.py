@@ -93,7 +93,7 @@ def test_non_streaming_and_completions(sim: tuple[SimProc, Path]) -> None:
         "prompt_tokens": 4,
         "completion_tokens": 4,
         "total_tokens": 8,
-        "prompt_tokens_details": None,
+        "prompt_tokens_details": {"cached_tokens": 0},  # 4 tokens: no full 64-token block to cache
     }
 
 
@@ -336,7 +336,9 @@ def test_kv_pool_full_retracts_over_http_and_streams_still_complete(tmp_path: Pa
         results: list[int] = []
 
         def one(i: int) -> None:
-            body = {"messages": [{"role": "user", "content": "y" * 400}], "max_tokens": 150, "ignore_eos": True}
+            # distinct prompts: a shared one would be prefix-cached and need less KV
+            content = chr(ord("a") + i) * 400
+            body = {"messages": [{"role": "user", "content": content}], "max_tokens": 150, "ignore_eos": True}
             status, _, reply = proc.post(CHAT, {**body, "stream": False}, headers={"X-Request-Id": f"kv-{i}"})
             assert status == 200
             results.append(json.loads(reply)["usage"]["completion_tokens"])
