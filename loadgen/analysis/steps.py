@@ -294,6 +294,9 @@ class StepAnalysis:
         chunk_total = int(n_chunks.sum())
         prompt = req.prompt_tokens[ok_rows]
         prompt = prompt[prompt != MISSING]
+        prompt_all = req.prompt_tokens[ok_rows]
+        cached = req.cached_tokens[ok_rows]
+        known_cache = (cached != MISSING) & (prompt_all != MISSING) & (prompt_all > 0)
         requested = req.context_tokens[ok_rows]
         requested = requested[requested != MISSING]
         lag = (sent[rows] - req.intended_ns[rows]).astype(np.float64) / NS_PER_MS
@@ -325,6 +328,10 @@ class StepAnalysis:
             "tokens_per_chunk_mean": float(out[streamed].sum()) / chunk_total if chunk_total else None,
             "prompt_tokens_mean": float(prompt.mean()) if len(prompt) else None,
             "prompt_tokens_requested_mean": float(requested.mean()) if len(requested) else None,
+            # share of prompt tokens the server served from its prefix cache (its usage says so)
+            "prefix_cached_frac": (
+                float(cached[known_cache].sum() / prompt_all[known_cache].sum()) if known_cache.any() else None
+            ),
             "output_tokens_total": int(out.sum()),
             "output_tokens_mean": float(out.mean()) if ok_count else None,
             "output_tokens_in_window": tokens_in_window,

@@ -331,3 +331,17 @@ def test_cancelled_requests_are_counted_apart_from_failures(tmp_path: Path) -> N
     row = build_summary(load_run(run_dir), min_ok_requests=1)["steps"][0]
     assert (row["requests_ok"], row["requests_failed"], row["requests_cancelled"]) == (2, 1, 1)
     assert row["errors"] == {"http_5xx": 1}
+
+
+def test_prefix_cached_share_comes_from_the_servers_usage(tmp_path: Path) -> None:
+    recs = [
+        make_record("a", 0, 1500, [50, 60], prompt_tokens=1000),
+        make_record("b", 0, 1600, [40], prompt_tokens=3000),
+    ]
+    recs[0].cached_tokens = 0
+    recs[1].cached_tokens = 2000
+    run_dir = write_run_dir(
+        tmp_path / "run", steps=step_lines(0, 0, 1000, 3000, concurrency=2), records={"requests-w0.jsonl": recs}
+    )
+    row = build_summary(load_run(run_dir), min_ok_requests=1)["steps"][0]
+    assert row["prefix_cached_frac"] == pytest.approx(2000 / 4000)
