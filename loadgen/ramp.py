@@ -22,7 +22,7 @@ from loadgen.clock import ANCHOR
 from loadgen.distributed import FLUSH_S
 from loadgen.records import JsonlAppender
 from loadgen.rundir import create_run_dir, write_manifest
-from loadgen.runtime import RunState, TargetOptions
+from loadgen.runtime import RunState, TargetOptions, quiet_gc
 from loadgen.selfwatch import SelfWatch
 from loadgen.shape import RampShape, StepPlan, build_open_plan, build_plan
 from loadgen.user import LLMUser, OpenLoopUser
@@ -408,6 +408,7 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
         shape.stop("stopped")
 
     previous = signal.signal(signal.SIGINT, on_sigint)
+    quiet_gc()
     try:
         runner.start_shape()
         gevent.sleep(0.05)

@@ -13,6 +13,7 @@ import sys
 from locust.env import Environment
 
 from loadgen.distributed import WorkerLink
+from loadgen.runtime import quiet_gc
 from loadgen.user import LLMUser, OpenLoopUser
 
 
@@ -24,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     env = Environment(user_classes=[LLMUser, OpenLoopUser])
     runner = env.create_worker_runner(ns.master_host, ns.master_port)
     WorkerLink(env)
+    quiet_gc()
     runner.greenlet.join()
     return 0
 
