@@ -133,6 +133,11 @@ def _add_ramp_flags(p: argparse.ArgumentParser, demo: bool = False) -> None:
     p.add_argument("--out", default="reports", help="folder for run directories")
     p.add_argument("--no-telemetry", action="store_true", help="start no telemetry side process")
     p.add_argument("--prometheus-port", type=int, help="serve the load generator's own metrics on this port")
+    p.add_argument(
+        "--tokenizer",
+        help="a local tokenizer.json or Hugging Face model folder: counts output tokens when the server "
+        "sends no usage (never downloaded; needs the tokenizers package)",
+    )
     p.add_argument("--slo", help="latency limits for the knee verdict, e.g. ttft_p99=2s,tpot_p99=50ms")
     p.add_argument(
         "--find-knee",
@@ -227,6 +232,7 @@ def _ramp_options(ns: argparse.Namespace, argv: list[str]) -> Any:
         server_status=getattr(ns, "server_status", None),
         workers=ns.workers,
         prometheus_port=ns.prometheus_port,
+        tokenizer=ns.tokenizer,
         wait_ready_s=ns.wait_ready,
         find_knee=ns.find_knee,
         search_max_steps=ns.max_steps,

@@ -57,9 +57,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 class MasterLink:
     """The master's side: hands out the config, relays steps, collects records and counts."""
 
-    def __init__(
-        self, env: Environment, state: RunState | None, config: dict[str, Any] | None, out: TextIO
-    ) -> None:
+    def __init__(self, env: Environment, state: RunState | None, config: dict[str, Any] | None, out: TextIO) -> None:
         """Register the handlers at once (before anything yields to the hub: a worker's hello can
         come in any time after); ``state``/``config`` may follow with ``bind``."""
         self.env, self.out = env, out
@@ -203,7 +201,7 @@ class WorkerLink:
 
     def _on_config(self, environment: Environment, msg: Any, **_: Any) -> None:
         from loadgen.client import Timeouts
-        from loadgen.ramp import RampOptions, _base_workload, _workload_factory
+        from loadgen.ramp import RampOptions, _base_workload, _workload_factory, output_token_counter
         from loadgen.runtime import TargetOptions
         from loadgen.selfwatch import SelfWatch
 
@@ -224,6 +222,7 @@ class WorkerLink:
         opts = RampOptions(**fields)
         opts.api_key = os.environ.get("OPENAI_API_KEY") or None
         shared = run_dir.is_dir() and os.access(run_dir, os.W_OK) and not os.environ.get("LOADGEN_RECORDS_VIA_MASTER")
+        base = _base_workload(opts)
         target = TargetOptions(
             url=opts.url,
             model=opts.model,
@@ -240,12 +239,13 @@ class WorkerLink:
         state = RunState(
             run_dir if shared else Path("."),
             target,
-            _workload_factory(_base_workload(opts)),
+            _workload_factory(base),
             worker=self.worker,
             record_sink=sink,
             step_log=False,
             user_offset=index * USERS_PER_WORKER,
         )
+        state.token_counter = output_token_counter(opts, base)
         state.on_count = lambda step, error_class, tokens, sent_ns: self.counts.append(
             (step, error_class, tokens, sent_ns)
         )

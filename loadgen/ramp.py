@@ -60,6 +60,7 @@ class RampOptions:
     slo: dict[str, float] | None = None
     workers: int = 0
     prometheus_port: int | None = None
+    tokenizer: str | None = None  # a local tokenizer.json / HF directory for output tokens without usage
     find_knee: bool = False
     search_max_steps: int = 12
     search_max_seconds: float | None = None
@@ -95,6 +96,17 @@ def _base_workload(opts: RampOptions) -> Any:
         extra=dict(opts.extra_body),
         seed=opts.seed,
     )
+
+
+def output_token_counter(opts: RampOptions, base: Any) -> Any:
+    """The tokenizer that counts output tokens when a server sends no usage: ``--tokenizer``, else
+    the scenario's; None (count chunks) when neither names one."""
+    if opts.tokenizer:
+        from loadgen.workload.tokens import load_counter
+
+        return load_counter(opts.tokenizer)
+    counter = getattr(base, "counter", None)
+    return counter if counter is not None and getattr(counter, "name", "estimate") != "estimate" else None
 
 
 def _workload_factory(base: Any) -> Any:
@@ -348,6 +360,7 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
         worker="master" if distributed else "w0",
         record_sink=(lambda line: None) if distributed else None,  # the master sends nothing itself
     )
+    state.token_counter = output_token_counter(opts, base)
     search = None
     if opts.find_knee:
         plan = plan[:1]  # the search starts from the first step and chooses the rest

@@ -25,6 +25,7 @@ from loadgen.records import JsonlAppender, RequestRecord
 from loadgen.request import ENDPOINT_PATHS, RequestSpec
 from loadgen.rundir import StepLog
 from loadgen.shape import StepPlan, StepSink
+from loadgen.stream import TOKENS_CHUNKS, distribute_tokens
 
 
 @dataclass(slots=True)
@@ -99,6 +100,8 @@ class RunState(StepSink):
         self.conn_streak = 0  # consecutive connection-level failures
         self.on_server_suspect: Callable[[], None] | None = None
         self.on_count: Callable[[int, str | None, int, int], None] | None = None  # a worker reports counts
+        # a local tokenizer (anything with count(text) -> int) for servers that send no usage
+        self.token_counter: Any = None
         self.steady_ns: int | None = None
         self.counters: list[StepCounters] = []
         self.started_ns = ANCHOR.now_wall_ns()
@@ -250,6 +253,11 @@ class RunState(StepSink):
         rec.reasoning_chunks = s.reasoning_chunks
         rec.server_request_id = s.server_id
         rec.chunk_tokens, rec.output_tokens, rec.tokens_source = s.token_split()
+        if rec.tokens_source == TOKENS_CHUNKS and self.token_counter is not None and s.text:
+            # no usage from the server: count the text with the tokenizer we were given (the chunk
+            # count undercounts a speculative server, which puts several tokens in a chunk)
+            n = max(self.token_counter.count(s.text), len(offsets))
+            rec.chunk_tokens, rec.output_tokens, rec.tokens_source = distribute_tokens(s.chunk_chars, n), n, "tokenizer"
         if rec.error_class is None:
             cls = s.error_class()
             if cls == "stream_error" and s.error is not None:
