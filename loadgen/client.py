@@ -2,11 +2,13 @@
 
 Two implementations behind one small interface (``Transport``):
 
-* ``FastTransport`` (default): geventhttpclient with one kept-alive connection per user. After the
-  response headers it reads the socket itself, takes ``perf_counter_ns()`` right after each
-  ``recv`` (before any parsing), lets geventhttpclient's C parser undo chunked transfer encoding,
-  and feeds the body bytes to the SSE decoder. All events completed by one ``recv`` share its
-  timestamp: that is when their bytes arrived.
+* ``FastTransport`` (default): geventhttpclient with one kept-alive connection per user, opened
+  when the transport is made. After the response headers it reads the kernel socket itself,
+  takes ``perf_counter_ns()`` right after each read (before any parsing) and, on Linux, moves it
+  back by the delay since the kernel received those bytes (``SO_TIMESTAMPNS``), so a busy process
+  that reads late still records when the bytes arrived. geventhttpclient's C parser undoes
+  chunked transfer encoding and the body bytes go to the SSE decoder. All events completed by one
+  read share its timestamp. A stream silent for ``stall_s`` is failed by one watchdog per process.
 * ``OpenAITransport`` (``--transport openai``): the ``openai`` SDK's own HTTP stack (httpx, made
   cooperative by gevent), as applications call servers; its raw bytes feed the same decoder.
 
@@ -15,11 +17,17 @@ Neither raises for a failed call: failures come back as ``CallResult.error_class
 
 from __future__ import annotations
 
+import platform
+import socket
+import struct
+import sys
+import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import gevent
+import gevent.socket
 from geventhttpclient import HTTPClient
 
 from loadgen.clock import perf_ns
@@ -80,11 +88,12 @@ def split_base_url(url: str) -> tuple[str, str, int, str]:
 class FastTransport:
     """geventhttpclient, one persistent connection, timestamps taken at ``recv``."""
 
-    def __init__(self, base_url: str, timeouts: Timeouts, read_size: int = 65536) -> None:
+    def __init__(self, base_url: str, timeouts: Timeouts, read_size: int = 65536, preconnect: bool = True) -> None:
         scheme, host, port, prefix = split_base_url(base_url)
         self._prefix = prefix
         self._timeouts = timeouts
         self._read_size = read_size
+        self._stall_ns = int(timeouts.stall_s * 1e9)
         self._client = HTTPClient(
             host,
             port,
@@ -93,6 +102,30 @@ class FastTransport:
             connection_timeout=timeouts.connect_s,
             network_timeout=timeouts.stall_s,
         )
+        pool: Any = self._client._connection_pool
+        # geventhttpclient checks a pooled connection with select(), which under gevent also
+        # yields to every other ready greenlet: between the call's send time and the send, so
+        # under a burst of synchronized requests the send (and the TTFT) would be late by the
+        # whole burst. The check below asks the kernel directly and never yields.
+        pool._is_socket_alive = _socket_alive
+        if scheme == "http" and KERNEL_RX_TIMESTAMPS:
+            # plain TCP: the pool's sockets report when the kernel received their bytes
+            pool._create_tcp_socket = _RxSocket
+        if preconnect:
+            self._preconnect(pool, min(timeouts.connect_s, _PRECONNECT_MAX_S))
+
+    @staticmethod
+    def _preconnect(pool: Any, limit_s: float) -> None:
+        """Open the connection now (a user's start), not inside its first call: when many users
+        start at once, a connect inside the call waits for every other user's start before the
+        request goes out, which would add that wait to the first TTFT of every user. A failure
+        is left for the first call to meet and report."""
+        try:
+            with gevent.Timeout(limit_s, _RequestTimeout):
+                sock = pool.get_socket()
+        except (_RequestTimeout, OSError, RuntimeError):
+            return
+        pool.return_socket(sock)
 
     def close(self) -> None:
         self._client.close()
@@ -157,9 +190,29 @@ class FastTransport:
         named = decoder.named
         buf: bytearray = resp._body_buffer  # filled by the C parser as bytes are fed
         sock = resp._sock
-        recv = sock.recv if sock is not None else None
         read_size = self._read_size
+        # Plain TCP: read the kernel socket directly and wait on gevent's own read watcher, with
+        # no socket timeout (a stalled body is caught by the one stall watchdog of the process,
+        # not by a timer armed and cancelled per read). TLS and anything else: gevent's recv.
+        raw_recv: Any = None
+        raw_recvmsg: Any = None
+        wait: Any = None
+        watcher: Any = None
+        if sock is not None and (type(sock) is _RxSocket or type(sock) is gevent.socket.socket):
+            raw_recv = sock._sock.recv
+            watcher = sock._read_event
+            wait = sock.hub.wait
+            if type(sock) is _RxSocket:
+                raw_recvmsg = sock._sock.recvmsg
+        recv = sock.recv if sock is not None else None
+        watch = _Active(gevent.getcurrent(), self._stall_ns)
+        _WATCHDOG.add(watch)
+        wait_first = False
         t = perf_ns()
+        watch.last_ns = t
+        if buf and type(sock) is _RxSocket:
+            # body bytes that came with the headers: when the kernel received them
+            t = _arrival(t, sock.rx_wall_ns)
         try:
             while True:
                 if buf:
@@ -172,15 +225,50 @@ class FastTransport:
                         named.clear()
                 if resp.message_complete:
                     break
-                if recv is None:
+                if raw_recvmsg is not None:
+                    # After a short read the next bytes are usually not there yet: wait for them
+                    # first instead of paying a failed recv (a syscall and an exception).
+                    if wait_first:
+                        wait(watcher)
+                    while True:
+                        try:
+                            chunk, anc, _, _ = raw_recvmsg(read_size, _CMSG_SPACE)
+                            break
+                        except BlockingIOError:
+                            wait(watcher)
+                    t = perf_ns()
+                    watch.last_ns = t
+                    if anc:
+                        # the kernel's receive time of these bytes (its wall clock): the delay
+                        # since then is subtracted from the perf clock read just now
+                        sec, nsec = _TIMESPEC(anc[0][2])
+                        late = time_ns() - (sec * 1_000_000_000 + nsec)
+                        if 0 <= late < _MAX_RX_LATE_NS:
+                            t -= late
+                elif raw_recv is not None:
+                    if wait_first:
+                        wait(watcher)
+                    while True:
+                        try:
+                            chunk = raw_recv(read_size)
+                            break
+                        except BlockingIOError:
+                            wait(watcher)
+                    t = perf_ns()
+                    watch.last_ns = t
+                elif recv is not None:
+                    chunk = recv(read_size)
+                    t = perf_ns()
+                    watch.last_ns = t
+                else:
                     break
-                chunk = recv(read_size)
-                t = perf_ns()
                 if not chunk:
                     break
+                wait_first = len(chunk) < _WAIT_FIRST_BELOW
                 resp.feed(chunk)
         except Exception as exc:
             end = perf_ns()
+            watch.armed = False
             add_all(decoder.flush(), end)
             _discard(resp)
             result = acc.finish(end)
@@ -192,11 +280,162 @@ class FastTransport:
                 classify_exception(exc, connected=True),
                 short(f"{type(exc).__name__} after {len(result.chunk_times_ns)} chunks: {exc}"),
             )
+        finally:
+            watch.armed = False
         end = perf_ns()
         add_all(decoder.flush(), end)
         if not resp.message_complete:
             _discard(resp)
         return CallResult(200, sent, end, acc.finish(end))
+
+
+# a connection that cannot be opened within this is left for the first call to time out on
+_PRECONNECT_MAX_S = 2.0
+
+# a read shorter than this leaves the socket drained: wait for readiness before the next recv
+_WAIT_FIRST_BELOW = 4096
+
+# Kernel receive timestamps (Linux SO_TIMESTAMPNS; Python's socket module lacks the constant):
+# every read also returns when the kernel received its last bytes, so a chunk's time is its
+# arrival even when this process was busy and read it late (a burst of synchronized streams, a
+# neighbour on the core). Only the delay "now - kernel time" is used, so the wall clock's own
+# drift against the perf clock does not matter; an implausible delay (a clock step) falls back
+# to the time of the read.
+# The option's number is the asm-generic one (x86-64, arm64, riscv64); other architectures, and
+# other systems, read without kernel timestamps.
+KERNEL_RX_TIMESTAMPS = sys.platform.startswith("linux") and platform.machine() in ("x86_64", "aarch64", "riscv64")
+_SO_TIMESTAMPNS = 35
+_CMSG_SPACE = socket.CMSG_SPACE(16) if KERNEL_RX_TIMESTAMPS else 0
+_TIMESPEC = struct.Struct("@qq").unpack_from
+_MAX_RX_LATE_NS = 10_000_000_000
+time_ns = time.time_ns
+
+
+def _socket_alive(sock: Any) -> bool:
+    """An idle kept-alive connection is usable when it has nothing to read and is not closed."""
+    if sock is None:
+        return False
+    try:
+        if sock.fileno() < 0:
+            return False
+        raw = getattr(sock, "_sock", None)
+        if raw is None or not isinstance(raw, socket.socket) or isinstance(sock, _ssl_socket_types()):
+            return True  # TLS: the bytes are the TLS layer's; let the request find out
+        raw.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return True  # nothing to read: open and clean
+    except (OSError, ValueError):
+        return False
+    return False  # readable while idle: the server closed it (EOF) or sent bytes nobody asked for
+
+
+def _ssl_socket_types() -> tuple[type, ...]:
+    import gevent.ssl
+
+    return (gevent.ssl.SSLSocket,)
+
+
+def _arrival(t_perf: int, rx_wall_ns: int) -> int:
+    """``t_perf`` (a perf-clock time read just now) moved back to a kernel receive time."""
+    if rx_wall_ns:
+        late = time_ns() - rx_wall_ns
+        if 0 <= late < _MAX_RX_LATE_NS:
+            return t_perf - late
+    return t_perf
+
+
+class _RxSocket(gevent.socket.socket):
+    """A gevent TCP socket with kernel receive timestamps; ``recv`` (which geventhttpclient uses
+    for the response headers) keeps the receive time of its last read in ``rx_wall_ns``."""
+
+    __slots__ = ("rx_wall_ns",)
+
+    def __init__(self, family: int = -1, socktype: int = -1, proto: int = -1) -> None:
+        super().__init__(family, socktype, proto)
+        self.rx_wall_ns = 0
+        try:
+            self._sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+        except OSError:
+            pass  # no timestamps: reads are timed when they return
+
+    def recv(self, size: int, flags: int = 0) -> bytes:
+        while True:
+            try:
+                data, anc, _, _ = self._sock.recvmsg(size, _CMSG_SPACE, flags)
+                break
+            except BlockingIOError:
+                if self.timeout == 0.0:
+                    raise
+                self._wait(self._read_event)
+        if anc:
+            sec, nsec = _TIMESPEC(anc[0][2])
+            self.rx_wall_ns = sec * 1_000_000_000 + nsec
+        else:
+            self.rx_wall_ns = 0
+        return bytes(data)
+
+
+class _Active:
+    """One stream being read: its greenlet and when its last bytes arrived."""
+
+    __slots__ = ("armed", "greenlet", "last_ns", "stall_ns")
+
+    def __init__(self, greenlet: Any, stall_ns: int) -> None:
+        self.greenlet = greenlet
+        self.stall_ns = stall_ns
+        self.last_ns = 0
+        self.armed = True
+
+
+class _StallWatchdog:
+    """Fails streams that receive no bytes for their stall timeout; one greenlet per process.
+
+    Streams register once and update ``last_ns`` at every read (an attribute store), so stall
+    detection costs nothing per chunk; the watchdog wakes a few times per stall timeout (4 per
+    second at most), and raises ``TimeoutError`` in a stalled stream's greenlet from the hub, as
+    ``gevent.Timeout`` does. The greenlet is then inside its read wait, so the read loop's handler
+    turns the error into a ``stall`` result.
+    """
+
+    def __init__(self) -> None:
+        self.active: list[_Active] = []
+        self.period_s = 0.25
+        self._greenlet: Any = None
+
+    def add(self, watch: _Active) -> None:
+        self.active.append(watch)
+        period = min(0.25, max(0.005, watch.stall_ns / 4e9))
+        if period < self.period_s:
+            self.period_s = period
+        if self._greenlet is None:
+            self._greenlet = gevent.spawn(self._run)
+
+    def _run(self) -> None:
+        try:
+            while self.active:
+                gevent.sleep(self.period_s)
+                now = perf_ns()
+                keep = []
+                for w in self.active:
+                    if not w.armed:
+                        continue
+                    if now - w.last_ns > w.stall_ns:
+                        gevent.get_hub().loop.run_callback(_throw_stall, w)
+                        continue
+                    keep.append(w)
+                self.active = keep
+        finally:
+            self._greenlet = None
+
+
+def _throw_stall(watch: _Active) -> None:
+    # runs in the hub: the stream's greenlet is parked in a switch inside its read loop, or done
+    if watch.armed and not watch.greenlet.dead:
+        watch.armed = False
+        watch.greenlet.throw(TimeoutError(f"no bytes for {watch.stall_ns / 1e9:g} s"))
+
+
+_WATCHDOG = _StallWatchdog()
 
 
 def _discard(resp: Any) -> None:
@@ -215,7 +454,10 @@ class OpenAITransport:
     """The ``openai`` SDK's HTTP stack (raw bytes of its streaming response into our decoder).
 
     Costs more CPU per chunk than ``FastTransport`` (httpx and the SDK's request machinery);
-    use it to see what an application built on the SDK sees.
+    use it to see what an application built on the SDK sees. As cheap as the SDK allows: one TLS
+    context per process (building an SDK client costs ~1 ms instead of ~75 ms), one client and
+    connection per user, the SDK's raw byte stream (no pydantic object per chunk), each chunk
+    timed when the SDK hands its bytes over.
     """
 
     def __init__(self, base_url: str, timeouts: Timeouts, api_key: str | None) -> None:
@@ -228,6 +470,7 @@ class OpenAITransport:
             api_key=api_key or "EMPTY",
             max_retries=0,
             timeout=openai.Timeout(timeouts.request_s, connect=timeouts.connect_s, read=timeouts.stall_s),
+            http_client=openai.DefaultHttpxClient(verify=_shared_tls_context()),
         )
 
     def close(self) -> None:
@@ -295,6 +538,22 @@ class OpenAITransport:
             )
         finally:
             timer.close()
+
+
+# One TLS context per process for every SDK client: the SDK's default builds one per client
+# (loading the CA bundle, ~75 ms), so 1,024 users would spend over a minute starting. Each user
+# keeps its own client and connection pool (one connection: httpx's pool scans its connections
+# per request, so one shared pool of C connections costs O(C) per request; measured 11 -> 26 µs
+# per chunk from C=64 to C=256 when shared).
+_TLS_CONTEXT: list[Any] = []
+
+
+def _shared_tls_context() -> Any:
+    if not _TLS_CONTEXT:
+        import ssl
+
+        _TLS_CONTEXT.append(ssl.create_default_context())
+    return _TLS_CONTEXT[0]
 
 
 def make_transport(kind: str, base_url: str, timeouts: Timeouts, api_key: str | None) -> Transport:

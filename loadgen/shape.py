@@ -132,7 +132,7 @@ class RampShape(LoadTestShape):
 
     def reset_time(self) -> None:
         super().reset_time()
-        if 0 <= self.index and not self.finished:
+        if self.index >= 0 and not self.finished:
             return  # a master calls this again at its first start: the ramp is already under way
         self.index = -1
         self.finished = False
