@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import select
 import subprocess
 import sys
 import time
@@ -226,6 +227,7 @@ conn, _ = srv.accept()
 buf = b""
 while b"\r\n\r\n" not in buf:
     buf += conn.recv(65536)
+print("request", flush=True)
 head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 events = sys.stdin.buffer.read().split(b"\0")
 conn.sendall(head)
@@ -253,7 +255,12 @@ def test_chunks_read_late_keep_their_kernel_arrival_times(tmp_path: Any) -> None
     t = FastTransport(f"http://127.0.0.1:{port}", Timeouts(), preconnect=False)
     try:
         g = gevent.spawn(_call, t)
-        gevent.sleep(0.02)  # the request is out; the server starts its 50 ms schedule
+        # wait (without blocking the hub) until the server has the request and starts its 50 ms
+        # schedule: on a loaded machine the connect and send can take longer than any fixed sleep
+        deadline = time.monotonic() + 10
+        while not select.select([proc.stdout], [], [], 0)[0] and time.monotonic() < deadline:
+            gevent.sleep(0.002)
+        assert proc.stdout.readline().strip() == b"request"
         time.sleep(0.3)  # block the hub: every chunk (and the end) arrives while nobody reads
         res = g.get(timeout=10)
     finally:
