@@ -201,7 +201,7 @@ class WorkerLink:
 
     def _on_config(self, environment: Environment, msg: Any, **_: Any) -> None:
         from loadgen.client import Timeouts
-        from loadgen.ramp import RampOptions, _base_workload, _workload_factory, output_token_counter
+        from loadgen.ramp import RampOptions, base_workload, output_token_counter, workload_factory
         from loadgen.runtime import TargetOptions
         from loadgen.selfwatch import SelfWatch
 
@@ -222,7 +222,7 @@ class WorkerLink:
         opts = RampOptions(**fields)
         opts.api_key = os.environ.get("OPENAI_API_KEY") or None
         shared = run_dir.is_dir() and os.access(run_dir, os.W_OK) and not os.environ.get("LOADGEN_RECORDS_VIA_MASTER")
-        base = _base_workload(opts)
+        base = base_workload(opts)
         target = TargetOptions(
             url=opts.url,
             model=opts.model,
@@ -239,7 +239,7 @@ class WorkerLink:
         state = RunState(
             run_dir if shared else Path("."),
             target,
-            _workload_factory(base),
+            workload_factory(base),
             worker=self.worker,
             record_sink=sink,
             step_log=False,

@@ -242,9 +242,9 @@ class _UIRun:
         self.side: Any = None
         sources = _telemetry(opts) if telemetry else None
         if sources is not None:
-            from loadgen.ramp import _start_telemetry
+            from loadgen.ramp import start_telemetry
 
-            self.side = _start_telemetry(self.run_dir, sources, sys.stderr)
+            self.side = start_telemetry(self.run_dir, sources, sys.stderr)
 
     def start_step(self) -> None:
         """Manual mode: a test start is the next step, at Locust's user count."""

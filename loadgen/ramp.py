@@ -82,7 +82,7 @@ class RampOptions:
         return data
 
 
-def _base_workload(opts: RampOptions) -> Any:
+def base_workload(opts: RampOptions) -> Any:
     """The scenario's workload, or chat prompts of a fixed length built from the ramp's flags."""
     from loadgen.scenario import load_scenario
     from loadgen.workload import Workload
@@ -109,7 +109,7 @@ def output_token_counter(opts: RampOptions, base: Any) -> Any:
     return counter if counter is not None and getattr(counter, "name", "estimate") != "estimate" else None
 
 
-def _workload_factory(base: Any) -> Any:
+def workload_factory(base: Any) -> Any:
     cache: dict[int | None, Any] = {}
 
     def workload_for(plan: StepPlan | None) -> Any:
@@ -315,7 +315,7 @@ class KneeSearch:
         return StepPlan(int(nxt), t.context_tokens, t.warmup_s, t.duration_s, t.requests)
 
 
-def _start_telemetry(run_dir: Path, options: Any, out: TextIO) -> Any:
+def start_telemetry(run_dir: Path, options: Any, out: TextIO) -> Any:
     """The telemetry side process (a separate process: NVML blocks), or None when not asked for."""
     if options is None:
         return None
@@ -329,7 +329,7 @@ def _start_telemetry(run_dir: Path, options: Any, out: TextIO) -> Any:
 
 def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
     """Run the ramp to the end (or Ctrl-C), write the report; return the run directory."""
-    base = _base_workload(opts)
+    base = base_workload(opts)
     plan = build_ramp_plan(opts, base)
     run_dir = create_run_dir(opts.out, opts.label)
     write_manifest(
@@ -356,7 +356,7 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
     state = RunState(
         run_dir,
         target,
-        _workload_factory(base),
+        workload_factory(base),
         worker="master" if distributed else "w0",
         record_sink=(lambda line: None) if distributed else None,  # the master sends nothing itself
     )
@@ -378,7 +378,7 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
     # Locust keeps float response times as given (its type hint says int)
     state.log_metric = lambda kind, name, ms: env.stats.log_request(kind, name, ms, 0)  # type: ignore[arg-type]
     env.events.spawning_complete.add_listener(lambda user_count, **_: shape.on_spawning_complete(user_count))
-    side = _start_telemetry(run_dir, opts.telemetry, out)
+    side = start_telemetry(run_dir, opts.telemetry, out)
     exporter = None
     if opts.prometheus_port is not None:
         from loadgen.promexport import start_exporter
