@@ -6,8 +6,11 @@ import argparse
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from loadgen.telemetry.runner import RunConfig
+if TYPE_CHECKING:
+    from loadgen.telemetry.runner import RunConfig
+
 
 TOKEN_ENV = "LOADGEN_MONITOR_TOKEN"
 
@@ -46,7 +49,7 @@ class TelemetryOptions:
             server_log_file=args.server_log_file,
             log_from_start=args.log_from_start,
             monitor_url=args.monitor_url,
-            monitor_token=os.environ.get("LOADGEN_MONITOR_TOKEN") or None,
+            monitor_token=os.environ.get(TOKEN_ENV) or None,
             monitor_hz=args.monitor_hz,
         )
 
@@ -120,18 +123,8 @@ def add_source_args(p: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace, run_dir: Path) -> RunConfig:
-    return RunConfig(
-        run_dir=run_dir,
-        gpu_source=args.gpu_source,
-        gpu_hz=args.gpu_hz,
-        gpus=args.gpus,
-        metrics_url=args.metrics_url,
-        metrics_hz=args.metrics_hz,
-        metrics_map=dict(args.metrics_map),
-        server_logs=args.server_logs,
-        server_log_file=args.server_log_file,
-        log_from_start=args.log_from_start,
-        monitor_url=args.monitor_url,
-        monitor_token=os.environ.get(TOKEN_ENV) or None,
-        monitor_hz=args.monitor_hz,
-    )
+    from dataclasses import asdict
+
+    from loadgen.telemetry import runner  # runner imports this module: import it when called
+
+    return runner.RunConfig(run_dir=run_dir, **asdict(TelemetryOptions.from_args(args)))

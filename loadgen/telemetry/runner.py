@@ -19,7 +19,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -29,27 +29,18 @@ import orjson
 from loadgen.records import JsonlAppender
 from loadgen.telemetry.base import Emit, Record, Sampler, SamplerDone, SamplerUnavailable, event
 from loadgen.telemetry.logscan import LogScanner
+from loadgen.telemetry.options import TelemetryOptions
 from loadgen.telemetry.streams import CommandLines, FileLines, split_command
 
 PID_FILE = "telemetry.pid"
 SERVER_LOG = "server.log"
 
 
-@dataclass
-class RunConfig:
+@dataclass(kw_only=True)
+class RunConfig(TelemetryOptions):
+    """The sources (``TelemetryOptions``) plus where this process writes and when it stops."""
+
     run_dir: Path
-    gpu_source: str = "nvml"
-    gpu_hz: float = 10.0
-    gpus: list[int] | None = None
-    metrics_url: str | None = None
-    metrics_hz: float = 1.0
-    metrics_map: dict[str, str] = field(default_factory=dict)
-    server_logs: str | None = None
-    server_log_file: str | None = None
-    log_from_start: bool = False
-    monitor_url: str | None = None
-    monitor_token: str | None = None
-    monitor_hz: float = 2.0
     stop_file: Path | None = None
     parent_pid: int | None = None
 
