@@ -13,7 +13,8 @@ process and renders the report; workers run the users. Four custom messages:
   line and ``--requests-per-step``, and, for a worker that cannot reach the run directory (another
   machine), the records themselves, which the master appends to ``requests-<worker>.jsonl``.
 
-A worker on the master's machine (``loadgen ramp --workers N``) writes its records straight into
+A worker that can write the run directory (``loadgen ramp --workers N`` on the master's machine; not
+with ``LOADGEN_RECORDS_VIA_MASTER=1`` in its environment) writes its records straight into
 the run directory, one ``write`` per request as in a single-process run, so a worker that dies
 loses nothing it finished. A remote worker's records travel in the 0.25 s batches: one that dies
 loses at most its last batch. The master notices a worker that stops sending heartbeats (Locust's

@@ -28,6 +28,8 @@ def _served(emission_log: Path) -> set[str]:
 
 
 def test_two_workers_record_every_request_the_server_saw(sim_factory: Any, tmp_path: Path) -> None:
+    """Records travel to the master in Locust messages here (as from workers on other machines,
+    which cannot reach the run directory); the next test covers workers writing it directly."""
     sim = sim_factory("--profile", "tiny")
     proc = subprocess.run(
         loadgen_cmd(
@@ -52,11 +54,14 @@ def test_two_workers_record_every_request_the_server_saw(sim_factory: Any, tmp_p
         capture_output=True,
         text=True,
         timeout=180,
+        env={**os.environ, "LOADGEN_RECORDS_VIA_MASTER": "1"},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = Path(proc.stdout.strip().splitlines()[-1])
     recs = _records(run_dir)
     assert {r["worker"] for r in recs} == {"w0", "w1"}
+    # written by the master from the workers' messages
+    assert sorted(f.name for f in run_dir.glob("requests*.jsonl")) == ["requests-w0.jsonl", "requests-w1.jsonl"]
     # every request the server answered is on the master's disk, once
     ids = [r["id"] for r in recs]
     assert len(ids) == len(set(ids))
