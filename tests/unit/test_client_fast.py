@@ -19,6 +19,7 @@ from typing import Any
 
 import gevent
 import pytest
+from gevent import monkey
 from gevent.server import StreamServer
 
 from loadgen.client import FastTransport, Timeouts
@@ -261,7 +262,9 @@ def test_chunks_read_late_keep_their_kernel_arrival_times(tmp_path: Any) -> None
         while not select.select([proc.stdout], [], [], 0)[0] and time.monotonic() < deadline:
             gevent.sleep(0.002)
         assert proc.stdout.readline().strip() == b"request"
-        time.sleep(0.3)  # block the hub: every chunk (and the end) arrives while nobody reads
+        # block the hub: every chunk (and the end) arrives while nobody reads. The original
+        # time.sleep: an earlier test's `import locust` may have monkey-patched it to yield
+        monkey.get_original("time", "sleep")(0.3)
         res = g.get(timeout=10)
     finally:
         t.close()
