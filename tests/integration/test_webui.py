@@ -13,7 +13,6 @@ import itertools
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -23,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, free_port, wait_http
 
 pytestmark = pytest.mark.slow
 
@@ -53,25 +52,6 @@ needs_browser = pytest.mark.skipif(
     CHROMIUM is None or not HAVE_WS,
     reason="needs a Chromium binary (apt-get install chromium, or set LOADGEN_CHROMIUM) and websocket-client",
 )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_http(url: str, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"{url} did not answer within {timeout_s} s")
 
 
 class Page:
@@ -141,7 +121,7 @@ CHARTS = """
 @needs_browser
 def test_start_a_ramp_from_the_form_and_watch_the_llm_tab(sim_factory: Any, tmp_path: Path) -> None:
     sim = sim_factory("--profile", "tiny")
-    web_port = _free_port()
+    web_port = free_port()
     out = tmp_path / "reports"
     locust = subprocess.Popen(
         [
@@ -156,8 +136,8 @@ def test_start_a_ramp_from_the_form_and_watch_the_llm_tab(sim_factory: Any, tmp_
     page = None
     try:
         ui = f"http://127.0.0.1:{web_port}/"
-        _wait_http(ui, locust, 30)
-        dbg_port = _free_port()
+        wait_http(ui, locust, 30)
+        dbg_port = free_port()
         assert CHROMIUM is not None
         browser = subprocess.Popen(
             [
@@ -167,7 +147,7 @@ def test_start_a_ramp_from_the_form_and_watch_the_llm_tab(sim_factory: Any, tmp_
             ],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
-        _wait_http(f"http://127.0.0.1:{dbg_port}/json/version", browser, 20)
+        wait_http(f"http://127.0.0.1:{dbg_port}/json/version", browser, 20)
         with urllib.request.urlopen(f"http://127.0.0.1:{dbg_port}/json/list", timeout=5) as resp:
             targets = [t for t in json.load(resp) if t.get("type") == "page"]
         page = Page(targets[0]["webSocketDebuggerUrl"])

@@ -4,7 +4,6 @@ Locust's extended stats for the LLM tab, /loadgen/metrics; headless --lg-prometh
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -16,28 +15,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, free_port, wait_http
 
 pytestmark = pytest.mark.slow
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_http(url: str, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"{url} did not answer within {timeout_s} s")
 
 
 def _get(url: str) -> bytes:
@@ -76,7 +56,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 def test_form_start_live_json_reports_and_metrics(sim_factory: Any, tmp_path: Path) -> None:
     sim = sim_factory("--profile", "tiny")
-    port = _free_port()
+    port = free_port()
     out = tmp_path / "reports"
     locust = subprocess.Popen(
         [
@@ -87,7 +67,7 @@ def test_form_start_live_json_reports_and_metrics(sim_factory: Any, tmp_path: Pa
     )  # fmt: skip
     ui = f"http://127.0.0.1:{port}"
     try:
-        _wait_http(ui + "/", locust, 30)
+        wait_http(ui + "/", locust, 30)
         before = json.loads(_get(ui + "/loadgen/live.json"))
         assert before["run_id"] is None and before["steps"] == []
         base = {"user_count": "1", "spawn_rate": "1", "host": sim.url, "lg_max_tokens": "12"}
@@ -153,7 +133,7 @@ def test_form_start_live_json_reports_and_metrics(sim_factory: Any, tmp_path: Pa
 
 def test_headless_prometheus_port_serves_while_running(sim_factory: Any, tmp_path: Path) -> None:
     sim = sim_factory("--profile", "tiny")
-    port = _free_port()
+    port = free_port()
     out = tmp_path / "reports"
     proc = subprocess.Popen(
         [
@@ -164,7 +144,7 @@ def test_headless_prometheus_port_serves_while_running(sim_factory: Any, tmp_pat
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=(tmp_path / "locust.log").open("wb"),
     )  # fmt: skip
     try:
-        _wait_http(f"http://127.0.0.1:{port}/metrics", proc, 20)
+        wait_http(f"http://127.0.0.1:{port}/metrics", proc, 20)
         deadline = time.monotonic() + 10
         seen = 0.0
         while time.monotonic() < deadline and seen < 5:
