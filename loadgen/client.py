@@ -22,6 +22,7 @@ import socket
 import struct
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -88,9 +89,17 @@ def split_base_url(url: str) -> tuple[str, str, int, str]:
 class FastTransport:
     """geventhttpclient, one persistent connection, timestamps taken at ``recv``."""
 
-    def __init__(self, base_url: str, timeouts: Timeouts, read_size: int = 65536, preconnect: bool = True) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        timeouts: Timeouts,
+        read_size: int = 65536,
+        preconnect: bool = True,
+        turn: Callable[[], None] | None = None,
+    ) -> None:
         scheme, host, port, prefix = split_base_url(base_url)
         self._prefix = prefix
+        self._turn = turn or _no_turn
         self._timeouts = timeouts
         self._read_size = read_size
         self._stall_ns = int(timeouts.stall_s * 1e9)
@@ -283,6 +292,7 @@ class FastTransport:
         finally:
             watch.armed = False
         end = perf_ns()
+        self._turn()  # decoding is bulk work: the reads of other streams go first
         add_all(decoder.flush(), end)
         if not resp.message_complete:
             _discard(resp)
@@ -309,6 +319,10 @@ _CMSG_SPACE = socket.CMSG_SPACE(16) if KERNEL_RX_TIMESTAMPS else 0
 _TIMESPEC = struct.Struct("@qq").unpack_from
 _MAX_RX_LATE_NS = 10_000_000_000
 time_ns = time.time_ns
+
+
+def _no_turn() -> None:
+    pass
 
 
 def _socket_alive(sock: Any) -> bool:
@@ -460,11 +474,14 @@ class OpenAITransport:
     timed when the SDK hands its bytes over.
     """
 
-    def __init__(self, base_url: str, timeouts: Timeouts, api_key: str | None) -> None:
+    def __init__(
+        self, base_url: str, timeouts: Timeouts, api_key: str | None, turn: Callable[[], None] | None = None
+    ) -> None:
         import openai
 
         scheme, host, port, prefix = split_base_url(base_url)
         self._timeouts = timeouts
+        self._turn = turn or _no_turn
         self._client = openai.OpenAI(
             base_url=f"{scheme}://{host}:{port}{prefix}/v1",
             api_key=api_key or "EMPTY",
@@ -502,6 +519,7 @@ class OpenAITransport:
                         acc.add_named(name, item, t)
                     decoder.named.clear()
                 end = perf_ns()
+                self._turn()
                 acc.add_all(decoder.flush(), end)
                 return CallResult(status, sent, end, acc.finish(end))
         except _RequestTimeout:
@@ -556,9 +574,12 @@ def _shared_tls_context() -> Any:
     return _TLS_CONTEXT[0]
 
 
-def make_transport(kind: str, base_url: str, timeouts: Timeouts, api_key: str | None) -> Transport:
+def make_transport(
+    kind: str, base_url: str, timeouts: Timeouts, api_key: str | None, turn: Callable[[], None] | None = None
+) -> Transport:
+    """``turn``: called after a stream ended, before it is decoded (``loadgen.turns.WorkTurns.turn``)."""
     if kind == "fast":
-        return FastTransport(base_url, timeouts)
+        return FastTransport(base_url, timeouts, turn=turn)
     if kind == "openai":
-        return OpenAITransport(base_url, timeouts, api_key)
+        return OpenAITransport(base_url, timeouts, api_key, turn=turn)
     raise ValueError(f"--transport {kind!r}: choose fast or openai")

@@ -26,6 +26,7 @@ from loadgen.request import ENDPOINT_PATHS, RequestSpec
 from loadgen.rundir import StepLog
 from loadgen.shape import StepPlan, StepSink
 from loadgen.stream import TOKENS_CHUNKS, distribute_tokens
+from loadgen.turns import WorkTurns
 
 
 @dataclass(slots=True)
@@ -105,6 +106,9 @@ class RunState(StepSink):
         self.steady_ns: int | None = None
         self.counters: list[StepCounters] = []
         self.started_ns = ANCHOR.now_wall_ns()
+        # bulk work (a request's end, a user's start, a closed-loop send) waits for its turn, so
+        # that the reads of other streams are never held up behind a burst of it
+        self.turns = WorkTurns()
         headers = {"Content-Type": "application/json", **target.extra_headers}
         if target.api_key:
             headers["Authorization"] = f"Bearer {target.api_key}"
@@ -162,7 +166,7 @@ class RunState(StepSink):
 
     def make_transport(self) -> Transport:
         t = self.target
-        return make_transport(t.transport, t.url, t.timeouts, t.api_key)
+        return make_transport(t.transport, t.url, t.timeouts, t.api_key, turn=self.turns.turn)
 
     def body(self, spec: RequestSpec) -> bytes:
         body: dict[str, Any] = {"model": self.target.model, "max_tokens": spec.max_tokens}

@@ -42,6 +42,7 @@ class LLMUser(User):
 
     def on_start(self) -> None:
         self.state = _state(self)
+        self.state.turns.turn()  # a burst of user starts must not hold up the streams in flight
         self.index = self.state.next_user_index()
         self.transport = self.state.make_transport()
         self._session: Any = None
@@ -57,12 +58,14 @@ class LLMUser(User):
         if plan is not None and plan.open_loop:
             gevent.sleep(0.05)  # an open-loop step: the dispatcher sends
             return
+        state.turns.turn()  # building and sending the next request (free inside the turn of the last end)
         if self._session is None or plan is not self._session_plan:
             self._session = state.workload_for(plan).session(self.index)
             self._session_plan = plan
         spec, think_s = self._session.next(warmup=state.steady_ns is None)
         if think_s:
             gevent.sleep(think_s)
+            state.turns.turn()
         rec, text = state.execute(self.transport, spec, self.index)
         ok = rec.error_class is None
         self._session.record_reply(text, ok)

@@ -187,9 +187,7 @@ def _invalid(steps: Sequence[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def render_markdown(
-    summary: dict[str, Any], sections: Sequence[Section] = (), lead: Sequence[Section] = ()
-) -> str:
+def render_markdown(summary: dict[str, Any], sections: Sequence[Section] = (), lead: Sequence[Section] = ()) -> str:
     """The report.md text for ``summary`` (from ``build_summary``): ``lead`` sections right after
     the header (the verdict comes first), the step table, errors, invalid steps, then ``sections``."""
     lines = _header(summary)
