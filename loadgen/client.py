@@ -33,6 +33,7 @@ from geventhttpclient import HTTPClient
 
 from loadgen.clock import perf_ns
 from loadgen.errors import classify_exception, classify_http, short
+from loadgen.hubclock import POLLS
 from loadgen.sse import SSEDecoder
 from loadgen.stream import ChunkAccumulator, StreamResult, parse_completion_body
 
@@ -117,6 +118,7 @@ class FastTransport:
         # under a burst of synchronized requests the send (and the TTFT) would be late by the
         # whole burst. The check below asks the kernel directly and never yields.
         pool._is_socket_alive = _socket_alive
+        POLLS.start()
         if scheme == "http" and KERNEL_RX_TIMESTAMPS:
             # plain TCP: the pool's sockets report when the kernel received their bytes
             pool._create_tcp_socket = _RxSocket
@@ -216,44 +218,69 @@ class FastTransport:
         recv = sock.recv if sock is not None else None
         watch = _Active(gevent.getcurrent(), self._stall_ns)
         _WATCHDOG.add(watch)
+        polls = POLLS
+        note_read = acc.note_read
         wait_first = False
+        kernel_clock = raw_recvmsg is not None
+        wall = time_ns()
         t = perf_ns()
         watch.last_ns = t
+        # The bytes of a read arrived after ``low``: after the previous read's bytes, and after the
+        # start of the poll before the one that woke this reader (its socket was watched and not
+        # ready then). A read that completes several events, or ends inside one, may hold pieces
+        # the kernel merged: its earlier events are marked late by at most ``t - low``.
+        low = sent
         if buf and type(sock) is _RxSocket:
             # body bytes that came with the headers: when the kernel received them
-            t = _arrival(t, sock.rx_wall_ns)
+            t = _arrival(t, wall, sock.rx_wall_ns)
+            if sock.rx_low_ns > low:
+                low = sock.rx_low_ns
         try:
             while True:
                 if buf:
                     data = bytes(buf)
                     del buf[:]
-                    add_all(feed(data), t)
+                    payloads = feed(data)
+                    add_all(payloads, t)
+                    if kernel_clock and (len(payloads) > 1 or (payloads and decoder.partial)):
+                        note_read(t, t - low, decoder.partial)
                     if named:
                         for name, payload in named:
                             acc.add_named(name, payload, t)
                         named.clear()
                 if resp.message_complete:
                     break
+                low = t
                 if raw_recvmsg is not None:
                     # After a short read the next bytes are usually not there yet: wait for them
                     # first instead of paying a failed recv (a syscall and an exception).
                     if wait_first:
                         wait(watcher)
+                        if polls.before_last_ns > low:
+                            low = polls.before_last_ns
                     while True:
                         try:
                             chunk, anc, _, _ = raw_recvmsg(read_size, _CMSG_SPACE)
                             break
                         except BlockingIOError:
                             wait(watcher)
+                            if polls.before_last_ns > low:
+                                low = polls.before_last_ns
+                    # wall clock first: a pause between the two reads can only make t later
+                    wall = time_ns()
                     t = perf_ns()
                     watch.last_ns = t
                     if anc:
                         # the kernel's receive time of these bytes (its wall clock): the delay
                         # since then is subtracted from the perf clock read just now
                         sec, nsec = _TIMESPEC(anc[0][2])
-                        late = time_ns() - (sec * 1_000_000_000 + nsec)
+                        late = wall - (sec * 1_000_000_000 + nsec)
                         if 0 <= late < _MAX_RX_LATE_NS:
                             t -= late
+                        else:
+                            kernel_clock = False
+                    elif chunk:
+                        kernel_clock = False
                 elif raw_recv is not None:
                     if wait_first:
                         wait(watcher)
@@ -281,6 +308,7 @@ class FastTransport:
             add_all(decoder.flush(), end)
             _discard(resp)
             result = acc.finish(end)
+            result.chunk_clock = "kernel" if kernel_clock else "read"
             return CallResult(
                 200,
                 sent,
@@ -296,7 +324,9 @@ class FastTransport:
         add_all(decoder.flush(), end)
         if not resp.message_complete:
             _discard(resp)
-        return CallResult(200, sent, end, acc.finish(end))
+        result = acc.finish(end)
+        result.chunk_clock = "kernel" if kernel_clock else "read"
+        return CallResult(200, sent, end, result)
 
 
 # a connection that cannot be opened within this is left for the first call to time out on
@@ -349,10 +379,11 @@ def _ssl_socket_types() -> tuple[type, ...]:
     return (gevent.ssl.SSLSocket,)
 
 
-def _arrival(t_perf: int, rx_wall_ns: int) -> int:
-    """``t_perf`` (a perf-clock time read just now) moved back to a kernel receive time."""
+def _arrival(t_perf: int, t_wall: int, rx_wall_ns: int) -> int:
+    """``t_perf`` (a perf-clock time read just after the wall clock gave ``t_wall``) moved back to
+    a kernel receive time."""
     if rx_wall_ns:
-        late = time_ns() - rx_wall_ns
+        late = t_wall - rx_wall_ns
         if 0 <= late < _MAX_RX_LATE_NS:
             return t_perf - late
     return t_perf
@@ -360,13 +391,15 @@ def _arrival(t_perf: int, rx_wall_ns: int) -> int:
 
 class _RxSocket(gevent.socket.socket):
     """A gevent TCP socket with kernel receive timestamps; ``recv`` (which geventhttpclient uses
-    for the response headers) keeps the receive time of its last read in ``rx_wall_ns``."""
+    for the response headers) keeps the receive time of its last read in ``rx_wall_ns``, and in
+    ``rx_low_ns`` a time its bytes arrived after (``POLLS.before_last_ns`` when it last waited)."""
 
-    __slots__ = ("rx_wall_ns",)
+    __slots__ = ("rx_low_ns", "rx_wall_ns")
 
     def __init__(self, family: int = -1, socktype: int = -1, proto: int = -1) -> None:
         super().__init__(family, socktype, proto)
         self.rx_wall_ns = 0
+        self.rx_low_ns = 0
         try:
             self._sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
         except OSError:
@@ -381,6 +414,7 @@ class _RxSocket(gevent.socket.socket):
                 if self.timeout == 0.0:
                     raise
                 self._wait(self._read_event)
+                self.rx_low_ns = POLLS.before_last_ns
         if anc:
             sec, nsec = _TIMESPEC(anc[0][2])
             self.rx_wall_ns = sec * 1_000_000_000 + nsec

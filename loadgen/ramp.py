@@ -180,10 +180,18 @@ class Progress:
         phase = "steady" if st.steady_ns is not None else "warm-up"
         ctx = f" ctx={plan.context_tokens}" if plan.context_tokens else ""
         errs = " ".join(f"{k}={v}" for k, v in sorted(c.errors.items()))
+        # the live form of the report's "timing uncertain" mark (more than 1 % of TTFTs)
+        late = (
+            f" timing uncertain: {c.late_ttft / c.ok:.0%} of TTFTs late-bounded"
+            if c.ok and c.late_ttft > c.ok / 100
+            else ""
+        )
         users = self.env.runner.user_count if self.env.runner is not None else 0
         return (
             f"step {i + 1}/{len(shape.plan)} {_load_label(plan)}{ctx} users={users} {phase} "
-            f"ok={c.ok} failed={c.failed} tok/s={c.output_tokens / elapsed:,.0f}" + (f" errors: {errs}" if errs else "")
+            f"ok={c.ok} failed={c.failed} tok/s={c.output_tokens / elapsed:,.0f}"
+            + late
+            + (f" errors: {errs}" if errs else "")
         )
 
     def run(self) -> None:

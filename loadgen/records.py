@@ -42,6 +42,12 @@ class RequestRecord:
     perf-counter anchor per process, so differences are exact). ``chunk_offsets_ns`` are arrival
     times of the chunks that carried output text, relative to ``sent_ns``; ``chunk_tokens`` the
     tokens each of them carried (see ``tokens_source``). TTFT is ``first_chunk_ns - intended_ns``.
+
+    ``chunk_clock``: ``kernel`` when chunk times are the kernel's receive times, ``read`` when
+    they are the times the process read them (TLS, the openai transport, other systems).
+    ``chunk_late_ns``: sparse ``[chunk index, ns]`` pairs for the chunks whose time is an upper
+    bound (the kernel merged their bytes with later ones): each arrived at most ``ns`` earlier;
+    every other kernel time is exact.
     """
 
     id: str
@@ -71,11 +77,17 @@ class RequestRecord:
     conversation: str | None = None
     turn: int = 0
     cached_tokens: int | None = None
+    chunk_late_ns: list[list[int]] = field(default_factory=list)
+    chunk_clock: str = ""
 
     def to_json(self) -> bytes:
         # orjson serialises the dataclass itself, fields in order: the bytes asdict() would give,
         # without asdict's deep copy of every list (~100x faster for a 128-chunk record)
         return orjson.dumps(self, option=orjson.OPT_APPEND_NEWLINE)
+
+
+# upper edges (ms) of the loop-lag histogram (``lag_hist``) in client-*.jsonl; the last bucket is open
+LAG_EDGES_MS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0)
 
 
 class JsonlAppender:

@@ -49,12 +49,14 @@ class StepCounters:
     output_tokens: int = 0
     in_window: int = 0
     first_ns: int = 0
+    late_ttft: int = 0  # successful requests whose first chunk time may be late by more than 1 ms
     errors: dict[str, int] = field(default_factory=dict)
 
 
 # failures that say the server is not there at all (as opposed to a server that answers with an error)
 CONNECTION_CLASSES = frozenset({"connection_refused", "connection_reset", "connect_timeout"})
 SERVER_SUSPECT_STREAK = 3
+LATE_NS = 1_000_000  # the analysis's timing tolerance (loadgen.analysis.load.TIMING_TOLERANCE_NS)
 
 
 class LLMError(Exception):
@@ -256,6 +258,9 @@ class RunState(StepSink):
         rec.finish_reason = s.finish_reason
         rec.reasoning_chunks = s.reasoning_chunks
         rec.server_request_id = s.server_id
+        rec.chunk_clock = s.chunk_clock
+        if s.late_ns:
+            rec.chunk_late_ns = s.late_ns
         rec.chunk_tokens, rec.output_tokens, rec.tokens_source = s.token_split()
         if rec.tokens_source == TOKENS_CHUNKS and self.token_counter is not None and s.text:
             # no usage from the server: count the text with the tokenizer we were given (the chunk
@@ -302,6 +307,9 @@ class RunState(StepSink):
             self.conn_streak = 0
         idx = rec.step
         self.count(idx, rec.error_class, rec.output_tokens or 0, rec.sent_ns)
+        late = rec.chunk_late_ns
+        if ok and late and late[0][0] == 0 and late[0][1] > LATE_NS and 0 <= idx < len(self.counters):
+            self.counters[idx].late_ttft += 1
         e2e_ms = (rec.end_ns - rec.intended_ns) / 1e6
         name = spec.endpoint
         if self.fire_request is not None:

@@ -1,9 +1,9 @@
 """The load generator measures itself: CPU use and event-loop lag, into ``client-<worker>.jsonl``.
 
 A load generator that cannot keep up measures itself, not the server: its reads are late, so TTFT
-and ITL grow, and a closed loop sends less than asked. A greenlet wakes every ``interval_s`` and
-records how late the wake-up was (gevent hub lag: every greenlet's timestamps are late by about
-as much) and the process's CPU share since the last sample. The analysis flags a step where either
+and ITL grow, and a closed loop sends less than asked. A greenlet wakes every few milliseconds and
+records how late each wake-up was (gevent hub lag: a read that becomes ready waits about as long)
+and, every ``interval_s``, the process's CPU share since the last sample. The analysis flags a step where either
 shows saturation as INVALID ("load generator bound"); the report says to add workers.
 """
 
@@ -17,15 +17,30 @@ from pathlib import Path
 import gevent
 
 from loadgen.clock import ANCHOR
-from loadgen.records import JsonlAppender
+from loadgen.records import LAG_EDGES_MS, JsonlAppender
 
 
 class SelfWatch:
-    def __init__(self, run_dir: Path, worker: str, in_flight: Callable[[], int], interval_s: float = 0.25) -> None:
+    """A heartbeat every ``beat_s`` measures how late the hub wakes it (the loop lag: how long a
+    ready read can wait); every ``interval_s`` one line goes to ``client-<worker>.jsonl`` with the
+    CPU share since the last line, the lag of that moment (``loop_lag_ms``), the largest lag of
+    the interval (``lag_max_ms``) and the lag histogram of its beats (``lag_hist``, counts per
+    ``LAG_EDGES_MS`` bucket), so the analysis sees every hold longer than a beat, not one sample in
+    fifty."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        worker: str,
+        in_flight: Callable[[], int],
+        interval_s: float = 0.25,
+        beat_s: float = 0.005,
+    ) -> None:
         self.out = JsonlAppender(run_dir / f"client-{worker}.jsonl")
         self.worker = worker
         self.in_flight = in_flight
         self.interval_s = interval_s
+        self.beat_s = beat_s
         self._greenlet: gevent.Greenlet | None = None
 
     def start(self) -> None:
@@ -38,14 +53,28 @@ class SelfWatch:
         self.out.close()
 
     def _run(self) -> None:
-        interval = self.interval_s
+        beat = self.beat_s
+        perf = time.perf_counter
         cpu0 = time.process_time()
-        t0 = time.perf_counter()
+        t0 = perf()
+        edges = LAG_EDGES_MS
+        nb = len(edges)
         while True:
-            before = time.perf_counter()
-            gevent.sleep(interval)
-            now = time.perf_counter()
-            lag_ms = max(0.0, (now - before - interval) * 1000.0)
+            hist = [0] * (nb + 1)
+            lag_max = lag_ms = 0.0
+            end = t0 + self.interval_s
+            now = t0
+            while now < end:
+                before = perf()
+                gevent.sleep(beat)
+                now = perf()
+                lag_ms = max(0.0, (now - before - beat) * 1000.0)
+                if lag_ms > lag_max:
+                    lag_max = lag_ms
+                k = 0
+                while k < nb and lag_ms > edges[k]:
+                    k += 1
+                hist[k] += 1
             cpu = time.process_time()
             cpu_frac = (cpu - cpu0) / max(now - t0, 1e-9)
             cpu0, t0 = cpu, now
@@ -57,6 +86,8 @@ class SelfWatch:
                     "pid": os.getpid(),
                     "cpu_frac": round(cpu_frac, 4),
                     "loop_lag_ms": round(lag_ms, 3),
+                    "lag_max_ms": round(lag_max, 3),
+                    "lag_hist": hist,
                     "in_flight": self.in_flight(),
                 }
             )

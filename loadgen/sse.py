@@ -77,6 +77,11 @@ class SSEDecoder:
                     return parts
         return self._feed_general(data)
 
+    @property
+    def partial(self) -> bool:
+        """Bytes of an event that is not complete yet are held (or a CR whose LF may follow)."""
+        return self._dirty
+
     def flush(self) -> list[bytes]:
         """End of stream: complete a pending last line and dispatch a pending event (see module doc)."""
         tail = b"".join(self._tail)

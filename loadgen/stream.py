@@ -79,6 +79,11 @@ class StreamResult:
     chars); ``role_only_chunks`` / ``empty_chunks``: chunks with choices but no output, with and
     without a role; ``named_events``: events with an ``event:`` name; ``n_payloads``: payloads
     other than ``[DONE]``.
+
+    ``late_ns``: sparse ``[chunk index, ns]`` pairs for output chunks whose time is only an upper
+    bound: the chunk really arrived at most ``ns`` before it (see ``ChunkAccumulator.note_read``);
+    every other time is exact. ``chunk_clock``: what the times are, ``kernel`` (when the kernel
+    received the bytes) or ``read`` (when the process read them); set by the transport.
     """
 
     chunk_times_ns: list[int] = field(default_factory=list)
@@ -103,6 +108,8 @@ class StreamResult:
     named_events: int = 0
     n_payloads: int = 0
     end_ns: int = 0
+    late_ns: list[list[int]] = field(default_factory=list)
+    chunk_clock: str = "read"
 
     @property
     def first_chunk_ns(self) -> int | None:
@@ -152,7 +159,7 @@ class ChunkAccumulator:
     dropped, so a very long stream holds its decoded results, not all of its raw bytes.
     """
 
-    __slots__ = ("_compacted", "_done", "_named", "_pass", "_payloads", "_result", "_times")
+    __slots__ = ("_compacted", "_done", "_named", "_notes", "_pass", "_payloads", "_result", "_times")
 
     def __init__(self) -> None:
         self._payloads: list[bytes] = []
@@ -162,6 +169,7 @@ class ChunkAccumulator:
         self._pass: _Pass | None = None
         self._compacted = 0
         self._result: StreamResult | None = None
+        self._notes: list[tuple[int, int, bool]] = []
 
     def add(self, payload: bytes, t_ns: int) -> bool:
         """Store one payload; False once ``[DONE]`` has been seen (the caller may stop reading)."""
@@ -189,6 +197,15 @@ class ChunkAccumulator:
         elif len(self._payloads) >= _COMPACT_AT:
             self._compact()
         return not self._done
+
+    def note_read(self, t_ns: int, early_ns: int, partial: bool) -> None:
+        """The payloads just added at ``t_ns`` may have arrived in several pieces, up to ``early_ns``
+        before ``t_ns`` (the kernel merges segments that queue up unread and keeps only the newest
+        one's time). Each output chunk of that read but the last is then marked as an upper bound;
+        the last is too when ``partial`` (the read ended inside a later event, whose bytes came in
+        a later piece). A last output chunk followed only by events without output (finish, usage,
+        ``[DONE]``) keeps its time: servers write those right after it."""
+        self._notes.append((t_ns, early_ns, partial))
 
     def add_named(self, event: str, payload: bytes, t_ns: int) -> None:
         """Store an event that had an ``event:`` name other than ``message`` (see ``SSEDecoder.named``)."""
@@ -225,8 +242,26 @@ class ChunkAccumulator:
             b.named(event, payload, t_ns)
         res.n_payloads = self.n_payloads - p.n_done
         self._result = b.result()
+        if self._notes:
+            self._result.late_ns = _late_bounds(self._result.chunk_times_ns, self._notes)
         self._payloads, self._times = [], []
         return self._result
+
+
+def _late_bounds(times: list[int], notes: list[tuple[int, int, bool]]) -> list[list[int]]:
+    """``[index, early_ns]`` for the output chunks of the noted reads (see ``note_read``)."""
+    at: dict[int, list[int]] = {}
+    for i, t in enumerate(times):
+        at.setdefault(t, []).append(i)
+    out: dict[int, int] = {}
+    for t, early, partial in notes:
+        idx = at.get(t)
+        if not idx or early <= 0:
+            continue
+        for i in idx if partial else idx[:-1]:
+            if early > out.get(i, 0):
+                out[i] = early
+    return [[i, out[i]] for i in sorted(out)]
 
 
 def parse_completion_body(body: bytes, t_first_ns: int, end_ns: int) -> StreamResult:

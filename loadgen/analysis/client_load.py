@@ -5,7 +5,15 @@ the client as much as the server. Such a step is INVALID; the fix is more worker
 
 The lag test uses the 90th percentile, not the maximum: one late wake-up (a collection pause, a
 neighbour taking the core for a moment) delays a few timestamps; a saturated loop is late all the
-time.
+time. Lag percentiles come from the heartbeats' histograms (a beat every few ms; samples carry
+``lag_hist``), or from the one lag of each sample in older runs.
+
+"Timing uncertain" is a separate mark (the step stays valid): the step's latency figures cannot be
+trusted to ``TIMING_TOLERANCE_NS`` when more than ``TIMING_SHARE`` of its TTFTs or of its ITL
+gaps may be late by more (their chunks came merged with later ones while the loop was busy; the
+records say by how much at most), or when chunks were timed at the read (no kernel receive
+times) while the loop lag p99 exceeded the tolerance. The reason names the shares, the loop lag
+p99 and max and the client's CPU, so the cause is in the report.
 """
 
 from __future__ import annotations
@@ -14,12 +22,13 @@ from typing import Any
 
 import numpy as np
 
-from loadgen.analysis.load import Run
-from loadgen.records import read_jsonl
+from loadgen.analysis.load import TIMING_TOLERANCE_NS, Run
+from loadgen.records import LAG_EDGES_MS, read_jsonl
 
 CPU_BOUND_FRAC = 0.9
 SCHEDULE_LAG_MS = 10.0  # open loop: mean delay of actual behind intended send times
 LAG_BOUND_MS = 20.0
+TIMING_SHARE = 0.01
 
 
 def client_load_enricher(run: Run, steps: list[dict[str, Any]]) -> None:
@@ -33,6 +42,12 @@ def client_load_enricher(run: Run, steps: list[dict[str, Any]]) -> None:
                 f"load generator lagging: requests left {lag_ms:.0f} ms after their scheduled time on "
                 "average (add worker processes)",
             )
+    _loop_enricher(run, steps)
+    for step in steps:
+        _timing_verdict(step)
+
+
+def _loop_enricher(run: Run, steps: list[dict[str, Any]]) -> None:
     rows: list[dict[str, Any]] = []
     for f in sorted(run.path.glob("client-*.jsonl")):
         rows += read_jsonl(f)
@@ -41,6 +56,8 @@ def client_load_enricher(run: Run, steps: list[dict[str, Any]]) -> None:
     t = np.array([r["t_ns"] for r in rows], dtype=np.int64)
     cpu = np.array([r.get("cpu_frac") or 0.0 for r in rows])
     lag = np.array([r.get("loop_lag_ms") or 0.0 for r in rows])
+    lag_max = np.array([r.get("lag_max_ms", r.get("loop_lag_ms")) or 0.0 for r in rows])
+    hists = [r.get("lag_hist") for r in rows]
     workers = np.array([str(r.get("worker", "")) for r in rows])
     for step in steps:
         lo, hi = step.get("steady_ns"), step.get("end_ns")
@@ -51,12 +68,7 @@ def client_load_enricher(run: Run, steps: list[dict[str, Any]]) -> None:
             continue
         per_worker = [float(cpu[sel & (workers == w)].mean()) for w in np.unique(workers[sel])]
         step["client_cpu"] = {"mean": max(per_worker), "max": float(cpu[sel].max())}
-        step["loop_lag_ms"] = {
-            "p50": float(np.percentile(lag[sel], 50)),
-            "p90": float(np.percentile(lag[sel], 90)),
-            "p99": float(np.percentile(lag[sel], 99)),
-            "max": float(lag[sel].max()),
-        }
+        step["loop_lag_ms"] = _lag_stats([hists[i] for i in np.flatnonzero(sel)], lag[sel], lag_max[sel])
         why = []
         if max(per_worker) > CPU_BOUND_FRAC:
             why.append(f"client CPU {max(per_worker):.0%} of a core")
@@ -65,6 +77,57 @@ def client_load_enricher(run: Run, steps: list[dict[str, Any]]) -> None:
         step["client_bound"] = bool(why)
         if why:
             _invalid(step, "load generator bound (" + ", ".join(why) + "): add worker processes (--workers N)")
+
+
+def _lag_stats(hists: list[Any], lag: Any, lag_max: Any) -> dict[str, float]:
+    """p50/p90/p99 of every heartbeat's lag (bucket upper edges; the open bucket reads as the
+    largest lag seen) and the max; from the samples' own lags when they carry no histogram."""
+    mx = float(lag_max.max()) if len(lag_max) else 0.0
+    if hists and all(type(h) is list and len(h) == len(LAG_EDGES_MS) + 1 for h in hists):
+        counts = np.sum(np.array(hists, dtype=np.int64), axis=0)
+        total = int(counts.sum())
+        if total:
+            cum = np.cumsum(counts)
+            edges = [*LAG_EDGES_MS, max(mx, LAG_EDGES_MS[-1])]
+
+            def q(p: float) -> float:
+                k = int(np.searchsorted(cum, p * total, side="left"))
+                return min(float(edges[min(k, len(edges) - 1)]), mx) if k else min(float(edges[0]), mx)
+
+            return {"p50": q(0.5), "p90": q(0.9), "p99": q(0.99), "max": mx, "beats": total}
+    return {
+        "p50": float(np.percentile(lag, 50)),
+        "p90": float(np.percentile(lag, 90)),
+        "p99": float(np.percentile(lag, 99)),
+        "max": mx,
+    }
+
+
+def _timing_verdict(step: dict[str, Any]) -> None:
+    timing = step.get("timing")
+    if not isinstance(timing, dict):
+        return
+    tol_ms = TIMING_TOLERANCE_NS / 1e6
+    lag = step.get("loop_lag_ms") or {}
+    why = []
+    ttft_share, itl_share = timing.get("ttft_late_share"), timing.get("itl_late_share")
+    if ttft_share is not None and ttft_share > TIMING_SHARE:
+        top = timing.get("ttft_late_max_ms")
+        why.append(f"{ttft_share:.1%} of TTFTs may be late by more than {tol_ms:g} ms (up to {top:.0f} ms)")
+    if itl_share is not None and itl_share > TIMING_SHARE:
+        why.append(f"{itl_share:.1%} of ITLs may be off by more than {tol_ms:g} ms")
+    if timing.get("read_clock_requests") and lag.get("p99") is not None and lag["p99"] > tol_ms:
+        why.append(f"{timing['read_clock_requests']} requests timed at the read (no kernel receive times)")
+    timing["uncertain"] = bool(why)
+    if why:
+        if lag:
+            why.append(f"loop lag p99 {lag['p99']:.0f} ms, max {lag['max']:.0f} ms")
+        cpu = (step.get("client_cpu") or {}).get("mean")
+        if cpu is not None:
+            why.append(f"client CPU {cpu:.0%}")
+        timing["reason"] = "timing uncertain: " + "; ".join(why)
+    else:
+        timing["reason"] = None
 
 
 def _invalid(step: dict[str, Any], reason: str) -> None:

@@ -72,7 +72,12 @@ _INT_FIELDS: dict[str, int] = {
     "reasoning_chunks": 0,
     "user": 0,
 }
-_CAT_FIELDS = ("worker", "tokens_source", "finish_reason", "error_class", "endpoint")
+_CAT_FIELDS = ("worker", "tokens_source", "finish_reason", "error_class", "endpoint", "chunk_clock")
+# Columns derived from a record's ``chunk_late_ns`` (see ``_late_columns``).
+_DERIVED_INTS = ("late_first_ns", "late_gaps")
+_ALL_INTS = (*_INT_FIELDS, *_DERIVED_INTS)
+TIMING_TOLERANCE_NS = 1_000_000
+"""A chunk time that may be late by more than this is counted as uncertain (``late_gaps``)."""
 
 
 class RunLoadError(Exception):
@@ -106,7 +111,9 @@ class Requests:
     Integer columns hold ``MISSING`` (-1) where a record had null. ``chunk_start`` has ``n + 1``
     entries: the text chunks of record ``i`` are ``chunk_offsets_ns[chunk_start[i]:chunk_start[i+1]]``
     (arrival times relative to ``sent_ns``) and the same slice of ``chunk_tokens``. ``errors`` maps
-    a row to its error message (only rows that have one).
+    a row to its error message (only rows that have one). ``late_first_ns``: how late the first
+    chunk's time may be (0: exact); ``late_gaps``: inter-chunk gaps with an end that may be late by
+    more than ``TIMING_TOLERANCE_NS``; ``chunk_clock``: ``kernel``, ``read`` or ``""`` (older runs).
     """
 
     ids: list[str]
@@ -128,6 +135,9 @@ class Requests:
     finish_reason: Categorical
     error_class: Categorical
     endpoint: Categorical
+    chunk_clock: Categorical
+    late_first_ns: I64
+    late_gaps: I64
     chunk_start: I64
     chunk_offsets_ns: I64
     chunk_tokens: I32
@@ -451,7 +461,11 @@ def _columns(batch: _Batch, path: Path, skipped: int) -> _Part:
         columns = [() for _ in _KEYS]
     by_key = dict(zip(_KEYS, columns, strict=True))
     ints = {name: _int_column(by_key[name], name, d, path) for name, d in _INT_FIELDS.items()}
-    cats = {name: _cat_column(by_key[name]) for name in _CAT_FIELDS}
+    ints["late_first_ns"], ints["late_gaps"] = _late_columns(recs, batch.counts)
+    cats = {
+        name: _cat_column([v if v is not None else "" for v in by_key[name]] if name == "chunk_clock" else by_key[name])
+        for name in _CAT_FIELDS
+    }
     err_col = by_key["error"]
     errors: list[tuple[int, str]] = []
     if err_col.count(None) != len(err_col):
@@ -466,6 +480,34 @@ def _columns(batch: _Batch, path: Path, skipped: int) -> _Part:
         tokens=batch.tokens,
         skipped=skipped,
     )
+
+
+def _late_columns(recs: list[dict[str, Any]], counts: list[int]) -> tuple[I64, I64]:
+    """Per record: the bound of its first chunk, and how many of its gaps have an end bounded by
+    more than the tolerance (from the sparse ``chunk_late_ns`` pairs; most records have none)."""
+    first = np.zeros(len(recs), dtype=np.int64)
+    gaps = np.zeros(len(recs), dtype=np.int64)
+    for k, rec in enumerate(recs):
+        late = rec.get("chunk_late_ns")
+        if not late or type(late) is not list:
+            continue
+        n = counts[k]
+        touched: set[int] = set()
+        for pair in late:
+            if type(pair) is not list or len(pair) != 2:
+                continue
+            i, ns = pair
+            if type(i) is not int or type(ns) is not int:
+                continue
+            if i == 0:
+                first[k] = ns
+            if ns > TIMING_TOLERANCE_NS:
+                if 1 <= i < n:
+                    touched.add(i)  # the gap that ends at chunk i
+                if i + 1 < n:
+                    touched.add(i + 1)  # the gap that starts at it
+        gaps[k] = len(touched)
+    return first, gaps
 
 
 def _parse_lines(lines: list[bytes], path: Path, block_start: int) -> _Part:
@@ -485,7 +527,7 @@ class _Columns:
     ) -> None:
         self.expected_bytes = expected_bytes
         self.slots = slots
-        self.ints: dict[str, list[I64]] = {k: [] for k in _INT_FIELDS}
+        self.ints: dict[str, list[I64]] = {k: [] for k in _ALL_INTS}
         self.cat_tables: dict[str, dict[Any, int]] = {k: {} for k in _CAT_FIELDS}
         self.cats: dict[str, list[I32]] = {k: [] for k in _CAT_FIELDS}
         self.ids: list[Any] = []
@@ -519,7 +561,7 @@ class _Columns:
     def _add_columns(self, part: _Part) -> None:
         if not part.n:
             return
-        for name in _INT_FIELDS:
+        for name in _ALL_INTS:
             self.ints[name].append(part.ints[name])
         for name in _CAT_FIELDS:
             codes, names = part.cats[name]
@@ -579,6 +621,7 @@ class _Columns:
             finish_reason=cat("finish_reason"),
             error_class=cat("error_class"),
             endpoint=cat("endpoint"),
+            chunk_clock=cat("chunk_clock"),
             chunk_start=chunk_start,
             chunk_offsets_ns=chunk_arrays[0] if chunk_arrays else (self.offsets or empty).finish(),
             chunk_tokens=chunk_arrays[1] if chunk_arrays else (self.tokens or _Flat(np.int32, 0)).finish(),

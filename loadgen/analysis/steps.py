@@ -19,6 +19,11 @@ The window of a step is ``[steady_ns, end_ns)``: warm-up excluded, half-open.
 - Output tokens of a request: ``output_tokens`` (source in ``tokens_source``); when null, the sum
   of its ``chunk_tokens`` (source "chunks").
 - Requests failed / errors: the step's requests sent inside the window that failed, by class.
+- Timing (``timing``): of those requests, the share of TTFTs whose first chunk may be late by more
+  than ``TIMING_TOLERANCE_NS`` (its bytes came merged with later ones; records' ``chunk_late_ns``),
+  the share of ITL gaps with such an end, the largest such bound, and how many requests were timed
+  when read rather than when the kernel received them (``chunk_clock`` ``read``). The analysis of
+  the load generator's own loop lag and the "timing uncertain" mark are in ``client_load``.
 - A step is invalid when it never reached its steady window ("not steady"), served no request
   ("server served nothing") or fewer than ``min_ok_requests`` ("too few requests (n < k)").
 """
@@ -31,7 +36,7 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from loadgen.analysis.load import MISSING, Requests, Run, Step
+from loadgen.analysis.load import MISSING, TIMING_TOLERANCE_NS, Requests, Run, Step
 
 PERCENTILE_METHOD: Final = "linear"
 DEFAULT_MIN_OK_REQUESTS = 5
@@ -336,6 +341,7 @@ class StepAnalysis:
             "output_tokens_mean": float(out.mean()) if ok_count else None,
             "output_tokens_in_window": tokens_in_window,
             "output_tokens_source": self.source_counts(ok_rows),
+            "timing": self.timing(ok_rows, has_first, n_chunks),
             "schedule_lag_ms": {
                 "mean": float(lag.mean()) if len(lag) else None,
                 "max": float(lag.max()) if len(lag) else None,
@@ -352,6 +358,21 @@ class StepAnalysis:
         elif ok_count < self.min_ok_requests:
             mark_invalid(row, f"too few requests ({ok_count} < {self.min_ok_requests})")
         return row
+
+    def timing(self, ok_rows: IArr, has_first: BArr, n_chunks: IArr) -> dict[str, Any]:
+        req = self.req
+        late_first = req.late_first_ns[ok_rows][has_first]
+        n_first = len(late_first)
+        gaps = int(np.clip(n_chunks - 1, 0, None).sum())
+        late_gaps = int(req.late_gaps[ok_rows].sum())
+        read_code = req.chunk_clock.code_of("read")
+        return {
+            "tolerance_ms": TIMING_TOLERANCE_NS / NS_PER_MS,
+            "ttft_late_share": float((late_first > TIMING_TOLERANCE_NS).sum() / n_first) if n_first else None,
+            "itl_late_share": late_gaps / gaps if gaps else None,
+            "ttft_late_max_ms": float(late_first.max()) / NS_PER_MS if n_first else None,
+            "read_clock_requests": int((req.chunk_clock.codes[ok_rows] == read_code).sum()) if read_code >= 0 else 0,
+        }
 
     def failure_classes(self, rows: IArr) -> list[str]:
         """Error class of each failed row; a failure without a class is named from its status."""

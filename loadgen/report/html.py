@@ -396,6 +396,9 @@ def _steps_table(summary: dict[str, Any]) -> str:
             else "<span class='tag bad'>INVALID</span>"
             f"<small>{esc(s.get('invalid_reason') or 'no reason given')}</small>"
         )
+        timing = s.get("timing") or {}
+        if timing.get("uncertain"):
+            status += f"<span class='tag bad'>TIMING</span><small>{esc(timing.get('reason') or '')}</small>"
         cells = [f"<td class=n>{esc(s.get('step', '?'))}</td>"]
         if has_ctx:
             cells.append(f"<td class=n>{_num(s.get('context_tokens'))}</td>")

@@ -130,7 +130,8 @@ def _step_table(steps: Sequence[dict[str, Any]]) -> list[str]:
             _pair(s.get("tpot_ms")),
             _pair(s.get("e2e_ms")),
             f"{_num(s.get('requests_ok', 0))} / {_num(s.get('requests_failed', 0))}",
-            "yes" if s.get("valid") else "**no**",
+            ("yes" if s.get("valid") else "**no**")
+            + (" (timing uncertain)" if (s.get("timing") or {}).get("uncertain") else ""),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     unfinished = [str(s.get("step")) for s in steps if s.get("end_reason") is None]
@@ -187,6 +188,27 @@ def _invalid(steps: Sequence[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _timing(steps: Sequence[dict[str, Any]]) -> list[str]:
+    """Steps whose latency figures the load generator cannot vouch for (they stay valid)."""
+    marked = [s for s in steps if (s.get("timing") or {}).get("uncertain")]
+    if not marked:
+        return []
+    lines = ["## Timing uncertain", ""]
+    for s in marked:
+        where = f"C={s['concurrency']}" if s.get("concurrency") is not None else _load(s)
+        ctx = f", context {s['context_tokens']}" if s.get("context_tokens") is not None else ""
+        lines.append(f"- Step {s.get('step')} ({where}{ctx}): {escape_cell(s['timing'].get('reason') or '')}")
+    lines += [
+        "",
+        "Chunk times are the kernel's receive times; bytes that queued up unread while the load generator's "
+        "event loop was busy were merged by the kernel, so those chunks' times are upper bounds (each record "
+        "says by how much at most in `chunk_late_ns`). Fewer users per process (`--workers N`) or a quieter "
+        "machine make such steps exact.",
+        "",
+    ]
+    return lines
+
+
 def render_markdown(summary: dict[str, Any], sections: Sequence[Section] = (), lead: Sequence[Section] = ()) -> str:
     """The report.md text for ``summary`` (from ``build_summary``): ``lead`` sections right after
     the header (the verdict comes first), the step table, errors, invalid steps, then ``sections``."""
@@ -207,6 +229,7 @@ def render_markdown(summary: dict[str, Any], sections: Sequence[Section] = (), l
         lines += _step_table(steps)
     lines += _errors(summary)
     lines += _invalid(steps)
+    lines += _timing(steps)
     for section in sections:
         text = section(summary)
         if text:

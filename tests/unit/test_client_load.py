@@ -51,3 +51,64 @@ def test_open_loop_step_behind_its_schedule_is_flagged(tmp_path: Path) -> None:
     client_load_enricher(load_run(run_dir), [late, on_time, closed])
     assert late["valid"] is False and "lagging" in late["invalid_reason"] and "42 ms" in late["invalid_reason"]
     assert on_time["valid"] is True and closed["valid"] is True
+
+
+def _timed_run(tmp_path: Path, late_every: int, lag_hist: list[int]) -> dict:
+    """40 requests of 10 chunks; every ``late_every``-th one has its first chunk marked as an upper
+    bound 30 ms wide (``chunk_late_ns``), as the transport writes it after a merged read."""
+    from loadgen.analysis.synthetic import make_record
+    from loadgen.pipeline import rebuild
+
+    recs = []
+    for i in range(40):
+        r = make_record(f"r{i}", 0, 1500 + 200 * i, [50 + 20 * k for k in range(10)])
+        r.chunk_clock = "kernel"
+        if late_every and i % late_every == 0:
+            r.chunk_late_ns = [[0, 30_000_000], [1, 10_000_000]]
+        recs.append(r)
+    run_dir = write_run_dir(
+        tmp_path / f"run{late_every}",
+        steps=step_lines(0, 0, 1000, 11000, concurrency=4),
+        records={"requests-w0.jsonl": recs},
+        manifest={"kind": "ramp", "run_id": "t"},
+    )
+    lines = [
+        {
+            "t_ns": at_ms(1000 + 250 * i),
+            "src": "client",
+            "worker": "w0",
+            "cpu_frac": 0.4,
+            "loop_lag_ms": 0.1,
+            "lag_max_ms": 40.0 if i == 3 else 0.3,
+            "lag_hist": lag_hist,
+        }
+        for i in range(40)
+    ]
+    (run_dir / "client-w0.jsonl").write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
+    summary = rebuild(run_dir)
+    summary["_report_md"] = (run_dir / "report.md").read_text()
+    return summary
+
+
+def test_late_bounded_ttfts_mark_the_step_timing_uncertain_and_say_why(tmp_path: Path) -> None:
+    hist = [40, 5, 3, 1, 0, 0, 0, 1, 0, 0, 0, 0]  # 50 beats per sample; one beat 20-50 ms late
+    summary = _timed_run(tmp_path, late_every=4, lag_hist=hist)
+    step = summary["steps"][0]
+    timing = step["timing"]
+    assert timing["ttft_late_share"] == 10 / 40 and timing["ttft_late_max_ms"] == 30.0
+    # chunk 0 (30 ms) touches gap 1; chunk 1 (10 ms) touches gaps 1 and 2: 2 of 9 gaps, 10 requests
+    assert timing["itl_late_share"] == 20 / (40 * 9)
+    assert timing["uncertain"] is True and step["valid"] is True  # marked, not invalid
+    assert "25.0% of TTFTs may be late by more than 1 ms (up to 30 ms)" in timing["reason"]
+    assert step["loop_lag_ms"]["max"] == 40.0 and step["loop_lag_ms"]["p99"] == 40.0
+    assert "loop lag p99 40 ms, max 40 ms" in timing["reason"]
+    assert "## Timing uncertain" in summary["_report_md"] and "timing uncertain" in summary["_report_md"]
+
+
+def test_exact_timing_is_not_marked(tmp_path: Path) -> None:
+    summary = _timed_run(tmp_path, late_every=0, lag_hist=[50] + [0] * 11)
+    step = summary["steps"][0]
+    assert step["timing"]["ttft_late_share"] == 0 and step["timing"]["itl_late_share"] == 0
+    assert step["timing"]["uncertain"] is False and step["timing"]["reason"] is None
+    assert step["loop_lag_ms"]["p99"] == 0.25  # every beat within the first bucket
+    assert "Timing uncertain" not in summary["_report_md"]
