@@ -175,15 +175,18 @@ def _errors(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _where(s: dict[str, Any]) -> str:
+    where = f"C={s['concurrency']}" if s.get("concurrency") is not None else _load(s)
+    return where + (f", context {s['context_tokens']}" if s.get("context_tokens") is not None else "")
+
+
 def _invalid(steps: Sequence[dict[str, Any]]) -> list[str]:
     bad = [s for s in steps if not s.get("valid")]
     if not bad:
         return []
     lines = ["## Invalid steps", ""]
     for s in bad:
-        where = f"C={s['concurrency']}" if s.get("concurrency") is not None else _load(s)
-        ctx = f", context {s['context_tokens']}" if s.get("context_tokens") is not None else ""
-        lines.append(f"- Step {s.get('step')} ({where}{ctx}): {escape_cell(s.get('invalid_reason') or 'invalid')}")
+        lines.append(f"- Step {s.get('step')} ({_where(s)}): {escape_cell(s.get('invalid_reason') or 'invalid')}")
     lines.append("")
     return lines
 
@@ -195,9 +198,7 @@ def _timing(steps: Sequence[dict[str, Any]]) -> list[str]:
         return []
     lines = ["## Timing uncertain", ""]
     for s in marked:
-        where = f"C={s['concurrency']}" if s.get("concurrency") is not None else _load(s)
-        ctx = f", context {s['context_tokens']}" if s.get("context_tokens") is not None else ""
-        lines.append(f"- Step {s.get('step')} ({where}{ctx}): {escape_cell(s['timing'].get('reason') or '')}")
+        lines.append(f"- Step {s.get('step')} ({_where(s)}): {escape_cell(s['timing'].get('reason') or '')}")
     lines += [
         "",
         "Chunk times are the kernel's receive times; bytes that queued up unread while the load generator's "
