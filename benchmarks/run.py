@@ -437,6 +437,99 @@ def ours_accuracy(server: Server, conc: int, args: argparse.Namespace, work: Pat
     return row
 
 
+# ------------------------------------------------------------------------------------ truth-sim
+TRUTH_P99_MS = 5.0  # issue 12's steady-state targets: per-request first-chunk error p99 and max,
+TRUTH_MAX_MS = 20.0  # or the step is marked timing uncertain
+
+
+def truth_sim(conc: int, args: argparse.Namespace, work: Path) -> Row:
+    """Steady state against our simulator (``--profile h200-llama-8b``, its emission log the truth):
+    ``loadgen ramp`` at ``conc`` users (5 s warm-up, ``--truth-seconds`` steady, 128 tokens with
+    ignore_eos); for every request sent in the steady window, the first chunk's arrival (the
+    record's sent_ns + first offset) minus the simulator's stamp just before it wrote that chunk.
+    The harness never stands between the two clocks: both are the same machine's wall clock."""
+    from loadgen.records import read_jsonl
+
+    out = work / f"truth-{conc}-{time.monotonic_ns()}"
+    out.mkdir()
+    emlog = out / "emission.jsonl"
+    port = free_port()
+    cmd = [sys.executable, "-m", "loadgen.sim", "--profile", "h200-llama-8b", "--port", str(port),
+           "--served-model-name", MODEL, "--startup-s", "0", "--emission-log", str(emlog),
+           "--log-file", str(out / "sim.log")]  # fmt: skip
+    sim = subprocess.Popen(cmd, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.DEVNULL,
+                           stderr=subprocess.STDOUT, preexec_fn=pinned(args.server_cpu))  # fmt: skip
+    try:
+        ramp = ramp_cmd(f"http://127.0.0.1:{port}", [conc], 5.0, args.truth_seconds, OSL_ACCURACY, out / "runs")
+        (out / "runs").mkdir()
+        ramp += ["--extra-body", "ignore_eos=true"]
+        run_dir, _, foreign_pct = run_ramp(ramp, args.client_cpu, work, None)
+    finally:
+        sim.terminate()
+        try:
+            sim.wait(timeout=10)  # it flushes its emission log on the way out
+        except subprocess.TimeoutExpired:
+            sim.kill()
+    first_emit: dict[str, int] = {}
+    for e in read_jsonl(emlog):
+        if e.get("tokens", 0) > 0 and e["request_id"] not in first_emit:
+            first_emit[e["request_id"]] = e["emit_ns"]
+    [(_, lo, hi)] = step_windows(run_dir) or [(0, 0, 0)]
+    err: list[float] = []
+    flagged = missing = 0
+    for f in run_dir.glob("requests-*.jsonl"):
+        for r in read_jsonl(f):
+            offs = r.get("chunk_offsets_ns") or []
+            if r.get("error_class") or not offs or not lo <= r["sent_ns"] <= hi:
+                continue
+            emit = first_emit.get(r["id"])
+            if emit is None:
+                missing += 1
+                continue
+            err.append((r["sent_ns"] + offs[0] - emit) / 1e6)
+            flagged += any(i == 0 for i, _ in r.get("chunk_late_ns") or [])
+    step = json.loads((run_dir / "summary.json").read_text())["steps"][0]
+    timing = step.get("timing") or {}
+    lag = step.get("loop_lag_ms") or {}
+    cpu = (step.get("client_cpu") or {}).get("mean")
+    s = sorted(err)
+    row: Row = {"client": "ours-fast", "conc": conc, "requests": len(s), "unmatched": missing,
+                "foreign_pct": foreign_pct, "first_flagged": flagged,
+                "timing_uncertain": bool(timing.get("uncertain")), "timing_reason": timing.get("reason"),
+                "ttft_late_share": timing.get("ttft_late_share"), "valid": step.get("valid"),
+                "loop_lag_p99_ms": lag.get("p99"), "loop_lag_max_ms": lag.get("max"),
+                "client_cpu_pct": 100 * cpu if cpu is not None else None}  # fmt: skip
+    if s:
+        row.update(err_min_ms=s[0], err_p50_ms=pct(s, 50), err_mean_ms=statistics.fmean(s), err_p99_ms=pct(s, 99),
+                   err_max_ms=s[-1])  # fmt: skip
+        met = row["err_p99_ms"] <= TRUTH_P99_MS and row["err_max_ms"] <= TRUTH_MAX_MS
+        row["verdict"] = "met" if met else ("marked" if row["timing_uncertain"] else "MISSED")
+    if not args.keep:
+        shutil.rmtree(out, ignore_errors=True)
+    return row
+
+
+def truth_table(rows: list[Row]) -> list[str]:
+    lines = [
+        "| conc | n | requests | first-chunk err p50 | mean | p99 | max | first chunk late-bounded | step marked "
+        "timing uncertain | loop lag p99 / max | client CPU % | target (p99 <= 5, max <= 20 ms, or marked) |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|",
+    ]
+    for conc in sorted({r["conc"] for r in rows}):
+        rs = [r for r in rows if r["conc"] == conc and r.get("requests")]
+        if not rs:
+            continue
+        marked = sum(r["timing_uncertain"] for r in rs)
+        verdicts = ", ".join(r["verdict"] for r in rs)
+        lines.append(
+            f"| {conc} | {len(rs)} | {med(rs, 'requests')} | {med(rs, 'err_p50_ms', 2)} | {med(rs, 'err_mean_ms', 2)} "
+            f"| {med(rs, 'err_p99_ms', 2)} | {med(rs, 'err_max_ms', 1)} | {med(rs, 'first_flagged')} | "
+            f"{marked} of {len(rs)} | {med(rs, 'loop_lag_p99_ms', 1)} / {med(rs, 'loop_lag_max_ms', 1)} | "
+            f"{med(rs, 'client_cpu_pct')} | {verdicts} |"
+        )
+    return lines
+
+
 # ------------------------------------------------------------------------------------ baseline
 def locust_baseline(server: Server, conc: int, args: argparse.Namespace, work: Path, accuracy: bool) -> Row | None:
     """The bare Locust FastHttpUser + orjson loop of the peers' harness, pinned like ours."""
@@ -512,26 +605,83 @@ def run_json_tool(cmd: list[str], timeout: float, cwd: Path = REPO) -> Row | Non
 
 
 def run_peers(args: argparse.Namespace, work: Path) -> tuple[list[str], str]:
+    """The peers' harness, with our ``loadgen ramp`` (client ``llm-loadgen``) and the bare Locust
+    loop (``locust-fast-orjson``) side by side with every peer whose environment exists. Its two
+    Node mock servers are started here first, pinned like the harness would, and warmed (a cold
+    Node server is slow for its first ~1,500 requests, and its truth would charge that to whichever
+    client ran first); the harness reuses servers it finds on its ports."""
     venvs = Path(args.peers_venvs) if args.peers_venvs else None
     if venvs is None or not venvs.is_dir():
         return [], "peers: skipped (no --peers-venvs with their environments; see ../shared/bench-peers/setup.sh)"
-    have = [c for c in ("sglang-bench", "inference-perf", "aiperf", "guidellm", "genai-bench")
-            if (venvs / f"venv-{c.replace('-bench', '') if c == 'sglang-bench' else c}").exists()]  # fmt: skip
+    if not shutil.which("node") or not (PEERS / "runner.py").exists():
+        return [], f"peers: skipped (needs node and {PEERS / 'runner.py'})"
+    venv_of = {"llm-loadgen": None, "locust-fast-orjson": "venv-locust", "sglang-bench": "venv-sglang",
+               "inference-perf": "venv-inference-perf", "aiperf": "venv-aiperf", "guidellm": "venv-guidellm",
+               "genai-bench": "venv-genai-bench"}  # fmt: skip
+    wanted = args.peers_clients.split(",") if args.peers_clients else list(venv_of)
+    have = [c for c in wanted if venv_of.get(c) is None or (venvs / str(venv_of[c])).exists()]
+    loadgen_bin = Path(sys.executable).parent / "loadgen"
+    if "llm-loadgen" in have and not loadgen_bin.exists():
+        have.remove("llm-loadgen")
     if not have:
-        return [], f"peers: skipped (no venv-<tool> folders in {venvs})"
+        return [], f"peers: skipped (none of {', '.join(wanted)} has its venv in {venvs})"
     res = work / "peers.jsonl"
+    mocks = _warm_peer_mocks(args, work)
     cmd = [sys.executable, str(PEERS / "runner.py"), "--venv-root", str(venvs), "--clients", ",".join(have),
-           "--suite", "throughput,accuracy", "--conc", ",".join(map(str, args.conc)), "--acc-conc", "1,256",
-           "--reps", str(args.reps), "--load-s", "8", "--out", str(res),
-           "--client-cpu", str(args.client_cpu), "--server-cpu", str(args.server_cpu)]  # fmt: skip
+           "--suite", args.peers_suite, "--conc", args.peers_conc, "--acc-conc", args.peers_acc_conc,
+           "--reps", str(args.peers_reps or args.reps), "--load-s", "8", "--out", str(res),
+           "--workdir", str(work / "peers"), "--client-cpu", str(args.client_cpu),
+           "--server-cpu", str(args.server_cpu)]  # fmt: skip
     if args.peers_tokenizer:
         cmd += ["--tokenizer", args.peers_tokenizer]
     if args.sglang_script:
         cmd += ["--sglang-script", args.sglang_script]
-    subprocess.run(cmd, cwd=PEERS, timeout=7200)
+    try:
+        subprocess.run(cmd, cwd=PEERS, timeout=7200, env=dict(os.environ, LOADGEN_BIN=str(loadgen_bin)))
+    finally:
+        for m in mocks:
+            m.terminate()
+            m.wait(timeout=5)
     table = subprocess.run([sys.executable, str(PEERS / "runner.py"), "--table", str(res)], cwd=PEERS,
                            capture_output=True, text=True).stdout  # fmt: skip
-    return table.splitlines(), f"peers: {', '.join(have)} through {PEERS / 'runner.py'}"
+    if args.keep or args.json_out:
+        shutil.copy(res, (args.json_out.parent if args.json_out else work) / "peers.jsonl")
+    return table.splitlines(), f"peers: {', '.join(have)} through {PEERS / 'runner.py'} (raw rows: peers.jsonl)"
+
+
+PEER_PORTS = ((8000, 0.0, 0.0), (8001, TTFT_MS, ITL_MS))  # runner.py's UNPACED_PORT and PACED_PORT
+
+
+def _warm_peer_mocks(args: argparse.Namespace, work: Path) -> list[subprocess.Popen[bytes]]:
+    procs = []
+    for port, ttft, itl in PEER_PORTS:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).read()
+            continue  # someone's server already: the harness reuses it, so do we
+        except OSError:
+            pass
+        env = dict(os.environ, MOCK_PORT=str(port), MOCK_TTFT_MS=str(ttft), MOCK_ITL_MS=str(itl))
+        log = open(work / f"peer-mock-{port}.log", "wb")  # noqa: SIM115 - lives as long as the server
+        procs.append(subprocess.Popen(["node", str(PEERS / "mock_server.js")], env=env, stdout=log,
+                                      stderr=subprocess.STDOUT, preexec_fn=pinned(args.server_cpu)))  # fmt: skip
+    for port, _, _ in PEER_PORTS:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).read()
+                break
+            except OSError as exc:
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"the peers' mock server on port {port} did not start; see {work}") from exc
+                time.sleep(0.05)
+    # warm-up load: a few thousand requests through each, by our own client (its records are dropped)
+    for port, _, _ in PEER_PORTS:
+        out = work / f"warm-{port}"
+        out.mkdir()
+        cmd = ramp_cmd(f"http://127.0.0.1:{port}", [256], 0.0, 6.0, 16, out)
+        run_ramp(cmd, args.client_cpu, work, None)
+        shutil.rmtree(out, ignore_errors=True)
+    return procs
 
 
 # ------------------------------------------------------------------------------------ tables
@@ -649,12 +799,30 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--peers-venvs", help="folder of venv-<tool> environments (../shared/bench-peers/setup.sh)")
     ap.add_argument("--peers-tokenizer")
     ap.add_argument("--sglang-script")
+    ap.add_argument(
+        "--peers-clients",
+        help="clients for the peers' harness (default: llm-loadgen, "
+        "locust-fast-orjson and every peer whose venv exists)",
+    )
+    ap.add_argument("--peers-suite", default="throughput,accuracy")
+    ap.add_argument("--peers-conc", default="1,64,256", help="peers' harness throughput concurrencies")
+    ap.add_argument("--peers-acc-conc", default="1,256", help="peers' harness accuracy concurrencies")
+    ap.add_argument("--peers-reps", type=int, help="peers' harness repetitions (default --reps)")
+    ap.add_argument("--peers-only", action="store_true", help="run only the peers' harness (needs --peers-venvs)")
+    ap.add_argument(
+        "--truth-sim",
+        action="store_true",
+        help="run only the steady-state mode against our simulator's emission log (also part of full mode)",
+    )
+    ap.add_argument("--truth-conc", default="256,1024", help="truth-sim concurrencies (one worker process)")
+    ap.add_argument("--truth-seconds", type=float, default=20.0, help="truth-sim steady seconds per run")
     ap.add_argument("--keep", action="store_true", help="keep run directories and logs (printed at the end)")
     ap.add_argument("--json-out", type=Path, help="also write every measured row here (JSON)")
     args = ap.parse_args(argv)
     args.conc = [int(c) for c in args.conc.split(",") if c]
     args.openai_conc = [int(c) for c in args.openai_conc.split(",") if c]
     args.acc_conc = [int(c) for c in args.acc_conc.split(",") if c]
+    args.truth_conc = [int(c) for c in args.truth_conc.split(",") if c]
     if args.quick:
         args.reps = 1
         args.warmup, args.step = 1.5, 2.5
@@ -674,6 +842,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="loadgen-bench-"))
     os.sched_setaffinity(0, {args.server_cpu})  # this harness (sampling, HTTP polls) stays off the client core
+    if args.truth_sim or args.peers_only:
+        return _single_mode(args, work, started)
     server = Server(args.server_cpu, work)
     head = [
         f"llm-loadgen client benchmark, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
@@ -717,6 +887,13 @@ def main(argv: list[str] | None = None) -> int:
                 notes.append("accuracy: skipped (the simulator fallback records no emission truth; install node)")
     finally:
         server.stop()
+    truth: list[Row] = []
+    if not args.quick:
+        for rep in range(args.reps):
+            for c in args.truth_conc:
+                r = truth_sim(c, args, work)
+                truth.append(r)
+                _progress(f"rep {rep}: truth-sim", [r])
     sim: Row | None = None
     if not args.no_sim and (REPO / "benchmarks" / "sim_bench.py").exists():
         secs = ["--seconds", "4", "--warmup", "2", "--noise-seconds", "1"] if args.quick else []
@@ -743,6 +920,9 @@ def main(argv: list[str] | None = None) -> int:
         print("\n### Timing accuracy (paced server: TTFT 50 ms, ITL 20 ms, 128 tokens, synchronized streams)")
         print("error = client-reported minus the server's emission truth for the same requests, ms\n")
         print("\n".join(accuracy_table(acc)))
+    if truth:
+        print("\n" + TRUTH_HEAD)
+        print("\n".join(truth_table(truth)))
     print("\n### Simulator capacity (benchmarks/sim_bench.py)")
     print(json.dumps(sim) if sim else "skipped")
     print("\n### Analysis + report (benchmarks/analysis_bench.py)")
@@ -758,7 +938,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         shutil.rmtree(work, ignore_errors=True)
     if args.json_out:
-        args.json_out.write_text(json.dumps({"throughput": thr, "accuracy": acc, "sim": sim, "analysis": analysis}))
+        args.json_out.write_text(
+            json.dumps({"throughput": thr, "accuracy": acc, "truth_sim": truth, "sim": sim, "analysis": analysis})
+        )
     mf = args.max_foreign
     result = {
         "mode": "quick" if args.quick else "full",
@@ -783,9 +965,59 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+TRUTH_HEAD = (
+    "### Steady state against the simulator (h200-llama-8b, its emission log the truth; 5 s warm-up excluded, "
+    "128 tokens, ignore_eos; one worker process)\n"
+    "per-request first-chunk arrival minus the simulator's send stamp, ms; median (min–max) over reps\n"
+)
+
+
+def _single_mode(args: argparse.Namespace, work: Path, started: float) -> int:
+    """``--truth-sim`` or ``--peers-only``: that one part, its table, and one JSON line."""
+    print(f"llm-loadgen client benchmark ({'truth-sim' if args.truth_sim else 'peers'}), "
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit "
+          f"{_version(['git', '-C', str(REPO), 'rev-parse', '--short', 'HEAD'])}; machine: {os.cpu_count()} CPUs "
+          f"({_cpu_model()}); client on CPU {args.client_cpu}, server on CPU {args.server_cpu}, nice {args.nice}; "
+          f"load average {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
+    result: Row = {"mode": "truth-sim" if args.truth_sim else "peers"}
+    try:
+        if args.truth_sim:
+            rows: list[Row] = []
+            for rep in range(args.reps):
+                for c in args.truth_conc:
+                    r = truth_sim(c, args, work)
+                    rows.append(r)
+                    _progress(f"rep {rep}: truth-sim", [r])
+            print("\n" + TRUTH_HEAD)
+            print("\n".join(truth_table(rows)))
+            for c in args.truth_conc:
+                result[f"c{c}"] = {k: pick(rows, "ours-fast", c, k) for k in ("err_p50_ms", "err_mean_ms", "err_p99_ms",
+                                   "err_max_ms", "first_flagged", "loop_lag_p99_ms", "client_cpu_pct")}  # fmt: skip
+                result[f"c{c}"]["verdicts"] = [r.get("verdict") for r in rows if r["conc"] == c]
+            if args.json_out:
+                args.json_out.write_text(json.dumps({"truth_sim": rows}))
+        else:
+            lines, note = run_peers(args, work)
+            print("\n### Peers\n" + note)
+            print("\n".join(lines))
+    finally:
+        if args.keep:
+            print(f"run directories and logs kept in {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    result["wall_s"] = round(time.monotonic() - started, 1)
+    print(json.dumps(result), flush=True)
+    return 0
+
+
 def _progress(what: str, rows: list[Row]) -> None:
     for r in rows:
-        if "us_per_chunk" in r:
+        if "err_p99_ms" in r:
+            s = (f"c={r['conc']}: first-chunk err p50 {r['err_p50_ms']:+.2f} mean {r['err_mean_ms']:+.2f} "
+                 f"p99 {r['err_p99_ms']:+.2f} max {r['err_max_ms']:+.1f} ms ({r['requests']} requests, "
+                 f"{r['first_flagged']} late-bounded), {r['timing_reason'] or 'timing not marked'}, "
+                 f"{r['verdict']}")  # fmt: skip
+        elif "us_per_chunk" in r:
             s = (f"c={r['conc']}: {r['req_s']:.0f} req/s, {r['chunks_s']:.0f} chunks/s, "
                  f"{r['us_per_chunk']:.2f} µs/chunk, CPU {r['cpu_pct']:.0f} %, "
                  f"other load {r['foreign_pct']:.0f} %")  # fmt: skip

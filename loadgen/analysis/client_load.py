@@ -18,6 +18,7 @@ p99 and max and the client's CPU, so the cause is in the report.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,11 @@ CPU_BOUND_FRAC = 0.9
 SCHEDULE_LAG_MS = 10.0  # open loop: mean delay of actual behind intended send times
 LAG_BOUND_MS = 20.0
 TIMING_SHARE = 0.01
+# The CPU share per worker process that the advice aims at. Streams' chunks come in bursts (a
+# server step answers every running request at once), and a process busy more than about half
+# the time reads the last sockets of a burst after their next chunk came (measured: at 78 % of a
+# core, 18 % of chunks against a batching server; at 70 %, 2 %). Workers = total CPU / this.
+WORKER_CPU_TARGET = 0.5
 
 
 def client_load_enricher(run: Run, steps: list[dict[str, Any]]) -> None:
@@ -43,8 +49,15 @@ def client_load_enricher(run: Run, steps: list[dict[str, Any]]) -> None:
                 "average (add worker processes)",
             )
     _loop_enricher(run, steps)
+    cpus = _host_cpus(run)
     for step in steps:
-        _timing_verdict(step)
+        _timing_verdict(step, cpus)
+
+
+def _host_cpus(run: Run) -> int | None:
+    host = run.manifest.get("host")
+    cpus = host.get("cpus") if isinstance(host, dict) else None
+    return cpus if isinstance(cpus, int) else None
 
 
 def _loop_enricher(run: Run, steps: list[dict[str, Any]]) -> None:
@@ -67,7 +80,12 @@ def _loop_enricher(run: Run, steps: list[dict[str, Any]]) -> None:
         if not sel.any():
             continue
         per_worker = [float(cpu[sel & (workers == w)].mean()) for w in np.unique(workers[sel])]
-        step["client_cpu"] = {"mean": max(per_worker), "max": float(cpu[sel].max())}
+        step["client_cpu"] = {
+            "mean": max(per_worker),
+            "max": float(cpu[sel].max()),
+            "total": float(sum(per_worker)),
+            "processes": len(per_worker),
+        }
         step["loop_lag_ms"] = _lag_stats([hists[i] for i in np.flatnonzero(sel)], lag[sel], lag_max[sel])
         why = []
         if max(per_worker) > CPU_BOUND_FRAC:
@@ -76,7 +94,7 @@ def _loop_enricher(run: Run, steps: list[dict[str, Any]]) -> None:
             why.append(f"event-loop lag p90 {step['loop_lag_ms']['p90']:.0f} ms")
         step["client_bound"] = bool(why)
         if why:
-            _invalid(step, "load generator bound (" + ", ".join(why) + "): add worker processes (--workers N)")
+            _invalid(step, "load generator bound (" + ", ".join(why) + "): " + _worker_advice(step, _host_cpus(run)))
 
 
 def _lag_stats(hists: list[Any], lag: Any, lag_max: Any) -> dict[str, float]:
@@ -103,7 +121,32 @@ def _lag_stats(hists: list[Any], lag: Any, lag_max: Any) -> dict[str, float]:
     }
 
 
-def _timing_verdict(step: dict[str, Any]) -> None:
+def workers_needed(client_cpu: dict[str, Any]) -> int | None:
+    """Worker processes that would carry the step's load at ``WORKER_CPU_TARGET`` of a core each
+    (at least one more than it had); None when the step has no CPU figures."""
+    total = client_cpu.get("total", client_cpu.get("mean"))
+    if total is None:
+        return None
+    have = int(client_cpu.get("processes") or 1)
+    return max(have + 1, math.ceil(total / WORKER_CPU_TARGET))
+
+
+def _worker_advice(step: dict[str, Any], cpus: int | None) -> str:
+    cpu = step.get("client_cpu") or {}
+    need = workers_needed(cpu)
+    if need is None:
+        return "add worker processes (--workers N)"
+    step["workers_advised"] = need
+    text = (
+        f"about {need} worker processes (--workers {need}) would keep each under "
+        f"{WORKER_CPU_TARGET:.0%} of a core (this step used {cpu.get('total', cpu.get('mean', 0)):.0%} in all)"
+    )
+    if cpus is not None and need > max(cpus - 1, 1):
+        text += f"; this machine has {cpus} CPUs, so run them on a larger one or on several (loadgen worker)"
+    return text
+
+
+def _timing_verdict(step: dict[str, Any], cpus: int | None = None) -> None:
     timing = step.get("timing")
     if not isinstance(timing, dict):
         return
@@ -125,6 +168,11 @@ def _timing_verdict(step: dict[str, Any]) -> None:
         cpu = (step.get("client_cpu") or {}).get("mean")
         if cpu is not None:
             why.append(f"client CPU {cpu:.0%}")
+        if cpu is not None and cpu <= WORKER_CPU_TARGET:
+            # not this process's own load: something else on the machine held its core
+            why.append("the load generator was not busy: other processes on this machine delayed its reads")
+        elif cpu is not None:
+            why.append(_worker_advice(step, cpus))
         timing["reason"] = "timing uncertain: " + "; ".join(why)
     else:
         timing["reason"] = None

@@ -36,6 +36,18 @@ def test_a_saturated_client_flags_the_step_and_says_what_to_do(tmp_path: Path) -
     assert step["client_bound"] is True and step["valid"] is False
     assert "load generator bound" in step["invalid_reason"] and "--workers" in step["invalid_reason"]
     assert "CPU 97%" in step["invalid_reason"] and "lag p90 35 ms" in step["invalid_reason"]
+    # 97 % of a core at 50 % a worker: two processes, said with the flag to use
+    assert "about 2 worker processes (--workers 2)" in step["invalid_reason"] and step["workers_advised"] == 2
+    assert step["client_cpu"]["total"] == step["client_cpu"]["mean"] and step["client_cpu"]["processes"] == 1
+
+
+def test_worker_advice_adds_the_cpu_of_every_process() -> None:
+    from loadgen.analysis.client_load import workers_needed
+
+    assert workers_needed({"mean": 0.9, "total": 2.6, "processes": 3}) == 6  # 2.6 / 0.5 -> 6
+    assert workers_needed({"mean": 0.3, "total": 0.6, "processes": 2}) == 3  # always one more than it had
+    assert workers_needed({"mean": 0.7}) == 2  # older runs: one process's mean
+    assert workers_needed({}) is None
 
 
 def test_samples_outside_the_window_are_ignored(tmp_path: Path) -> None:
@@ -53,7 +65,7 @@ def test_open_loop_step_behind_its_schedule_is_flagged(tmp_path: Path) -> None:
     assert on_time["valid"] is True and closed["valid"] is True
 
 
-def _timed_run(tmp_path: Path, late_every: int, lag_hist: list[int]) -> dict:
+def _timed_run(tmp_path: Path, late_every: int, lag_hist: list[int], cpu: float = 0.4, cpus: int = 16) -> dict:
     """40 requests of 10 chunks; every ``late_every``-th one has its first chunk marked as an upper
     bound 30 ms wide (``chunk_late_ns``), as the transport writes it after a merged read."""
     from loadgen.analysis.synthetic import make_record
@@ -70,14 +82,14 @@ def _timed_run(tmp_path: Path, late_every: int, lag_hist: list[int]) -> dict:
         tmp_path / f"run{late_every}",
         steps=step_lines(0, 0, 1000, 11000, concurrency=4),
         records={"requests-w0.jsonl": recs},
-        manifest={"kind": "ramp", "run_id": "t"},
+        manifest={"kind": "ramp", "run_id": "t", "host": {"cpus": cpus}},
     )
     lines = [
         {
             "t_ns": at_ms(1000 + 250 * i),
             "src": "client",
             "worker": "w0",
-            "cpu_frac": 0.4,
+            "cpu_frac": cpu,
             "loop_lag_ms": 0.1,
             "lag_max_ms": 40.0 if i == 3 else 0.3,
             "lag_hist": lag_hist,
@@ -103,6 +115,19 @@ def test_late_bounded_ttfts_mark_the_step_timing_uncertain_and_say_why(tmp_path:
     assert step["loop_lag_ms"]["max"] == 40.0 and step["loop_lag_ms"]["p99"] == 40.0
     assert "loop lag p99 40 ms, max 40 ms" in timing["reason"]
     assert "## Timing uncertain" in summary["_report_md"] and "timing uncertain" in summary["_report_md"]
+    # at 40 % of a core the process was not the cause: no worker advice, the machine is named
+    assert "other processes on this machine delayed its reads" in timing["reason"]
+    assert "--workers" not in timing["reason"] and "workers_advised" not in step
+
+
+def test_a_busy_client_with_uncertain_timing_is_told_how_many_workers(tmp_path: Path) -> None:
+    hist = [40, 5, 3, 1, 0, 0, 0, 1, 0, 0, 0, 0]
+    step = _timed_run(tmp_path, late_every=4, lag_hist=hist, cpu=0.8, cpus=2)["steps"][0]
+    assert step["timing"]["uncertain"] is True and step["valid"] is True
+    reason = step["timing"]["reason"]
+    assert "client CPU 80%" in reason and "about 2 worker processes (--workers 2)" in reason
+    assert "this machine has 2 CPUs" in reason  # 2 workers and the rest do not fit on 2 CPUs
+    assert step["workers_advised"] == 2
 
 
 def test_exact_timing_is_not_marked(tmp_path: Path) -> None:
