@@ -142,7 +142,10 @@ def _worker_advice(step: dict[str, Any], cpus: int | None) -> str:
         f"{WORKER_CPU_TARGET:.0%} of a core (this step used {cpu.get('total', cpu.get('mean', 0)):.0%} in all)"
     )
     if cpus is not None and need > max(cpus - 1, 1):
-        text += f"; this machine has {cpus} CPUs, so run them on a larger one or on several (loadgen worker)"
+        text += (
+            f"; this machine has {cpus} CPUs: with anything else on it (a local server), run them on a "
+            "larger machine or on several (loadgen worker)"
+        )
     return text
 
 
