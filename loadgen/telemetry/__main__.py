@@ -21,8 +21,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--run-dir", required=True, type=Path, help="the run directory to append to")
     p.add_argument("--stop-file", type=Path, default=None, help="stop when this file appears")
     p.add_argument("--parent-pid", type=int, default=None, help="stop when this parent process is gone")
+    p.add_argument(
+        "--nice",
+        type=int,
+        default=0,
+        help="lower this process's priority by this much (the load generator's reads come first)",
+    )
     add_source_args(p)
     args = parser.parse_args(argv)
+    if args.nice > 0:
+        try:
+            os.nice(args.nice)
+        except OSError as exc:
+            print(f"loadgen telemetry: --nice {args.nice} not applied ({exc})", file=sys.stderr)
     cfg = config_from_args(args, args.run_dir)
     cfg.stop_file = args.stop_file
     if args.parent_pid is not None and args.parent_pid != os.getppid():

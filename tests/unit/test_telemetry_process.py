@@ -257,3 +257,16 @@ def test_a_failing_sampler_keeps_the_others_alive(tmp_path: Path) -> None:
         ("broken", "sampler_error", "device wedged"),  # once, not once per tick
         ("unopenable", "source_unavailable", "OSError: no such device"),
     ]
+
+
+def test_beside_a_load_generator_it_runs_nicer_than_its_parent(tmp_path: Path) -> None:
+    """Its polls and writes wait for the load generator's reads on a small machine, not the reverse."""
+    from loadgen.telemetry import SIDE_NICE
+
+    side = started(tmp_path / "run", TelemetryOptions(gpu_source="none"))
+    try:
+        stat = Path(f"/proc/{side.pid}/stat").read_text()
+        child_nice = int(stat[stat.rfind(")") + 2 :].split()[16])  # field 19 of proc(5)
+        assert child_nice == min(19, os.getpriority(os.PRIO_PROCESS, 0) + SIDE_NICE)
+    finally:
+        assert side.stop(10.0) == 0
