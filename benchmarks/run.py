@@ -2,6 +2,9 @@
 
     PYTHONPATH=. python benchmarks/run.py [--quick] [--reps 3] [--client-cpu 0 --server-cpu 1]
         [--peers-venvs DIR --peers-tokenizer DIR] [--no-sim] [--no-analysis] [--no-openai]
+    PYTHONPATH=. python benchmarks/run.py --truth-sim [--reps 3] [--truth-conc 256,1024]
+    PYTHONPATH=. python benchmarks/run.py --peers-only --peers-venvs DIR [--peers-suite accuracy]
+        [--peers-acc-conc 256] [--peers-reps 5] [--peers-clients llm-loadgen,locust-fast-orjson]
 
 What runs (client pinned to ``--client-cpu``, server to ``--server-cpu``, this harness next to the
 server; every client is a real process):
@@ -22,7 +25,21 @@ server; every client is a real process):
   users start together, so the 256 streams are synchronized); TTFT and per-gap ITL (mean, p99)
   from the run's records minus the server's truth for the same requests; the baseline likewise.
 * openai transport (full mode): ``loadgen ramp --transport openai`` at 64 and 256.
-* peers: ``../shared/bench-peers/runner.py`` when ``--peers-venvs`` holds their environments.
+* truth-sim (full mode, or alone with ``--truth-sim``): steady state against our simulator
+  (``--profile h200-llama-8b --emission-log``): ``loadgen ramp`` at 256 and 1024 users (5 s warm-up
+  excluded, 128 tokens, ignore_eos, one process); per request sent in the steady window, the first
+  chunk's arrival minus the simulator's stamp just before it wrote that chunk (p50/mean/p99/max),
+  how many first chunks the records mark as upper bounds, and whether the step was marked timing
+  uncertain. Target: p99 <= 5 ms and max <= 20 ms, or the step marked.
+* peers (full mode, or alone with ``--peers-only``): ``../shared/bench-peers/runner.py`` with our
+  ``loadgen ramp`` (``llm-loadgen``) and the bare Locust loop (``locust-fast-orjson``) side by side
+  with every peer whose environment is in ``--peers-venvs``; its Node mocks are started and warmed
+  here first (the harness reuses them).
+
+Every Node mock is warmed before it is measured against (a cold one is slow for its first ~1,500
+requests, and its truth would charge that to the client). Client and server run at ``--nice``
+(default -20, as the peers' runner; ignored without the privilege), never real-time unless
+``--realtime``.
 * simulator capacity (``benchmarks/sim_bench.py``) and analysis + report of a 1,000,000-record run
   (``benchmarks/analysis_bench.py``; quick mode: 100,000 records).
 
@@ -674,14 +691,20 @@ def _warm_peer_mocks(args: argparse.Namespace, work: Path) -> list[subprocess.Po
                 if time.monotonic() > deadline:
                     raise SystemExit(f"the peers' mock server on port {port} did not start; see {work}") from exc
                 time.sleep(0.05)
-    # warm-up load: a few thousand requests through each, by our own client (its records are dropped)
-    for port, _, _ in PEER_PORTS:
-        out = work / f"warm-{port}"
+    warm_up([port for port, _, _ in PEER_PORTS], args, work)
+    return procs
+
+
+def warm_up(ports: Sequence[int], args: argparse.Namespace, work: Path, seconds: float = 6.0) -> None:
+    """A few thousand requests through each server by our own client (its records are dropped): a
+    cold Node server is slow for its first ~1,500 requests, and its truth would charge that to
+    whichever client ran first."""
+    for port in ports:
+        out = work / f"warm-{port}-{time.monotonic_ns()}"
         out.mkdir()
-        cmd = ramp_cmd(f"http://127.0.0.1:{port}", [256], 0.0, 6.0, 16, out)
+        cmd = ramp_cmd(f"http://127.0.0.1:{port}", [256], 0.0, seconds, 16, out)
         run_ramp(cmd, args.client_cpu, work, None)
         shutil.rmtree(out, ignore_errors=True)
-    return procs
 
 
 # ------------------------------------------------------------------------------------ tables
@@ -855,6 +878,8 @@ def main(argv: list[str] | None = None) -> int:
         f"server: {server.describe()}",
     ]
     print("\n".join(head), flush=True)
+    if server.paced is not None:
+        warm_up([server.paced], args, work, 3.0 if args.quick else 6.0)
     thr: list[Row] = []
     acc: list[Row] = []
     notes: list[str] = []
