@@ -661,9 +661,11 @@ def run_peers(args: argparse.Namespace, work: Path) -> tuple[list[str], str]:
             m.wait(timeout=5)
     table = subprocess.run([sys.executable, str(PEERS / "runner.py"), "--table", str(res)], cwd=PEERS,
                            capture_output=True, text=True).stdout  # fmt: skip
-    if args.keep or args.json_out:
-        shutil.copy(res, (args.json_out.parent if args.json_out else work) / "peers.jsonl")
-    return table.splitlines(), f"peers: {', '.join(have)} through {PEERS / 'runner.py'} (raw rows: peers.jsonl)"
+    kept = res
+    if args.json_out and res.exists():  # the raw rows beside the other results (work is deleted)
+        kept = args.json_out.with_name(args.json_out.stem + "-peers.jsonl")
+        shutil.copy(res, kept)
+    return table.splitlines(), f"peers: {', '.join(have)} through {PEERS / 'runner.py'} (raw rows: {kept})"
 
 
 PEER_PORTS = ((8000, 0.0, 0.0), (8001, TTFT_MS, ITL_MS))  # runner.py's UNPACED_PORT and PACED_PORT

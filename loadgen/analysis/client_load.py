@@ -137,8 +137,10 @@ def _worker_advice(step: dict[str, Any], cpus: int | None) -> str:
     if need is None:
         return "add worker processes (--workers N)"
     step["workers_advised"] = need
+    # a saturated process used what it could, not what the load asked for: the need is a floor
+    floor = (cpu.get("mean") or 0.0) > CPU_BOUND_FRAC
     text = (
-        f"about {need} worker processes (--workers {need}) would keep each under "
+        f"{'at least' if floor else 'about'} {need} worker processes (--workers {need}) would keep each under "
         f"{WORKER_CPU_TARGET:.0%} of a core (this step used {cpu.get('total', cpu.get('mean', 0)):.0%} in all)"
     )
     if cpus is not None and need > max(cpus - 1, 1):
