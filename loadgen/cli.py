@@ -166,12 +166,11 @@ def _float_list(flag: str, text: str) -> list[float]:
 
 
 def _ramp_options(ns: argparse.Namespace, argv: list[str]) -> Any:
-    from loadgen.client import Timeouts
-    from loadgen.ramp import RampOptions
+    from loadgen.options import RampOptions, Timeouts
 
     scenario = None
     if ns.scenario:
-        from loadgen.scenario import ScenarioError, load_scenario
+        from loadgen.workload.scenario import ScenarioError, load_scenario
 
         try:
             scenario = load_scenario(ns.scenario)

@@ -25,7 +25,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
-from urllib.parse import urlsplit
 
 import gevent
 import gevent.socket
@@ -34,20 +33,12 @@ from geventhttpclient import HTTPClient
 from loadgen.clock import perf_ns
 from loadgen.errors import classify_exception, classify_http, short
 from loadgen.hubclock import POLLS
+from loadgen.options import Timeouts
+from loadgen.request import split_base_url
 from loadgen.sse import SSEDecoder
 from loadgen.stream import ChunkAccumulator, StreamResult, parse_completion_body
 
 _ERROR_BODY_LIMIT = 4096
-
-
-@dataclass(slots=True)
-class Timeouts:
-    """Seconds. ``stall_s``: longest silence (no bytes) tolerated once the request is sent;
-    ``request_s``: the whole call, send to end of stream."""
-
-    connect_s: float = 10.0
-    stall_s: float = 60.0
-    request_s: float = 600.0
 
 
 @dataclass(slots=True)
@@ -68,23 +59,6 @@ class Transport(Protocol):
 
 class _RequestTimeout(Exception):
     """The whole call outlasted ``Timeouts.request_s``."""
-
-
-def split_base_url(url: str) -> tuple[str, str, int, str]:
-    """``http://h:p/prefix`` -> (scheme, host, port, prefix without trailing slash).
-
-    A trailing ``/v1`` is dropped from the prefix: endpoint paths already carry it.
-    """
-    parts = urlsplit(url if "://" in url else "http://" + url)
-    if parts.scheme not in ("http", "https"):
-        raise ValueError(f"--url {url!r}: the scheme must be http or https")
-    if not parts.hostname:
-        raise ValueError(f"--url {url!r}: no host name; expected e.g. http://127.0.0.1:30000")
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    prefix = parts.path.rstrip("/")
-    if prefix.endswith("/v1"):
-        prefix = prefix[:-3]
-    return parts.scheme, parts.hostname, port, prefix
 
 
 class FastTransport:

@@ -201,8 +201,7 @@ class WorkerLink:
         env.events.quitting.add_listener(lambda **_: self.flush())
 
     def _on_config(self, environment: Environment, msg: Any, **_: Any) -> None:
-        from loadgen.client import Timeouts
-        from loadgen.ramp import RampOptions, base_workload, output_token_counter, workload_factory
+        from loadgen.options import RampOptions, Timeouts, base_workload, output_token_counter, workload_factory
         from loadgen.runtime import TargetOptions
         from loadgen.selfwatch import SelfWatch
 

@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from loadgen.client import split_base_url
+from loadgen.request import split_base_url
 
 # Words a status command prints when the server has stopped for good (systemctl is-active: "failed",
 # "inactive"; docker inspect -f {{.State.Status}}: "exited", "dead"). "activating", "restarting",

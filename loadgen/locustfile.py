@@ -30,12 +30,11 @@ from typing import Any
 from locust import events
 from locust.env import Environment
 
-from loadgen.client import Timeouts
 from loadgen.clock import ANCHOR
-from loadgen.ramp import DEFAULT_CONTEXT_TOKENS
+from loadgen.options import DEFAULT_CONTEXT_TOKENS, StepPlan, Timeouts, build_plan
 from loadgen.rundir import create_run_dir, write_manifest
 from loadgen.runtime import RunState, TargetOptions
-from loadgen.shape import RampShape, StepPlan, build_plan
+from loadgen.shape import RampShape
 from loadgen.user import LLMUser
 
 __all__ = ["LLMUser"]
@@ -139,7 +138,7 @@ def validate(opts: Any) -> None:
                 f'--lg-extra-body {opts.lg_extra_body!r}: expected a JSON object, e.g. {{"temperature": 0}}'
             )
     if opts.lg_scenario:
-        from loadgen.scenario import ScenarioError, load_scenario
+        from loadgen.workload.scenario import ScenarioError, load_scenario
 
         try:
             load_scenario(opts.lg_scenario)
@@ -165,7 +164,7 @@ class _UIRun:
         self.slo = _slo(opts.lg_slo)
         scenario = None
         if opts.lg_scenario:
-            from loadgen.scenario import ScenarioError, load_scenario
+            from loadgen.workload.scenario import ScenarioError, load_scenario
 
             try:
                 scenario = load_scenario(opts.lg_scenario)
@@ -342,7 +341,7 @@ def _link_workers(env: Environment, run: _UIRun, opts: Any, host: str, model: st
     import orjson
 
     from loadgen.distributed import MasterLink, master_config
-    from loadgen.ramp import RampOptions
+    from loadgen.options import RampOptions
 
     global _link
     options = RampOptions(
@@ -370,7 +369,7 @@ def _is_worker(env: Environment) -> bool:
 
 @events.init.add_listener
 def _on_init(environment: Environment, **_: Any) -> None:
-    from loadgen.promexport import LoadgenMetrics, serve_metrics
+    from loadgen.webui.promexport import LoadgenMetrics, serve_metrics
 
     global _metrics
     env = environment

@@ -10,147 +10,33 @@ import logging
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 import gevent
 from locust.env import Environment
 
-from loadgen.client import Timeouts
 from loadgen.clock import ANCHOR
 from loadgen.distributed import FLUSH_S
+from loadgen.options import (
+    RampOptions,
+    StepPlan,
+    base_workload,
+    build_ramp_plan,
+    output_token_counter,
+    workload_factory,
+)
 from loadgen.records import JsonlAppender
 from loadgen.rundir import create_run_dir, write_manifest
 from loadgen.runtime import RunState, TargetOptions, quiet_gc
 from loadgen.selfwatch import SelfWatch
-from loadgen.shape import RampShape, StepPlan, build_open_plan, build_plan
+from loadgen.shape import RampShape
 from loadgen.user import LLMUser, OpenLoopUser
-
-# prompt length when no --context-tokens is given: a short chat turn (the story's smallest cell)
-DEFAULT_CONTEXT_TOKENS = 60
-
-
-@dataclass(slots=True)
-class RampOptions:
-    url: str
-    model: str
-    concurrency: list[int] | None = None
-    step_seconds: float | None = 30.0
-    warmup_seconds: float = 5.0
-    requests_per_step: int | None = None
-    max_tokens: int = 512
-    context_tokens: list[int] | None = None
-    endpoint: str = "chat"
-    stream: bool = True
-    extra_body: dict[str, Any] = field(default_factory=dict)
-    label: str | None = None
-    out: str = "reports"
-    transport: str = "fast"
-    api_key: str | None = None
-    timeouts: Timeouts = field(default_factory=Timeouts)
-    seed: int = 0
-    drain_seconds: float = 60.0
-    on_server_down: str = "stop"  # stop | wait | skip-step
-    server_status: str | None = None  # a command printing the server's state (systemctl is-active ...)
-    wait_ready_s: float = 0.0
-    rates: list[float] | None = None
-    scenario: str | None = None
-    telemetry: Any = None  # loadgen.telemetry.TelemetryOptions, or None for no side process
-    slo: dict[str, float] | None = None
-    workers: int = 0
-    prometheus_port: int | None = None
-    tokenizer: str | None = None  # a local tokenizer.json / HF directory for output tokens without usage
-    find_knee: bool = False
-    search_max_steps: int = 12
-    search_max_seconds: float | None = None
-    search_factor: float = 2.0
-    search_max_load: float = 4096
-    argv: list[str] = field(default_factory=list)
-
-    def manifest(self) -> dict[str, Any]:
-        telemetry = self.telemetry
-        self.telemetry = None
-        try:
-            data = asdict(self)
-        finally:
-            self.telemetry = telemetry
-        if telemetry is not None:
-            data["telemetry"] = {k: v for k, v in asdict(telemetry).items() if k != "monitor_token"}
-        data.pop("api_key", None)  # secrets never reach the run directory
-        data["api_key_set"] = self.api_key is not None
-        return data
-
-
-def base_workload(opts: RampOptions) -> Any:
-    """The scenario's workload, or chat prompts of a fixed length built from the ramp's flags."""
-    from loadgen.scenario import load_scenario
-    from loadgen.workload import Workload
-
-    if opts.scenario:
-        return Workload(load_scenario(opts.scenario))
-    return Workload.simple(
-        context_tokens=DEFAULT_CONTEXT_TOKENS,
-        max_tokens=opts.max_tokens,
-        endpoint=opts.endpoint,
-        extra=dict(opts.extra_body),
-        seed=opts.seed,
-    )
-
-
-def output_token_counter(opts: RampOptions, base: Any) -> Any:
-    """The tokenizer that counts output tokens when a server sends no usage: ``--tokenizer``, else
-    the scenario's; None (count chunks) when neither names one."""
-    if opts.tokenizer:
-        from loadgen.workload.tokens import load_counter
-
-        return load_counter(opts.tokenizer)
-    counter = getattr(base, "counter", None)
-    return counter if counter is not None and getattr(counter, "name", "estimate") != "estimate" else None
-
-
-def workload_factory(base: Any) -> Any:
-    cache: dict[int | None, Any] = {}
-
-    def workload_for(plan: StepPlan | None) -> Any:
-        ctx = plan.context_tokens if plan is not None else None
-        if ctx not in cache:
-            cache[ctx] = base.for_context(ctx) if ctx else base
-        return cache[ctx]
-
-    return workload_for
 
 
 def _scenario_manifest(base: Any) -> dict[str, Any]:
     s = base.scenario
     return {"name": s.name, "path": s.path, "description": s.description, "seed": s.seed}
-
-
-def build_ramp_plan(opts: RampOptions, base: Any) -> list[StepPlan]:
-    """Steps from the flags, falling back to the scenario's ``[load]`` and ``[matrix]`` for what the flags
-    leave out."""
-    if opts.context_tokens is None and opts.scenario and base.scenario.context_tokens:
-        opts.context_tokens = list(base.scenario.context_tokens)
-    if opts.rates:
-        return build_open_plan(
-            list(opts.rates), opts.context_tokens, opts.warmup_seconds, opts.step_seconds, opts.requests_per_step
-        )
-    if opts.concurrency:
-        return build_plan(
-            opts.concurrency, opts.context_tokens, opts.warmup_seconds, opts.step_seconds, opts.requests_per_step
-        )
-    load = base.scenario.load
-    if load.mode == "open":
-        return build_open_plan(
-            base.step_targets(), opts.context_tokens, opts.warmup_seconds, opts.step_seconds, opts.requests_per_step
-        )
-    return build_plan(
-        [int(c) for c in load.concurrency],
-        opts.context_tokens,
-        opts.warmup_seconds,
-        opts.step_seconds,
-        opts.requests_per_step,
-    )
 
 
 def _load_label(plan: StepPlan) -> str:
@@ -389,7 +275,7 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
     side = start_telemetry(run_dir, opts.telemetry, out)
     exporter = None
     if opts.prometheus_port is not None:
-        from loadgen.promexport import start_exporter
+        from loadgen.webui.promexport import start_exporter
 
         exporter = start_exporter(state, opts.prometheus_port, env)
         out.write(f"load generator metrics on http://0.0.0.0:{exporter.port}/metrics\n")

@@ -1,9 +1,11 @@
-"""What one LLM call should send: the hand-off from a workload to the user and its transport."""
+"""What one LLM call should send: the hand-off from a workload to the user and its transport, and
+where it goes (the target URL split into its parts). Pure: no I/O."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 Endpoint = Literal["chat", "completions"]
 
@@ -34,3 +36,20 @@ class RequestSpec:
     source: str = ""
     conversation: str | None = None
     turn: int = 0
+
+
+def split_base_url(url: str) -> tuple[str, str, int, str]:
+    """``http://h:p/prefix`` -> (scheme, host, port, prefix without trailing slash).
+
+    A trailing ``/v1`` is dropped from the prefix: endpoint paths already carry it.
+    """
+    parts = urlsplit(url if "://" in url else "http://" + url)
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"--url {url!r}: the scheme must be http or https")
+    if not parts.hostname:
+        raise ValueError(f"--url {url!r}: no host name; expected e.g. http://127.0.0.1:30000")
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    prefix = parts.path.rstrip("/")
+    if prefix.endswith("/v1"):
+        prefix = prefix[:-3]
+    return parts.scheme, parts.hostname, port, prefix

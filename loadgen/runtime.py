@@ -18,13 +18,14 @@ from typing import Any
 import gevent
 import orjson
 
-from loadgen.client import CallResult, Timeouts, Transport, make_transport
+from loadgen.client import CallResult, Transport, make_transport
 from loadgen.clock import ANCHOR
 from loadgen.errors import classify_stream_error, short
+from loadgen.options import StepPlan, Timeouts
 from loadgen.records import JsonlAppender, RequestRecord
 from loadgen.request import ENDPOINT_PATHS, RequestSpec
 from loadgen.rundir import StepLog
-from loadgen.shape import StepPlan, StepSink
+from loadgen.shape import StepSink
 from loadgen.stream import TOKENS_CHUNKS, distribute_tokens
 from loadgen.turns import WorkTurns
 

@@ -12,77 +12,12 @@ times go to ``steps.jsonl``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from locust import LoadTestShape
 
 from loadgen.clock import ANCHOR
-
-
-@dataclass(slots=True)
-class StepPlan:
-    """One step. Closed loop: ``concurrency`` users. Open loop (``rate`` req/s, or ``replay``, a
-    trace replayed at a time scale): ``concurrency`` is the number of dispatching users (1 per
-    process); requests are sent at their scheduled times whatever is in flight."""
-
-    concurrency: int
-    context_tokens: int | None = None
-    warmup_s: float = 5.0
-    duration_s: float | None = 30.0
-    requests: int | None = None
-    rate: float | None = None
-    replay: Any = None
-
-    @property
-    def open_loop(self) -> bool:
-        return self.rate is not None or self.replay is not None
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "concurrency": None if self.open_loop else self.concurrency,
-            "context_tokens": self.context_tokens,
-            "rate": self.rate,
-            "time_scale": getattr(self.replay, "time_scale", None),
-            "warmup_s": self.warmup_s,
-            "duration_s": self.duration_s,
-            "requests": self.requests,
-        }
-
-
-def build_plan(
-    concurrency: list[int],
-    context_tokens: list[int] | None,
-    warmup_s: float,
-    duration_s: float | None,
-    requests: int | None,
-) -> list[StepPlan]:
-    """The matrix: every context length (outer) times every concurrency (inner)."""
-    if duration_s is None and requests is None:
-        raise ValueError("give --step-seconds or --requests-per-step (or both)")
-    contexts: list[int | None] = list(context_tokens) if context_tokens else [None]
-    return [StepPlan(c, ctx, warmup_s, duration_s, requests) for ctx in contexts for c in concurrency]
-
-
-def build_open_plan(
-    targets: list[Any],
-    context_tokens: list[int] | None,
-    warmup_s: float,
-    duration_s: float | None,
-    requests: int | None,
-) -> list[StepPlan]:
-    """Open-loop steps: each target a rate (req/s, a number) or a trace replay; one dispatcher."""
-    if duration_s is None and requests is None:
-        raise ValueError("give --step-seconds or --requests-per-step (or both)")
-    contexts: list[int | None] = list(context_tokens) if context_tokens else [None]
-    plan = []
-    for ctx in contexts:
-        for target in targets:
-            if isinstance(target, (int, float)):
-                plan.append(StepPlan(1, ctx, warmup_s, duration_s, requests, rate=float(target)))
-            else:
-                plan.append(StepPlan(1, ctx, warmup_s, duration_s, requests, replay=target))
-    return plan
+from loadgen.options import StepPlan
 
 
 class StepSink:

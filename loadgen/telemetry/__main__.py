@@ -10,8 +10,8 @@ import os
 import sys
 from pathlib import Path
 
-from loadgen.telemetry.options import add_source_args, config_from_args
-from loadgen.telemetry.runner import run
+from loadgen.telemetry.options import add_source_args
+from loadgen.telemetry.runner import config_from_args, run
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,8 +28,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-from loadgen.telemetry.options import TOKEN_ENV, add_source_args, config_from_args
-from loadgen.telemetry.runner import run
+from loadgen.telemetry.options import TOKEN_ENV, add_source_args
+from loadgen.telemetry.runner import config_from_args, run
 
 MAX_CHUNK = 4 << 20
 FILES = {"/v1/samples": "samples.jsonl", "/v1/events": "events.jsonl"}

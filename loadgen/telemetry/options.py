@@ -5,12 +5,6 @@ from __future__ import annotations
 import argparse
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from loadgen.telemetry.runner import RunConfig
-
 
 TOKEN_ENV = "LOADGEN_MONITOR_TOKEN"
 
@@ -120,11 +114,3 @@ def add_source_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-from-start", action="store_true", help="read the log file from its start, not its end")
     p.add_argument("--monitor-url", default=None, help="pull samples from a remote `loadgen monitor --serve`")
     p.add_argument("--monitor-hz", type=_positive, default=2.0, help="remote pulls per second (default 2)")
-
-
-def config_from_args(args: argparse.Namespace, run_dir: Path) -> RunConfig:
-    from dataclasses import asdict
-
-    from loadgen.telemetry import runner  # runner imports this module: import it when called
-
-    return runner.RunConfig(run_dir=run_dir, **asdict(TelemetryOptions.from_args(args)))

@@ -13,13 +13,14 @@ started, removed at exit).
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -261,3 +262,8 @@ def run(cfg: RunConfig, stop: threading.Event | None = None, install_signals: bo
         except OSError:
             pass
     return 0
+
+
+def config_from_args(args: argparse.Namespace, run_dir: Path) -> RunConfig:
+    """The side process's configuration from its command line (``add_source_args``)."""
+    return RunConfig(run_dir=run_dir, **asdict(TelemetryOptions.from_args(args)))

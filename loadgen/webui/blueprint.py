@@ -22,8 +22,8 @@ from typing import Any
 import orjson
 from flask import Blueprint, Response, abort, request, send_from_directory
 
-from loadgen.promexport import CONTENT_TYPE, LoadgenMetrics
 from loadgen.webui.live import LiveRun
+from loadgen.webui.promexport import CONTENT_TYPE, LoadgenMetrics
 
 STATIC = Path(__file__).with_name("static")
 TAB_KEY = "llm"

@@ -74,7 +74,7 @@ def locust_argv(argv: list[str]) -> list[str]:
     out = ["-f", str(LOCUSTFILE), "--host", ns.url]
     steps = ns.concurrency
     if ns.scenario:
-        from loadgen.scenario import ScenarioError, load_scenario
+        from loadgen.workload.scenario import ScenarioError, load_scenario
 
         try:
             scenario = load_scenario(ns.scenario)

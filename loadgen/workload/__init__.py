@@ -1,19 +1,11 @@
-"""Workloads: prompt corpora, datasets and traces, length distributions, arrival processes.
+"""Workloads: what a run sends. Scenario files (``scenario``), prompt corpora, datasets and traces,
+length distributions, arrival processes, and the ``Workload`` that turns them into requests.
 
-``from loadgen.workload import Workload`` is the entry point (see :mod:`loadgen.workload.traffic`);
-it is imported lazily so that :mod:`loadgen.scenario` can use the submodules without a cycle.
+``from loadgen.workload import Workload`` is the entry point (see :mod:`loadgen.workload.traffic`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from loadgen.workload.traffic import Session, TraceReplay, Workload
 
 __all__ = ["Session", "TraceReplay", "Workload"]
-
-
-def __getattr__(name: str) -> Any:
-    if name in __all__:
-        from loadgen.workload import traffic
-
-        return getattr(traffic, name)
-    raise AttributeError(f"module 'loadgen.workload' has no attribute {name!r}")

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from loadgen.request import RequestSpec
-from loadgen.scenario import Scenario, load_scenario
 from loadgen.workload.errors import WorkloadError
+from loadgen.workload.scenario import Scenario, load_scenario
 from loadgen.workload.traffic import TraceReplay, Workload
 
 EXIT_OK = 0

@@ -1,4 +1,4 @@
-"""From a :class:`~loadgen.scenario.Scenario` to the requests a user sends.
+"""From a :class:`~loadgen.workload.scenario.Scenario` to the requests a user sends.
 
 The interface the Locust users call:
 
@@ -32,18 +32,18 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from loadgen.request import Endpoint, RequestSpec
-from loadgen.scenario import (
+from loadgen.workload.arrivals import gamma_offsets, poisson_offsets, schedule_ns, trace_offsets
+from loadgen.workload.corpus import get_corpus
+from loadgen.workload.datasets import MOONCAKE_BLOCK_TOKENS, Trace, TraceRow
+from loadgen.workload.lengths import Fixed, sample_length
+from loadgen.workload.prompts import build_prompt, chat_prompt_with_count, prompt_with_count
+from loadgen.workload.scenario import (
     DEFAULT_CONTEXT_LIMIT,
     LoadSpec,
     OutputSpec,
     PromptSpec,
     Scenario,
 )
-from loadgen.workload.arrivals import gamma_offsets, poisson_offsets, schedule_ns, trace_offsets
-from loadgen.workload.corpus import get_corpus
-from loadgen.workload.datasets import MOONCAKE_BLOCK_TOKENS, Trace, TraceRow
-from loadgen.workload.lengths import Fixed, sample_length
-from loadgen.workload.prompts import build_prompt, chat_prompt_with_count, prompt_with_count
 from loadgen.workload.tokens import EstimatorCounter, TokenCounter, load_counter
 
 DOCUMENT_TASK = "With the document above as context:\n\n"

@@ -22,7 +22,8 @@ import pytest
 from gevent import monkey
 from gevent.server import StreamServer
 
-from loadgen.client import FastTransport, Timeouts
+from loadgen.client import FastTransport
+from loadgen.options import Timeouts
 
 Script = Callable[[Any, int], None]  # (socket, request number on this server) -> None
 

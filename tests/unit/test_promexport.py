@@ -12,9 +12,9 @@ from types import SimpleNamespace
 import orjson
 import pytest
 
-from loadgen.promexport import CONTENT_TYPE, LoadgenMetrics, start_exporter
 from loadgen.records import RequestRecord
 from loadgen.webui.live import LiveRun
+from loadgen.webui.promexport import CONTENT_TYPE, LoadgenMetrics, start_exporter
 
 MS = 1_000_000
 T0 = 1_700_000_000_000_000_000

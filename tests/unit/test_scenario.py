@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.scenario import ScenarioError, find_line, load_scenario, parse_scenario
 from loadgen.workload.cli import check_main, show_main
 from loadgen.workload.lengths import Fixed, LogNormal
+from loadgen.workload.scenario import ScenarioError, find_line, load_scenario, parse_scenario
 
 REPO = Path(__file__).resolve().parents[2]
 # campaign-*.toml files are campaigns (loadgen campaign), not scenarios

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from loadgen.shape import RampShape, StepPlan, StepSink, build_plan
+from loadgen.options import StepPlan, build_plan
+from loadgen.shape import RampShape, StepSink
 
 S = 1_000_000_000
 

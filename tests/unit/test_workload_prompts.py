@@ -182,8 +182,8 @@ def test_a_tokenizer_counter_cuts_to_its_own_count(source: str) -> None:
 
 
 def test_a_tokenizer_counter_drives_request_lengths() -> None:
-    from loadgen.scenario import parse_scenario
     from loadgen.workload import Workload
+    from loadgen.workload.scenario import parse_scenario
 
     s = parse_scenario("[prompt]\ninput_tokens = 700\n[shared_prefix]\ntokens = 300\n", "t.toml")
     w = Workload(s, counter=WordCounter())

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from loadgen.request import RequestSpec
-from loadgen.scenario import Scenario, parse_scenario
 from loadgen.workload import TraceReplay, Workload
 from loadgen.workload.datasets import load_trace
 from loadgen.workload.prompts import estimate_tokens
+from loadgen.workload.scenario import Scenario, parse_scenario
 
 TRACES = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "traces"
 MOONCAKE = TRACES / "mooncake-conversation.jsonl"
@@ -423,7 +423,7 @@ def _all_text(spec: RequestSpec) -> int:
 
 @pytest.mark.parametrize("name", ["chat", "rag-long-context", "agentic-multi-turn", "code-completion"])
 def test_requested_prompt_tokens_are_the_estimate_of_what_is_sent(name: str) -> None:
-    from loadgen.scenario import load_scenario
+    from loadgen.workload.scenario import load_scenario
 
     s = load_scenario(Path(__file__).resolve().parents[2] / "scenarios" / f"{name}.toml")
     w = Workload(s)

@@ -1,0 +1,215 @@
+"""What a run is asked to do, and the workload and steps composed from it: the one definition
+``loadgen ramp``, the web UI's locustfile, the distributed workers and campaigns share.
+
+No gevent, no locust, no sockets here: campaigns and the CLI import it without pulling the load
+generator's event loop in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from loadgen.request import Endpoint
+    from loadgen.telemetry.options import TelemetryOptions
+    from loadgen.workload.tokens import TokenCounter
+    from loadgen.workload.traffic import Workload
+
+
+@dataclass(slots=True)
+class Timeouts:
+    """Seconds. ``stall_s``: longest silence (no bytes) tolerated once the request is sent;
+    ``request_s``: the whole call, send to end of stream."""
+
+    connect_s: float = 10.0
+    stall_s: float = 60.0
+    request_s: float = 600.0
+
+
+# prompt length when no --context-tokens is given: a short chat turn (the story's smallest cell)
+DEFAULT_CONTEXT_TOKENS = 60
+
+
+@dataclass(slots=True)
+class RampOptions:
+    url: str
+    model: str
+    concurrency: list[int] | None = None
+    step_seconds: float | None = 30.0
+    warmup_seconds: float = 5.0
+    requests_per_step: int | None = None
+    max_tokens: int = 512
+    context_tokens: list[int] | None = None
+    endpoint: Endpoint = "chat"
+    stream: bool = True
+    extra_body: dict[str, Any] = field(default_factory=dict)
+    label: str | None = None
+    out: str = "reports"
+    transport: str = "fast"
+    api_key: str | None = None
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    seed: int = 0
+    drain_seconds: float = 60.0
+    on_server_down: str = "stop"  # stop | wait | skip-step
+    server_status: str | None = None  # a command printing the server's state (systemctl is-active ...)
+    wait_ready_s: float = 0.0
+    rates: list[float] | None = None
+    scenario: str | None = None
+    telemetry: TelemetryOptions | None = None  # None: no side process
+    slo: dict[str, float] | None = None
+    workers: int = 0
+    prometheus_port: int | None = None
+    tokenizer: str | None = None  # a local tokenizer.json / HF directory for output tokens without usage
+    find_knee: bool = False
+    search_max_steps: int = 12
+    search_max_seconds: float | None = None
+    search_factor: float = 2.0
+    search_max_load: float = 4096
+    argv: list[str] = field(default_factory=list)
+
+    def manifest(self) -> dict[str, Any]:
+        telemetry = self.telemetry
+        self.telemetry = None
+        try:
+            data = asdict(self)
+        finally:
+            self.telemetry = telemetry
+        if telemetry is not None:
+            data["telemetry"] = {k: v for k, v in asdict(telemetry).items() if k != "monitor_token"}
+        data.pop("api_key", None)  # secrets never reach the run directory
+        data["api_key_set"] = self.api_key is not None
+        return data
+
+
+def base_workload(opts: RampOptions) -> Workload:
+    """The scenario's workload, or chat prompts of a fixed length built from the ramp's flags."""
+    from loadgen.workload import Workload
+    from loadgen.workload.scenario import load_scenario
+
+    if opts.scenario:
+        return Workload(load_scenario(opts.scenario))
+    return Workload.simple(
+        context_tokens=DEFAULT_CONTEXT_TOKENS,
+        max_tokens=opts.max_tokens,
+        endpoint=opts.endpoint,
+        extra=dict(opts.extra_body),
+        seed=opts.seed,
+    )
+
+
+def output_token_counter(opts: RampOptions, base: Workload) -> TokenCounter | None:
+    """The tokenizer that counts output tokens when a server sends no usage: ``--tokenizer``, else
+    the scenario's; None (count chunks) when neither names one."""
+    if opts.tokenizer:
+        from loadgen.workload.tokens import load_counter
+
+        return load_counter(opts.tokenizer)
+    counter = getattr(base, "counter", None)
+    return counter if counter is not None and getattr(counter, "name", "estimate") != "estimate" else None
+
+
+def workload_factory(base: Workload) -> Callable[[StepPlan | None], Workload]:
+    """The workload of a step (one per context length, built once)."""
+    cache: dict[int | None, Workload] = {}
+
+    def workload_for(plan: StepPlan | None) -> Workload:
+        ctx = plan.context_tokens if plan is not None else None
+        if ctx not in cache:
+            cache[ctx] = base.for_context(ctx) if ctx else base
+        return cache[ctx]
+
+    return workload_for
+
+
+def build_ramp_plan(opts: RampOptions, base: Workload) -> list[StepPlan]:
+    """Steps from the flags, falling back to the scenario's ``[load]`` and ``[matrix]`` for what the flags
+    leave out."""
+    if opts.context_tokens is None and opts.scenario and base.scenario.context_tokens:
+        opts.context_tokens = list(base.scenario.context_tokens)
+    if opts.rates:
+        return build_open_plan(
+            list(opts.rates), opts.context_tokens, opts.warmup_seconds, opts.step_seconds, opts.requests_per_step
+        )
+    if opts.concurrency:
+        return build_plan(
+            opts.concurrency, opts.context_tokens, opts.warmup_seconds, opts.step_seconds, opts.requests_per_step
+        )
+    load = base.scenario.load
+    if load.mode == "open":
+        return build_open_plan(
+            base.step_targets(), opts.context_tokens, opts.warmup_seconds, opts.step_seconds, opts.requests_per_step
+        )
+    return build_plan(
+        [int(c) for c in load.concurrency],
+        opts.context_tokens,
+        opts.warmup_seconds,
+        opts.step_seconds,
+        opts.requests_per_step,
+    )
+
+
+@dataclass(slots=True)
+class StepPlan:
+    """One step. Closed loop: ``concurrency`` users. Open loop (``rate`` req/s, or ``replay``, a
+    trace replayed at a time scale): ``concurrency`` is the number of dispatching users (1 per
+    process); requests are sent at their scheduled times whatever is in flight."""
+
+    concurrency: int
+    context_tokens: int | None = None
+    warmup_s: float = 5.0
+    duration_s: float | None = 30.0
+    requests: int | None = None
+    rate: float | None = None
+    replay: Any = None
+
+    @property
+    def open_loop(self) -> bool:
+        return self.rate is not None or self.replay is not None
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "concurrency": None if self.open_loop else self.concurrency,
+            "context_tokens": self.context_tokens,
+            "rate": self.rate,
+            "time_scale": getattr(self.replay, "time_scale", None),
+            "warmup_s": self.warmup_s,
+            "duration_s": self.duration_s,
+            "requests": self.requests,
+        }
+
+
+def build_plan(
+    concurrency: list[int],
+    context_tokens: list[int] | None,
+    warmup_s: float,
+    duration_s: float | None,
+    requests: int | None,
+) -> list[StepPlan]:
+    """The matrix: every context length (outer) times every concurrency (inner)."""
+    if duration_s is None and requests is None:
+        raise ValueError("give --step-seconds or --requests-per-step (or both)")
+    contexts: list[int | None] = list(context_tokens) if context_tokens else [None]
+    return [StepPlan(c, ctx, warmup_s, duration_s, requests) for ctx in contexts for c in concurrency]
+
+
+def build_open_plan(
+    targets: list[Any],
+    context_tokens: list[int] | None,
+    warmup_s: float,
+    duration_s: float | None,
+    requests: int | None,
+) -> list[StepPlan]:
+    """Open-loop steps: each target a rate (req/s, a number) or a trace replay; one dispatcher."""
+    if duration_s is None and requests is None:
+        raise ValueError("give --step-seconds or --requests-per-step (or both)")
+    contexts: list[int | None] = list(context_tokens) if context_tokens else [None]
+    plan = []
+    for ctx in contexts:
+        for target in targets:
+            if isinstance(target, (int, float)):
+                plan.append(StepPlan(1, ctx, warmup_s, duration_s, requests, rate=float(target)))
+            else:
+                plan.append(StepPlan(1, ctx, warmup_s, duration_s, requests, replay=target))
+    return plan
