@@ -168,6 +168,14 @@ def _float_list(flag: str, text: str) -> list[float]:
 def _ramp_options(ns: argparse.Namespace, argv: list[str]) -> Any:
     from loadgen.options import RampOptions, Timeouts
 
+    if ns.transport == "openai":
+        import importlib.util
+
+        if importlib.util.find_spec("openai") is None:
+            raise UsageError(
+                "--transport openai needs the openai package, an optional extra: "
+                "pip install 'llm-loadgen[openai]' (or use --transport fast)"
+            )
     scenario = None
     if ns.scenario:
         from loadgen.workload.scenario import ScenarioError, load_scenario

@@ -485,7 +485,11 @@ class OpenAITransport:
     def __init__(
         self, base_url: str, timeouts: Timeouts, api_key: str | None, turn: Callable[[], None] | None = None
     ) -> None:
-        import openai
+        try:
+            import openai
+        except ImportError as exc:
+            msg = "--transport openai needs the openai package, an optional extra: pip install 'llm-loadgen[openai]'"
+            raise RuntimeError(msg) from exc
 
         scheme, host, port, prefix = split_base_url(base_url)
         self._timeouts = timeouts

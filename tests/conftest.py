@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -11,6 +12,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -126,3 +128,19 @@ def wait_http(url: str, proc: subprocess.Popen[bytes], timeout_s: float) -> None
         except OSError:
             time.sleep(0.1)
     raise RuntimeError(f"{url} did not answer within {timeout_s} s")
+
+
+def run_dir_of(proc: subprocess.CompletedProcess[str]) -> Path:
+    """The run directory a finished ``loadgen ramp`` printed last (it must have exited 0)."""
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    path = Path(proc.stdout.strip().splitlines()[-1])
+    assert path.is_dir(), path
+    return path
+
+
+def run_records(run_dir: Path) -> list[dict[str, Any]]:
+    """Every request record of a run directory (all workers' files, in file order)."""
+    out: list[dict[str, Any]] = []
+    for f in sorted(run_dir.glob("requests*.jsonl")):
+        out += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+    return out

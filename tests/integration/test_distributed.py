@@ -14,13 +14,9 @@ import numpy as np
 import psutil
 import pytest
 
-from tests.conftest import REPO, loadgen_cmd
+from tests.conftest import REPO, loadgen_cmd, run_records
 
 pytestmark = pytest.mark.slow
-
-
-def _records(run_dir: Path) -> list[dict[str, Any]]:
-    return [json.loads(x) for f in run_dir.glob("requests*.jsonl") for x in f.read_text().splitlines() if x]
 
 
 def _served(emission_log: Path) -> set[str]:
@@ -58,7 +54,7 @@ def test_two_workers_record_every_request_the_server_saw(sim_factory: Any, tmp_p
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = Path(proc.stdout.strip().splitlines()[-1])
-    recs = _records(run_dir)
+    recs = run_records(run_dir)
     assert {r["worker"] for r in recs} == {"w0", "w1"}
     # written by the master from the workers' messages
     assert sorted(f.name for f in run_dir.glob("requests*.jsonl")) == ["requests-w0.jsonl", "requests-w1.jsonl"]
@@ -133,7 +129,7 @@ def test_a_worker_that_dies_is_reported_and_the_run_completes(sim_factory: Any, 
     events = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()]
     assert any(e["kind"] == "worker_lost" for e in events)
     assert "worker_lost" in (run_dir / "report.md").read_text()
-    recs = _records(run_dir)
+    recs = run_records(run_dir)
     # the dead worker's finished requests are on disk; the survivor carried on to the end
     assert len({r["worker"] for r in recs}) == 2
     assert json.loads((run_dir / "summary.json").read_text())["steps"][1]["requests_ok"] > 0

@@ -24,26 +24,12 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO, loadgen_cmd, run_loadgen, start_sim
+from tests.conftest import REPO, loadgen_cmd, run_dir_of, run_loadgen, run_records, start_sim
 
 pytestmark = pytest.mark.slow
 
 SECRET = "sk-SECRET-lifecycle-7f3a9c"
 QUICK = ["--warmup-seconds", "0.2", "--max-tokens", "8", "--drain-seconds", "5"]
-
-
-def _run_dir(proc: subprocess.CompletedProcess[str]) -> Path:
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    path = Path(proc.stdout.strip().splitlines()[-1])
-    assert path.is_dir()
-    return path
-
-
-def _records(run_dir: Path) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    for f in sorted(run_dir.glob("requests*.jsonl")):
-        out += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
-    return out
 
 
 def _summary(run_dir: Path) -> dict[str, Any]:
@@ -278,8 +264,8 @@ def test_every_fault_is_classified_and_every_request_is_on_disk(
     fault_run: tuple[FaultServer, subprocess.CompletedProcess[str]],
 ) -> None:
     server, proc = fault_run
-    run_dir = _run_dir(proc)  # the run kept going through all of them
-    records = _records(run_dir)
+    run_dir = run_dir_of(proc)  # the run kept going through all of them
+    records = run_records(run_dir)
     # every request the server answered (or broke) is a record, with the class its fault implies
     assert {r["id"] for r in records} == set(server.seen)
     mismatched = [
@@ -314,7 +300,7 @@ def test_api_key_never_reaches_run_dir_or_output(
     fault_run: tuple[FaultServer, subprocess.CompletedProcess[str]],
 ) -> None:
     server, proc = fault_run
-    run_dir = _run_dir(proc)
+    run_dir = run_dir_of(proc)
     assert set(server.auth) == {f"Bearer {SECRET}"}  # the flag was used (and wins over the env)
     files = [p for p in run_dir.rglob("*") if p.is_file()]
     assert {p.name for p in files} >= {"manifest.json", "summary.json", "report.md", "steps.jsonl"}
@@ -348,8 +334,8 @@ def test_crash_mid_step_keeps_finished_requests(tmp_path: Path) -> None:
     finally:
         sim.stop()
     assert sim.proc.returncode == 1  # it crashed, as told
-    run_dir = _run_dir(proc)
-    records = _records(run_dir)
+    run_dir = run_dir_of(proc)
+    records = run_records(run_dir)
     ok = [r for r in records if r["error_class"] is None]
     failed = Counter(r["error_class"] for r in records if r["error_class"])
     # the server finished these streams before it died: each is on disk, complete
@@ -412,9 +398,9 @@ def test_slow_readiness_waits_then_runs_clean(tmp_path: Path) -> None:
         )
     finally:
         sim.stop()
-    run_dir = _run_dir(proc)
+    run_dir = run_dir_of(proc)
     assert "waiting for" in proc.stderr
-    records = _records(run_dir)
+    records = run_records(run_dir)
     assert records and all(r["error_class"] is None for r in records)  # nothing was sent before ready
 
 
@@ -514,7 +500,7 @@ def test_sigkill_loses_no_finished_request_and_the_report_rebuilds(tmp_path: Pat
             proc.kill()
         sim.stop()
     assert proc.returncode == -signal.SIGKILL
-    records = _records(run_dir)
+    records = run_records(run_dir)
     emitted = [json.loads(x) for x in sim.emission_log.read_text().splitlines()]
     # streams the server completed well before the kill reached the client: each must be on disk
     done_early = {e["request_id"] for e in emitted if e["kind"] == "usage" and e["emit_ns"] < kill_ns - 200_000_000}
@@ -547,7 +533,7 @@ def test_sigint_writes_a_partial_report(tmp_path: Path) -> None:
     ends = [json.loads(x) for x in (run_dir / "steps.jsonl").read_text().splitlines() if '"end"' in x]
     assert ends and ends[-1]["reason"] == "stopped"
     summary = _summary(run_dir)
-    records = _records(run_dir)
+    records = run_records(run_dir)
     assert summary["steps"][0]["requests_ok"] + summary["steps"][0]["requests_warmup"] >= 1
     assert sum(1 for r in records if r["error_class"] is None) >= 20
 

@@ -14,23 +14,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, loadgen_cmd, run_loadgen
+from tests.conftest import REPO, loadgen_cmd, run_dir_of, run_loadgen, run_records
 
 pytestmark = pytest.mark.slow
 
 FAST = ["--profile", "tiny"]
-
-
-def _run_dir(proc: subprocess.CompletedProcess[str]) -> Path:
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return Path(proc.stdout.strip().splitlines()[-1])
-
-
-def _records(run_dir: Path) -> list[dict[str, Any]]:
-    out = []
-    for f in sorted(run_dir.glob("requests*.jsonl")):
-        out += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
-    return out
 
 
 def test_three_step_ramp_gives_three_sane_rows(sim_factory: Any, tmp_path: Path) -> None:
@@ -52,7 +40,7 @@ def test_three_step_ramp_gives_three_sane_rows(sim_factory: Any, tmp_path: Path)
         "--out",
         str(tmp_path / "reports"),
     )
-    run_dir = _run_dir(proc)
+    run_dir = run_dir_of(proc)
     summary = json.loads((run_dir / "summary.json").read_text())
     steps = summary["steps"]
     assert [s["concurrency"] for s in steps] == [1, 4, 16]
@@ -109,9 +97,9 @@ def test_measured_timing_matches_the_servers_truth(sim_factory: Any, tmp_path: P
         "--out",
         str(tmp_path / "reports"),
     )
-    run_dir = _run_dir(proc)
+    run_dir = run_dir_of(proc)
     emitted = _emissions(sim.emission_log)
-    recs = [r for r in _records(run_dir) if r["error_class"] is None]
+    recs = [r for r in run_records(run_dir) if r["error_class"] is None]
     assert len(recs) >= 10
     first_err, gap_err = [], []
     for r in recs:
@@ -218,6 +206,7 @@ def test_bad_flags_name_the_flag(tmp_path: Path) -> None:
 
 
 def test_openai_sdk_transport(sim_factory: Any, tmp_path: Path) -> None:
+    pytest.importorskip("openai")  # an optional extra (in [dev])
     sim = sim_factory(*FAST)
     proc = run_loadgen(
         "ramp",
@@ -236,8 +225,8 @@ def test_openai_sdk_transport(sim_factory: Any, tmp_path: Path) -> None:
         "--out",
         str(tmp_path / "reports"),
     )
-    run_dir = _run_dir(proc)
-    recs = _records(run_dir)
+    run_dir = run_dir_of(proc)
+    recs = run_records(run_dir)
     assert recs and all(r["error_class"] is None for r in recs), recs[:2]
     emitted = _emissions(sim.emission_log)
     for r in recs:
@@ -264,8 +253,8 @@ def test_completions_endpoint_and_non_streaming(sim_factory: Any, tmp_path: Path
             "--out",
             str(tmp_path / "reports"),
         )
-        run_dir = _run_dir(proc)
-        recs = _records(run_dir)
+        run_dir = run_dir_of(proc)
+        recs = run_records(run_dir)
         assert recs and all(r["error_class"] is None for r in recs), (extra, recs[:1])
         assert all(r["output_tokens"] and r["output_tokens"] <= 12 for r in recs)
         assert all(r["endpoint"] == ("completions" if "completions" in extra else "chat") for r in recs)
@@ -288,12 +277,12 @@ def test_open_loop_rate_is_kept_and_latency_counts_from_intended_time(sim_factor
         "--out",
         str(tmp_path / "reports"),
     )
-    run_dir = _run_dir(proc)
+    run_dir = run_dir_of(proc)
     steps = json.loads((run_dir / "summary.json").read_text())["steps"]
     assert len(steps) == 1 and steps[0]["rate"] == 40.0
     lines = [json.loads(x) for x in (run_dir / "steps.jsonl").read_text().splitlines()]
     ev = {x["event"]: x["t_ns"] for x in lines}
-    recs = _records(run_dir)
+    recs = run_records(run_dir)
     in_window = [r for r in recs if ev["steady"] <= r["intended_ns"] < ev["end"]]
     window_s = (ev["end"] - ev["steady"]) / 1e9
     achieved = len(in_window) / window_s
@@ -334,7 +323,7 @@ def test_find_knee_plan_and_compare_from_the_run_directory(sim_factory: Any, tmp
         out,
         timeout=240,
     )
-    run_dir = _run_dir(proc)
+    run_dir = run_dir_of(proc)
     assert "knee search" in proc.stderr
     summary = json.loads((run_dir / "summary.json").read_text())
     loads = [s["concurrency"] for s in summary["steps"]]

@@ -11,13 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, run_loadgen
+from tests.conftest import REPO, run_loadgen, run_records
 
 pytestmark = pytest.mark.slow
-
-
-def _records(run_dir: Path) -> list[dict[str, Any]]:
-    return [json.loads(x) for f in run_dir.glob("requests*.jsonl") for x in f.read_text().splitlines() if x]
 
 
 def test_chat_scenario_runs_and_reports_requested_vs_served(sim_factory: Any, tmp_path: Path) -> None:
@@ -41,7 +37,7 @@ def test_chat_scenario_runs_and_reports_requested_vs_served(sim_factory: Any, tm
     run_dir = Path(proc.stdout.strip().splitlines()[-1])
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["scenario"]["name"].startswith("chat")
-    recs = [r for r in _records(run_dir) if r["error_class"] is None]
+    recs = [r for r in run_records(run_dir) if r["error_class"] is None]
     assert len(recs) >= 8
     # lengths vary as the scenario's distributions say; the server's count is close to the estimate
     assert len({r["context_tokens"] for r in recs}) > 3
@@ -71,7 +67,7 @@ def test_multi_turn_history_grows_with_the_servers_replies(sim_factory: Any, tmp
     assert proc.returncode == 0, proc.stderr[-2000:]
     run_dir = Path(proc.stdout.strip().splitlines()[-1])
     by_conv: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for r in _records(run_dir):
+    for r in run_records(run_dir):
         if r["error_class"] is None and r["conversation"]:
             by_conv[r["conversation"]].append(r)
     multi = [sorted(v, key=lambda r: r["turn"]) for v in by_conv.values() if len(v) >= 2]
@@ -117,7 +113,7 @@ warmup_seconds = 0
     proc = run_loadgen("ramp", "--url", sim.url, "--scenario", str(scenario), "--no-telemetry", "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-2000:]
     run_dir = Path(proc.stdout.strip().splitlines()[-1])
-    recs = sorted(_records(run_dir), key=lambda r: r["intended_ns"])
+    recs = sorted(run_records(run_dir), key=lambda r: r["intended_ns"])
     start = next(json.loads(x)["t_ns"] for x in (run_dir / "steps.jsonl").read_text().splitlines())
     rows = load_trace(trace_path, "azure").rows
     expected = [(r.offset_s - rows[0].offset_s) * 0.1 for r in rows]

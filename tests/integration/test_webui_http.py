@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO, free_port, wait_http
+from tests.conftest import REPO, free_port, run_records, wait_http
 
 pytestmark = pytest.mark.slow
 
@@ -38,10 +38,6 @@ def _metric(text: str, name: str) -> float:
         if line.startswith(name + " "):
             return float(line.split()[-1])
     raise AssertionError(f"{name} not in:\n{text}")
-
-
-def _records(run: Path) -> list[dict[str, Any]]:
-    return [json.loads(x) for f in run.glob("requests*.jsonl") for x in f.read_text().splitlines()]
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -86,7 +82,7 @@ def test_form_start_live_json_reports_and_metrics(sim_factory: Any, tmp_path: Pa
         while not (manual / "summary.json").exists() and time.monotonic() < deadline:
             time.sleep(0.2)
         assert json.loads((manual / "summary.json").read_text())["steps"][0]["concurrency"] == 2
-        manual_ok = len([r for r in _records(manual) if r["error_class"] is None])
+        manual_ok = len([r for r in run_records(manual) if r["error_class"] is None])
         assert _metric(_get(ui + "/loadgen/metrics").decode(), "loadgen_requests_ok_total") == manual_ok > 0
 
         # then a ramp from the form: a run directory of its own
@@ -121,7 +117,7 @@ def test_form_start_live_json_reports_and_metrics(sim_factory: Any, tmp_path: Pa
         assert ext["key"] == "llm" and [r["load"] for r in ext["data"]] == ["1", "2"]
         # Prometheus: counters keep counting across both runs, and match the records
         text = _get(ui + "/loadgen/metrics").decode()
-        ramp_ok = len([r for r in _records(ramp) if r["error_class"] is None])
+        ramp_ok = len([r for r in run_records(ramp) if r["error_class"] is None])
         assert _metric(text, "loadgen_requests_ok_total") == manual_ok + ramp_ok
         assert _metric(text, "loadgen_step_concurrency") == 2
         page = _get(ui + "/loadgen/").decode()

@@ -8,10 +8,11 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-import openai
 import pytest
 
-from loadgen.errors import classify_exception, classify_http, classify_stream_error, short
+openai = pytest.importorskip("openai")  # an optional extra (in [dev])
+
+from loadgen.errors import classify_exception, classify_http, classify_stream_error, short  # noqa: E402
 
 # (status, body, class): bodies as SGLang and vLLM send them (research notes, failure-message table)
 BODIES = [

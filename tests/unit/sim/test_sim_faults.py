@@ -89,16 +89,27 @@ def test_error_event_inside_200_stream(tmp_path: Path) -> None:
         proc.stop()
 
 
-def test_fault_rate_applies_to_a_share_of_requests(tmp_path: Path) -> None:
-    proc = SimProc(tmp_path, "--profile", "tiny", "--error-after-chunks", "0", "--fault-rate", "0.5", "--seed", "1")
+def _fault_pattern(tmp_path: Path, seed: str, n: int) -> list[bool]:
+    tmp_path.mkdir()
+    proc = SimProc(tmp_path, "--profile", "tiny", "--error-after-chunks", "0", "--fault-rate", "0.5", "--seed", seed)
     try:
-        errors = 0
-        for _ in range(12):
+        out = []
+        for _ in range(n):
             _, events = proc.stream(CHAT, {**BODY, "max_tokens": 2})
-            errors += any(b'"error"' in p for _, p in events)
-        assert 2 <= errors <= 10
+            out.append(any(b'"error"' in p for _, p in events))
+        return out
     finally:
         proc.stop()
+
+
+def test_fault_rate_applies_to_a_share_of_requests(tmp_path: Path) -> None:
+    """Which requests fault is drawn from the seeded generator, one draw per request: the same
+    seed gives the same requests, another seed others, and the share is the rate's."""
+    first = _fault_pattern(tmp_path / "a", "1", 40)
+    assert first == _fault_pattern(tmp_path / "b", "1", 40)  # exactly reproducible
+    assert first != _fault_pattern(tmp_path / "c", "2", 40)
+    # binomial(40, 0.5): mean 20, sd 3.2; 4 sd either side
+    assert 7 <= sum(first) <= 33, sum(first)
 
 
 def test_reject_bursts_429_then_recover(tmp_path: Path) -> None:

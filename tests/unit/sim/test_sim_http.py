@@ -161,6 +161,7 @@ def test_keep_alive_serves_several_requests_on_one_connection(sim: tuple[SimProc
     proc, _ = sim
     c = proc.conn()
     try:
+        socks = []
         for i in range(3):
             c.request(
                 "POST",
@@ -170,6 +171,12 @@ def test_keep_alive_serves_several_requests_on_one_connection(sim: tuple[SimProc
             r = c.getresponse()
             body = r.read()
             assert r.status == 200 and body
+            assert (r.getheader("connection") or "").lower() != "close"
+            # http.client reconnects silently when a server closes: the same socket object, still
+            # open, is the proof that one connection carried all three
+            assert c.sock is not None
+            socks.append((c.sock, c.sock.getsockname()))
+        assert all(s is socks[0][0] and name == socks[0][1] for s, name in socks)
     finally:
         c.close()
 
