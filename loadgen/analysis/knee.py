@@ -68,6 +68,7 @@ from typing import Any
 import numpy as np
 
 from loadgen.analysis.usl import fit_usl
+from loadgen.analysis.values import load_axis, number, stat
 
 Step = Mapping[str, Any]
 
@@ -142,23 +143,6 @@ def _no_data(name: str, why: str) -> Finding:
 # --------------------------------------------------------------------------------------------- steps
 
 
-def _num(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return None
-    f = float(v)
-    return f if math.isfinite(f) else None
-
-
-def _sub(step: Step, key: str, sub: str) -> float | None:
-    d = step.get(key)
-    return _num(d.get(sub)) if isinstance(d, Mapping) else None
-
-
-def load_axis(steps: Sequence[Step]) -> str:
-    """Return "concurrency" when every step has one, else "rate" (open loop)."""
-    return "concurrency" if all(_num(s.get("concurrency")) is not None for s in steps) else "rate"
-
-
 def fmt_load(load: float | None, axis: str) -> str:
     if load is None:
         return "none"
@@ -189,7 +173,7 @@ def make_curve(steps: Sequence[Step], axis: str | None = None) -> Curve:
     axis = axis or load_axis(steps)
     by_load: dict[float, Step] = {}
     for s in steps:
-        load = _num(s.get(axis))
+        load = number(s.get(axis))
         if load is not None and s.get("valid", True) is not False:
             by_load[load] = s
     loads = sorted(by_load)
@@ -199,15 +183,15 @@ def make_curve(steps: Sequence[Step], axis: str | None = None) -> Curve:
 def _series(curve: Curve, key: str, sub: str | None = None) -> list[tuple[int, float]]:
     out = []
     for i, s in enumerate(curve.steps):
-        v = _sub(s, key, sub) if sub else _num(s.get(key))
+        v = stat(s, key, sub) if sub else number(s.get(key))
         if v is not None:
             out.append((i, v))
     return out
 
 
 def _failed_frac(step: Step) -> float | None:
-    ok = _num(step.get("requests_ok")) or 0.0
-    failed = _num(step.get("requests_failed")) or 0.0
+    ok = number(step.get("requests_ok")) or 0.0
+    failed = number(step.get("requests_failed")) or 0.0
     return failed / (ok + failed) if ok + failed > 0 else None
 
 
@@ -390,10 +374,10 @@ def detect_marginal_gain(curve: Curve, opts: KneeOptions) -> Finding:
 def detect_kleinrock(curve: Curve, opts: KneeOptions) -> Finding:
     vals = []
     for i, s in enumerate(curve.steps):
-        x = _num(s.get("output_tok_s"))
-        lat = _sub(s, "e2e_ms", "mean")
+        x = number(s.get("output_tok_s"))
+        lat = stat(s, "e2e_ms", "mean")
         if lat is None:
-            lat = _sub(s, "e2e_ms", "p50")
+            lat = stat(s, "e2e_ms", "p50")
         if x is not None and lat is not None and lat > 0:
             vals.append((i, x / (lat / 1000.0)))
     if len(vals) < 2:
@@ -443,17 +427,17 @@ def detect_slo_breach(curve: Curve, slo: Mapping[str, float] | None) -> Finding:
     seen_any = False
     for i, s in enumerate(curve.steps):
         over = []
-        for key, metric, stat, limit in limits:
-            v = _sub(s, f"{metric}_ms", stat)
+        for key, metric, part, limit in limits:
+            v = stat(s, f"{metric}_ms", part)
             if v is None:
                 continue
             seen_any = True
             if v > limit:
-                over.append((key, metric, stat, v, limit))
+                over.append((key, metric, part, v, limit))
         if over:
             load = curve.loads[i]
             where = curve.where(load)
-            parts = [f"{metric.upper()} {stat} {v:.0f} ms > {limit:g} ms" for _, metric, stat, v, limit in over]
+            parts = [f"{metric.upper()} {part} {v:.0f} ms > {limit:g} ms" for _, metric, part, v, limit in over]
             prev = curve.before(i)
             return Finding(
                 "slo_breach",
@@ -485,7 +469,7 @@ def detect_error_onset(curve: Curve, opts: KneeOptions) -> Finding:
             load = curve.loads[i]
             raw = s.get("errors")
             errors: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
-            top = sorted(((str(k), int(v)) for k, v in errors.items() if _num(v)), key=lambda kv: -kv[1])[:3]
+            top = sorted(((str(k), int(v)) for k, v in errors.items() if number(v)), key=lambda kv: -kv[1])[:3]
             classes = ", ".join(f"{k} {v}" for k, v in top) or "class not recorded"
             prev = curve.before(i)
             return Finding(
@@ -515,7 +499,7 @@ def detect_kv_saturation(curve: Curve, opts: KneeOptions) -> Finding:
     for i, v in pts:
         if v >= opts.kv_full_frac:
             load = curve.loads[i]
-            mean = _sub(curve.steps[i], "kv_usage", "mean")
+            mean = stat(curve.steps[i], "kv_usage", "mean")
             mean_txt = f" (mean {mean:.0%})" if mean is not None else ""
             return Finding(
                 "kv_saturation",
@@ -598,7 +582,7 @@ def detect_power_plateau(curve: Curve, opts: KneeOptions) -> Finding:
             continue
         p_top = max(p for _, p in later)
         if _gain_per_doubling(p1, max(p_top, p1), l1, curve.loads[j_last]) < opts.power_flat_per_doubling:
-            frac = _num(curve.steps[j_last].get("gpu_power_frac_of_limit"))
+            frac = number(curve.steps[j_last].get("gpu_power_frac_of_limit"))
             limit_txt = ""
             if frac is not None:
                 limit_txt = (
@@ -635,7 +619,7 @@ def detect_server_log(curve: Curve) -> Finding:
         if not isinstance(ev, Mapping):
             continue
         seen = True
-        hits = {str(k): int(v) for k, v in ev.items() if _num(v)}
+        hits = {str(k): int(v) for k, v in ev.items() if number(v)}
         if hits:
             load = curve.loads[i]
             names = ", ".join(f"{k} x{v}" for k, v in sorted(hits.items(), key=lambda kv: -kv[1]))
@@ -693,7 +677,7 @@ def _verdict_one(
     ignored = _ignored(steps, axis)
     ignored_txt = ""
     if ignored:
-        parts = [f"{fmt_load(_num(s[axis]), axis)}: {s['invalid_reason']}" for s in ignored]
+        parts = [f"{fmt_load(number(s[axis]), axis)}: {s['invalid_reason']}" for s in ignored]
         ignored_txt = f"ignored {len(ignored)} invalid step{'s' if len(ignored) > 1 else ''} ({'; '.join(parts)})"
     base: dict[str, Any] = {"axis": axis, "ignored_steps": ignored}
 
@@ -844,26 +828,26 @@ def saturation_reasons(
 ) -> list[str]:
     """Why one step counts as saturated for the search ([] when it does not)."""
     why = []
-    ok = _num(step.get("requests_ok")) or 0.0
+    ok = number(step.get("requests_ok")) or 0.0
     if ok <= 0:
         why.append("nothing served")
     frac = _failed_frac(step)
     if frac is not None and frac > opts.max_error_frac:
         why.append(f"{frac:.0%} errors")
     for key, limit in (slo or {}).items():
-        metric, stat = parse_slo_key(key)
-        v = _sub(step, f"{metric}_ms", stat)
+        metric, part = parse_slo_key(key)
+        v = stat(step, f"{metric}_ms", part)
         if v is not None and v > limit:
             why.append(f"{key} {v:.0f} > {limit:g}")
-    kv = _sub(step, "kv_usage", "max")
+    kv = stat(step, "kv_usage", "max")
     if kv is not None and kv >= opts.kv_full_frac:
         why.append(f"KV cache {kv:.0%} full")
-    pre = _num(step.get("preemptions"))
+    pre = number(step.get("preemptions"))
     if pre:
         why.append(f"{pre:g} preemptions")
     if ref is not None and not why:
-        x1, x2 = _num(ref.get("output_tok_s")), _num(step.get("output_tok_s"))
-        l1, l2 = _num(ref.get(axis)), _num(step.get(axis))
+        x1, x2 = number(ref.get("output_tok_s")), number(step.get("output_tok_s"))
+        l1, l2 = number(ref.get(axis)), number(step.get(axis))
         if x1 and x2 and l1 and l2 and l2 > l1 and x1 > 0:
             gd = _gain_per_doubling(x1, x2, l1, l2)
             if gd < opts.min_gain_per_doubling:
@@ -877,7 +861,7 @@ def search_state(history: Sequence[Step], budget: SearchBudget, elapsed_s: float
     min_gap = budget.min_gap if budget.min_gap is not None else (1.0 if axis == "concurrency" else 0.1)
     by_load: dict[float, Step] = {}
     for s in history:
-        load = _num(s.get(axis))
+        load = number(s.get(axis))
         if load is not None:
             by_load[load] = s
     loads = sorted(by_load)

@@ -34,7 +34,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from loadgen.analysis.knee import SLO_KEY, load_axis
+from loadgen.analysis.knee import SLO_KEY
+from loadgen.analysis.values import load_axis
 
 Step = Mapping[str, Any]
 

@@ -95,6 +95,30 @@ def _slices(rows: IArr, counts: IArr) -> Iterator[IArr]:
         lo = hi
 
 
+def ok_mask(req: Requests) -> BArr:
+    """The success rule, the one place it is written: no error class, and a 2xx status (or none
+    recorded). Everything else failed (a cancelled request too; it is also counted on its own)."""
+    status = req.status
+    status_ok = (status == 0) | ((status >= 200) & (status < 300))
+    ok: BArr = (req.error_class.codes == req.error_class.code_of(None)) & status_ok
+    return ok
+
+
+def failure_class_names(req: Requests, rows: IArr) -> list[str]:
+    """Error class of each failed row; a failure without a class is named from its status."""
+    out: list[str] = []
+    for name, status in zip(req.error_class.values(rows), req.status[rows].tolist(), strict=True):
+        if name is not None:
+            out.append(name)
+        elif status >= 500:
+            out.append("http_5xx")
+        elif status >= 400:
+            out.append("http_4xx")
+        else:
+            out.append("other")
+    return out
+
+
 class StepAnalysis:
     """Per-run arrays computed once, then one summary row per step (:meth:`row`)."""
 
@@ -104,10 +128,7 @@ class StepAnalysis:
         req: Requests = run.requests
         self.req = req
         self.counts: IArr = req.chunk_counts
-        none_code = req.error_class.code_of(None)
-        status = req.status
-        status_ok = (status == 0) | ((status >= 200) & (status < 300))
-        self.ok: BArr = (req.error_class.codes == none_code) & status_ok
+        self.ok: BArr = ok_mask(req)
         # the client stopped these itself (a user stopped at a step change or the end, Ctrl-C):
         # not a failure of the server, counted on their own
         self.cancelled: BArr = req.error_class.codes == req.error_class.code_of("cancelled")
@@ -293,7 +314,7 @@ class StepAnalysis:
         tpot = (end - first)[tpot_rows] / (out[tpot_rows] - 1)
 
         rate_rows = (out > 0) & (e2e > 0)
-        per_req = out[rate_rows] / (e2e[rate_rows] / NS_PER_S)
+        per_req = out[rate_rows] / (e2e[rate_rows] / NS_PER_S)  # values.per_request_tok_s, vectorized
         n_chunks = self.counts[ok_rows]
         streamed = n_chunks > 0
         chunk_total = int(n_chunks.sum())
@@ -375,20 +396,7 @@ class StepAnalysis:
         }
 
     def failure_classes(self, rows: IArr) -> list[str]:
-        """Error class of each failed row; a failure without a class is named from its status."""
-        req = self.req
-        names = req.error_class.values(rows)
-        out: list[str] = []
-        for name, status in zip(names, req.status[rows].tolist(), strict=True):
-            if name is not None:
-                out.append(name)
-            elif status >= 500:
-                out.append("http_5xx")
-            elif status >= 400:
-                out.append("http_4xx")
-            else:
-                out.append("other")
-        return out
+        return failure_class_names(self.req, rows)
 
     def error_counts(self, rows: IArr) -> dict[str, int]:
         counts: dict[str, int] = {}

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import html
 import json
-import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from loadgen.analysis.values import number
 from loadgen.records import RunDirError
 
 # (key, sub-key or None, column title, higher is better)
@@ -59,22 +59,15 @@ def _steps(summary: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> list[Map
     return list(summary)
 
 
-def _num(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return None
-    f = float(v)
-    return f if math.isfinite(f) else None
-
-
 def _value(step: Mapping[str, Any], key: str, sub: str | None) -> float | None:
     v = step.get(key)
     if sub is not None:
-        return _num(v.get(sub)) if isinstance(v, Mapping) else None
-    return _num(v)
+        return number(v.get(sub)) if isinstance(v, Mapping) else None
+    return number(v)
 
 
 def _key(step: Mapping[str, Any], axis: str) -> tuple[Any, float] | None:
-    load = _num(step.get(axis))
+    load = number(step.get(axis))
     if load is None:
         return None
     return step.get("context_tokens"), (int(load) if load.is_integer() else load)
@@ -97,7 +90,7 @@ def compare_runs(
         raise ValueError(f"labels must be distinct, got {list(labels)}")
     runs = [_steps(s) for s in summaries]
     all_steps = [s for run in runs for s in run]
-    axis = "concurrency" if all(_num(s.get("concurrency")) is not None for s in all_steps) else "rate"
+    axis = "concurrency" if all(number(s.get("concurrency")) is not None for s in all_steps) else "rate"
 
     indexed: list[dict[tuple[Any, float], Mapping[str, Any]]] = []
     for run in runs:

@@ -26,19 +26,10 @@ from typing import Any
 import numpy as np
 
 from loadgen.analysis.load import MISSING, Run, RunLoadError
+from loadgen.analysis.steps import failure_class_names, ok_mask
+from loadgen.analysis.values import as_dict, as_list, number, stat, steps_of, summary_axis
 from loadgen.records import read_jsonl
-from loadgen.report.plots import (
-    Failure,
-    Plot,
-    as_dict,
-    as_list,
-    build_plots,
-    knee_load,
-    load_axis,
-    load_label,
-    number,
-    steps_of,
-)
+from loadgen.report.plots import Failure, Plot, build_plots, knee_load, load_label
 from loadgen.report.svg import esc, format_value
 from loadgen.rundir import read_manifest
 
@@ -118,11 +109,6 @@ def _pct(v: Any) -> str:
     return "–" if f is None else f"{f * 100:.0f}%"
 
 
-def _sub(step: dict[str, Any], key: str, part: str) -> Any:
-    d = step.get(key)
-    return d.get(part) if isinstance(d, dict) else (d if part == "mean" else None)
-
-
 def _clip(text: Any, limit: int = MAX_MESSAGE_CHARS) -> str:
     s = str(text)
     return s if len(s) <= limit else s[: limit - 1] + "…"
@@ -141,26 +127,20 @@ def _lines(path: Path) -> list[dict[str, Any]]:
 
 
 def _failures(run: Run) -> list[Failure]:
-    """Failed requests of a loaded run (the analysis's rule: an error class, or a non-2xx status)."""
+    """Failed requests of a loaded run, by the analysis's rule and names (analysis/steps.py)."""
     req = run.requests
     if req.n == 0:
         return []
-    status = req.status
-    ok = (req.error_class.codes == req.error_class.code_of(None)) & ((status == 0) | ((status >= 200) & (status < 300)))
-    rows = np.flatnonzero(~ok)
+    rows = np.flatnonzero(~ok_mask(req))
     if not len(rows):
         return []
     t = req.end_ns[rows]
     t = np.where(t == MISSING, req.sent_ns[rows], t)
-    names = req.error_class.values(rows)
-    out = []
-    for t_ns, name, st in zip(t.tolist(), names, status[rows].tolist(), strict=True):
-        if t_ns == MISSING:
-            continue
-        if name is None:
-            name = "http_5xx" if st >= 500 else "http_4xx" if st >= 400 else "other"
-        out.append(Failure(int(t_ns), name))
-    return out
+    return [
+        Failure(int(t_ns), name)
+        for t_ns, name in zip(t.tolist(), failure_class_names(req, rows), strict=True)
+        if t_ns != MISSING
+    ]
 
 
 def _inputs(
@@ -195,7 +175,7 @@ def _header(summary: dict[str, Any]) -> str:
 
 def _verdict(summary: dict[str, Any]) -> str:
     knee = summary.get("knee")
-    axis = load_axis(summary)
+    axis = summary_axis(summary)
     if not isinstance(knee, dict):
         return (
             '<section class="verdict none" id="verdict"><p class=head>No knee verdict</p>'
@@ -237,7 +217,7 @@ def _verdict(summary: dict[str, Any]) -> str:
 def _figures(summary: dict[str, Any]) -> str:
     totals = as_dict(summary.get("totals"))
     steps = steps_of(summary)
-    axis = load_axis(summary)
+    axis = summary_axis(summary)
     items: list[tuple[str, str]] = []
     if _n(totals.get("peak_output_tok_s")) is not None:
         at = totals.get("peak_concurrency")
@@ -268,7 +248,7 @@ def _detectors(summary: dict[str, Any]) -> str:
     knee = summary.get("knee")
     if not isinstance(knee, dict) or not isinstance(knee.get("detectors"), dict) or not knee["detectors"]:
         return ""
-    axis = load_axis(summary)
+    axis = summary_axis(summary)
     rows = []
     for name, d in knee["detectors"].items():
         if not isinstance(d, dict):
@@ -309,7 +289,7 @@ def _plan(summary: dict[str, Any]) -> str:
     plan = summary.get("plan")
     if not isinstance(plan, dict):
         return ""
-    axis = str(plan.get("axis") or load_axis(summary))
+    axis = str(plan.get("axis") or summary_axis(summary))
     op = plan.get("operating_point")
     out = ["<h2 id=plan>Capacity plan</h2>"]
     if not isinstance(op, dict):
@@ -368,12 +348,12 @@ def _steps_table(summary: dict[str, Any]) -> str:
     steps = steps_of(summary)
     if not steps:
         return "<h2 id=steps>Steps</h2><p>No steps were recorded.</p>"
-    axis = load_axis(summary)
+    axis = summary_axis(summary)
     has_ctx = any(s.get("context_tokens") is not None for s in steps)
-    power = any(_n(_sub(s, "gpu_power_w", "mean")) is not None for s in steps)
+    power = any(_n(stat(s, "gpu_power_w", "mean")) is not None for s in steps)
     tpj = any(_n(s.get("tokens_per_joule")) is not None for s in steps)
-    kv = any(_n(_sub(s, "kv_usage", "max")) is not None for s in steps)
-    queue = any(_n(_sub(s, "queue_len", "mean")) is not None for s in steps)
+    kv = any(_n(stat(s, "kv_usage", "max")) is not None for s in steps)
+    queue = any(_n(stat(s, "queue_len", "mean")) is not None for s in steps)
     pre = any(_n(s.get("preemptions")) is not None for s in steps)
     logs = any(isinstance(s.get("log_events"), dict) and s["log_events"] for s in steps)
     head = ["step"] + (["context"] if has_ctx else []) + ["concurrency" if axis == "concurrency" else "rate, req/s"]
@@ -385,7 +365,7 @@ def _steps_table(summary: dict[str, Any]) -> str:
     ths = "".join(f"<th{'' if h in text_cols else ' class=n'}>{esc(h)}</th>" for h in head)
 
     def pair(s: dict[str, Any], key: str) -> str:
-        return f"{_num(_sub(s, key, 'p50'))} / {_num(_sub(s, key, 'p99'))}"
+        return f"{_num(stat(s, key, 'p50'))} / {_num(stat(s, key, 'p99'))}"
 
     rows = []
     for s in steps:
@@ -414,7 +394,7 @@ def _steps_table(summary: dict[str, Any]) -> str:
             f"<td class=n>{_num(s.get('requests_failed'))}</td>",
         ]
         if power:
-            w = _num(_sub(s, "gpu_power_w", "mean"), 0)
+            w = _num(stat(s, "gpu_power_w", "mean"), 0)
             if s.get("power_valid") is False:
                 why = esc(s.get("power_invalid_reason") or "invalid")
                 w = f"<span title=\"{why}\">{w} <span class='tag warn'>invalid</span></span>"
@@ -422,9 +402,9 @@ def _steps_table(summary: dict[str, Any]) -> str:
         if tpj:
             cells.append(f"<td class=n>{_num(s.get('tokens_per_joule'), 2)}</td>")
         if kv:
-            cells.append(f"<td class=n>{_pct(_sub(s, 'kv_usage', 'max'))}</td>")
+            cells.append(f"<td class=n>{_pct(stat(s, 'kv_usage', 'max'))}</td>")
         if queue:
-            cells.append(f"<td class=n>{_num(_sub(s, 'queue_len', 'mean'), 1)}</td>")
+            cells.append(f"<td class=n>{_num(stat(s, 'queue_len', 'mean'), 1)}</td>")
         if pre:
             cells.append(f"<td class=n>{_num(s.get('preemptions'))}</td>")
         if logs:
@@ -450,7 +430,7 @@ def _errors(summary: dict[str, Any]) -> str:
         for name, count in errors.items()
     )
     by_step = []
-    axis = load_axis(summary)
+    axis = summary_axis(summary)
     for s in steps_of(summary):
         e = s.get("errors")
         if isinstance(e, dict) and e:

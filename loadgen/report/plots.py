@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from loadgen.analysis.usl import fit_usl
+from loadgen.analysis.values import as_dict, number, stat, steps_of, summary_axis
 from loadgen.report.svg import (
     BAD,
     F64,
@@ -72,58 +73,6 @@ class Failure:
     error_class: str
 
 
-def number(v: Any) -> float | None:
-    """``v`` as a finite float, or None (bools, strings, None, nan and inf are not numbers here).
-
-    numpy scalars count: an enricher may leave np.int64 or np.float64 in the summary."""
-    t = type(v)
-    if t is float:
-        return v if math.isfinite(v) else None
-    if t is int:
-        return float(v)
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
-        return None
-    f = float(v)
-    return f if math.isfinite(f) else None
-
-
-_num = number
-
-
-def as_dict(v: Any) -> dict[str, Any]:
-    """``v`` when it is a dict, else an empty one (a hand-edited or older summary.json)."""
-    return v if isinstance(v, dict) else {}
-
-
-def as_list(v: Any) -> list[Any]:
-    return v if isinstance(v, list) else []
-
-
-def steps_of(summary: dict[str, Any]) -> list[dict[str, Any]]:
-    """The summary's step dicts (anything else in the list is skipped)."""
-    return [s for s in as_list(summary.get("steps")) if isinstance(s, dict)]
-
-
-def _sub(step: dict[str, Any], key: str, part: str) -> float | None:
-    d = step.get(key)
-    if isinstance(d, dict):
-        return _num(d.get(part))
-    return _num(d) if part == "mean" else None
-
-
-def load_axis(summary: dict[str, Any]) -> str:
-    """ "concurrency" when any step has one, else "rate" when any has a rate, else "concurrency"."""
-    knee = summary.get("knee")
-    if isinstance(knee, dict) and knee.get("axis") in ("concurrency", "rate"):
-        return str(knee["axis"])
-    steps = steps_of(summary)
-    if any(_num(s.get("concurrency")) is not None for s in steps):
-        return "concurrency"
-    if any(_num(s.get("rate")) is not None for s in steps):
-        return "rate"
-    return "concurrency"
-
-
 def load_label(value: float | None, axis: str) -> str:
     if value is None:
         return "–"
@@ -136,14 +85,18 @@ def knee_load(summary: dict[str, Any]) -> float | None:
     knee = summary.get("knee")
     if not isinstance(knee, dict):
         return None
-    return _num(knee.get(load_axis(summary))) if knee.get(load_axis(summary)) is not None else _num(knee.get("knee"))
+    return (
+        number(knee.get(summary_axis(summary)))
+        if knee.get(summary_axis(summary)) is not None
+        else number(knee.get("knee"))
+    )
 
 
 def _groups(steps: Sequence[dict[str, Any]], axis: str) -> list[tuple[Any, list[dict[str, Any]]]]:
     """Steps with a positive load, grouped by context length, each sorted by load."""
     groups: dict[Any, list[dict[str, Any]]] = {}
     for s in steps:
-        load = _num(s.get(axis))
+        load = number(s.get(axis))
         if load is None or load <= 0:
             continue
         ctx = s.get("context_tokens")
@@ -163,7 +116,7 @@ def _x_axis(axis: str, steps: Sequence[dict[str, Any]]) -> tuple[str, str]:
     """(x label, scale): concurrency on log2; rates on log2 when they span a factor of 4."""
     if axis == "concurrency":
         return "concurrent users (log2 scale)", "log2"
-    rates = [r for s in steps if (r := _num(s.get("rate"))) and r > 0]
+    rates = [r for s in steps if (r := number(s.get("rate"))) and r > 0]
     if rates and max(rates) / min(rates) >= 4:
         return "request rate, req/s (log2 scale)", "log2"
     return "request rate, req/s", "linear"
@@ -178,7 +131,7 @@ def _knee_ref(summary: dict[str, Any], axis: str) -> list[RefLine]:
 
 
 def _step_tip(step: dict[str, Any], axis: str, metric: str, value: float | None) -> str:
-    load = load_label(_num(step.get(axis)), axis)
+    load = load_label(number(step.get(axis)), axis)
     ctx = step.get("context_tokens")
     where = f"{load}" + (f", {ctx} ctx" if ctx is not None else "")
     shown = format_value(value) if value is not None else "–"
@@ -202,7 +155,7 @@ def _load_chart(
 ) -> Plot:
     """A metric-vs-load chart: one series per (context group, metric); ``metric_of`` is
     [(legend name, step -> value, dash)]."""
-    axis = load_axis(summary)
+    axis = summary_axis(summary)
     steps = steps_of(summary)
     groups = _groups(steps, axis)
     x_label, scale = _x_axis(axis, steps)
@@ -267,8 +220,8 @@ def _usl_params(summary: dict[str, Any], xs: Sequence[float], ys: Sequence[float
         det = as_dict(knee.get("detectors")).get("usl")
         if isinstance(det, dict):
             numbers = det.get("numbers")
-    if isinstance(numbers, dict) and numbers.get("ok") and _num(numbers.get("lambda")) is not None:
-        out = {k: _num(numbers.get(k)) for k in ("lambda", "sigma", "kappa", "r_squared", "peak_concurrency")}
+    if isinstance(numbers, dict) and numbers.get("ok") and number(numbers.get("lambda")) is not None:
+        out = {k: number(numbers.get(k)) for k in ("lambda", "sigma", "kappa", "r_squared", "peak_concurrency")}
         if out["sigma"] is not None and out["kappa"] is not None:
             return {k: v for k, v in out.items() if v is not None}
     fit = fit_usl(list(xs), list(ys))
@@ -282,14 +235,14 @@ def _usl_params(summary: dict[str, Any], xs: Sequence[float], ys: Sequence[float
 
 def _usl_curve(summary: dict[str, Any]) -> tuple[list[Series], list[RefLine], str]:
     """The USL fit drawn over a single-context concurrency ramp: (series, refs, caption text)."""
-    axis = load_axis(summary)
+    axis = summary_axis(summary)
     groups = _groups(steps_of(summary), axis)
     if axis != "concurrency":
         return [], [], " The USL curve is drawn for concurrency ramps only."
     if len(groups) != 1:
         return [], [], " The USL curve is drawn for a single context length only."
     group = groups[0][1]
-    pts = [(float(s[axis]), v) for s in group if s.get("valid", True) and (v := _num(s.get("output_tok_s")))]
+    pts = [(float(s[axis]), v) for s in group if s.get("valid", True) and (v := number(s.get("output_tok_s")))]
     params = _usl_params(summary, [p[0] for p in pts], [p[1] for p in pts]) if len(pts) >= 3 else None
     if not params:
         return [], [], " No USL curve: it needs at least three valid steps with throughput."
@@ -326,7 +279,7 @@ def throughput_plot(summary: dict[str, Any]) -> Plot:
         "throughput",
         "Aggregate output throughput",
         "output tok/s",
-        [("measured output tok/s", lambda s: _num(s.get("output_tok_s")), None)],
+        [("measured output tok/s", lambda s: number(s.get("output_tok_s")), None)],
         why_empty="no step has an output throughput (no successful requests, or no steps)",
         caption="Output tokens per second summed over all requests in each step's steady window. "
         "Open grey markers are INVALID steps (hover for the reason)." + usl_caption,
@@ -341,7 +294,7 @@ def per_request_plot(summary: dict[str, Any]) -> Plot:
         "per_request",
         "Per-request output speed",
         "tok/s per request",
-        [("per-request tok/s", lambda s: _num(s.get("per_request_tok_s")), None)],
+        [("per-request tok/s", lambda s: number(s.get("per_request_tok_s")), None)],
         why_empty="no step has a per-request speed (no successful requests)",
         caption="Mean over successful requests of output tokens ÷ end-to-end time: what one user sees.",
     )
@@ -355,7 +308,7 @@ def _slo_refs(summary: dict[str, Any], metric: str, data_max: float) -> tuple[li
         return refs, off
     base = metric.removesuffix("_ms")
     for key, value in sorted(slo.items()):
-        v = _num(value)
+        v = number(value)
         if v is None or not str(key).startswith(base + "_"):
             continue
         stat = str(key)[len(base) + 1 :].removesuffix("_ms")
@@ -371,7 +324,7 @@ def latency_plots(summary: dict[str, Any]) -> list[Plot]:
     plots: list[Plot] = []
     steps = steps_of(summary)
     for key, short, long in LATENCIES:
-        data_max = max((v for s in steps if (v := _sub(s, key, "p99")) is not None), default=0.0)
+        data_max = max((v for s in steps if (v := stat(s, key, "p99")) is not None), default=0.0)
         refs, off = _slo_refs(summary, key, data_max)
         caption = f"{short} per step: p99 solid, p50 dashed."
         if refs:
@@ -385,8 +338,8 @@ def latency_plots(summary: dict[str, Any]) -> list[Plot]:
                 f"{short} ({long})",
                 f"{short}, ms",
                 [
-                    ("p99", lambda s, k=key: _sub(s, k, "p99"), None),
-                    ("p50", lambda s, k=key: _sub(s, k, "p50"), "5 3"),
+                    ("p99", lambda s, k=key: stat(s, k, "p99"), None),
+                    ("p50", lambda s, k=key: stat(s, k, "p50"), "5 3"),
                 ],
                 why_empty=f"no step has {short} percentiles (no successful requests)",
                 caption=caption,
@@ -402,7 +355,7 @@ def tokens_per_joule_plot(summary: dict[str, Any]) -> Plot:
         "tokens_per_joule",
         "Energy efficiency",
         "output tokens per joule",
-        [("tok/J", lambda s: _num(s.get("tokens_per_joule")), None)],
+        [("tok/J", lambda s: number(s.get("tokens_per_joule")), None)],
         why_empty="no GPU energy was measured (no GPU telemetry, or every step's power invalid)",
         caption="Output tokens per joule of GPU energy in each step's steady window; open markers: power invalid.",
         valid_key="power_valid",
@@ -424,11 +377,11 @@ class _TimeAxis:
 
 
 def _time_axis(summary: dict[str, Any], samples: Sequence[dict[str, Any]]) -> _TimeAxis | None:
-    starts = [v for s in steps_of(summary) if (v := _num(s.get("start_ns"))) is not None]
-    ends = [v for s in steps_of(summary) if (v := _num(s.get("end_ns"))) is not None]
+    starts = [v for s in steps_of(summary) if (v := number(s.get("start_ns"))) is not None]
+    ends = [v for s in steps_of(summary) if (v := number(s.get("end_ns"))) is not None]
     t0 = min(starts) if starts else None
     if t0 is None:
-        times = [v for r in samples if (v := _num(r.get("t_ns"))) is not None]
+        times = [v for r in samples if (v := number(r.get("t_ns"))) is not None]
         if not times:
             return None
         t0, t1 = min(times), max(times)
@@ -443,18 +396,18 @@ def _time_axis(summary: dict[str, Any], samples: Sequence[dict[str, Any]]) -> _T
 
 
 def _bands(summary: dict[str, Any], ta: _TimeAxis) -> list[Band]:
-    axis = load_axis(summary)
+    axis = summary_axis(summary)
     bands: list[Band] = []
     for s in steps_of(summary):
-        a, b, steady = _num(s.get("start_ns")), _num(s.get("end_ns")), _num(s.get("steady_ns"))
+        a, b, steady = number(s.get("start_ns")), number(s.get("end_ns")), number(s.get("steady_ns"))
         if a is None or b is None or b <= a:
             continue
-        load = load_label(_num(s.get(axis)), axis)
+        load = load_label(number(s.get(axis)), axis)
         bad = s.get("valid", True) is False
         status = "VALID" if not bad else f"INVALID: {s.get('invalid_reason') or 'no reason given'}"
-        failed = int(_num(s.get("requests_failed")) or 0)
+        failed = int(number(s.get("requests_failed")) or 0)
         tip = (
-            f"step {s.get('step', '?')} · {load} · {status} · {int(_num(s.get('requests_ok')) or 0):,} ok, "
+            f"step {s.get('step', '?')} · {load} · {status} · {int(number(s.get('requests_ok')) or 0):,} ok, "
             f"{failed:,} failed"
         )
         if s.get("power_valid") is False and s.get("power_invalid_reason"):
@@ -470,12 +423,12 @@ def _marks(
     """Log matches (lane "server log") and failed requests (lane "failed") binned to at most MAX_MARKS."""
     lanes: list[str] = []
     marks: list[Mark] = []
-    logs = [e for e in events if e.get("src") == "log" and _num(e.get("t_ns")) is not None]
+    logs = [e for e in events if e.get("src") == "log" and number(e.get("t_ns")) is not None]
     tele = [
         e
         for e in events
         if e.get("src") == "telemetry"
-        and _num(e.get("t_ns")) is not None
+        and number(e.get("t_ns")) is not None
         and e.get("kind") not in ("started", "stopped", "gpus", "sampler_recovered")
     ]
 
@@ -526,7 +479,7 @@ def _marks(
 
 def _points(recs: Sequence[dict[str, Any]], key: str) -> tuple[F64, F64]:
     """(t_ns, value) arrays of the records that have a number under ``key``, in time order."""
-    pairs = [(t, v) for r in recs if (v := _num(r.get(key))) is not None and (t := _num(r.get("t_ns"))) is not None]
+    pairs = [(t, v) for r in recs if (v := number(r.get(key))) is not None and (t := number(r.get("t_ns"))) is not None]
     if not pairs:
         return np.empty(0), np.empty(0)
     arr = np.array(pairs, dtype=float)
@@ -570,12 +523,12 @@ def _gpus(samples: Sequence[dict[str, Any]]) -> dict[int, _Gpu]:
     by_index: dict[int, list[dict[str, Any]]] = {}
     for r in samples:
         if r.get("src") == "gpu":
-            g = _num(r.get("gpu"))
+            g = number(r.get("gpu"))
             by_index.setdefault(int(g) if g is not None else 0, []).append(r)
     out: dict[int, _Gpu] = {}
     for g, recs in sorted(by_index.items()):
         t, w = _points(recs, "power_w")
-        limits = [v for r in recs if (v := _num(r.get("power_limit_w"))) is not None]
+        limits = [v for r in recs if (v := number(r.get("power_limit_w"))) is not None]
         out[g] = _Gpu(t, w, float(np.median(limits)) if limits else None)
     return out
 
@@ -664,7 +617,7 @@ def server_plots(
     events: Sequence[dict[str, Any]],
     failures: Sequence[Failure],
 ) -> list[Plot]:
-    server = [r for r in samples if r.get("src") == "server" and _num(r.get("t_ns")) is not None]
+    server = [r for r in samples if r.get("src") == "server" and number(r.get("t_ns")) is not None]
     ta = _time_axis(summary, samples)
     t_kv, t_q = "KV-cache fill", "Server queue"
     out: list[Plot] = []
@@ -749,12 +702,7 @@ __all__ = [
     "PLOT_SLUGS",
     "Failure",
     "Plot",
-    "as_dict",
-    "as_list",
     "build_plots",
     "knee_load",
-    "load_axis",
     "load_label",
-    "number",
-    "steps_of",
 ]

@@ -11,7 +11,8 @@ Definitions (the report's, computed over what has arrived so far):
   warm-up end and before the step's end;
 * aggregate tok/s: output tokens of the window's successful requests / the window's length so far
   (during warm-up: every request of the step / time since the step started);
-* per-request tok/s: (output tokens - 1) / (end - first chunk), the decode speed one user sees;
+* per-request tok/s: output tokens / E2E (intended send to end), the report's definition
+  (``loadgen.analysis.values.per_request_tok_s``);
 * TTFT: first chunk - intended send; ITL: a request's mean gap between output chunks.
 """
 
@@ -27,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+
+from loadgen.analysis.values import per_request_tok_s
 
 SERIES_POINTS = 1800  # points kept per time series (30 min at one a second)
 KNEE_EVERY_S = 10.0
@@ -99,15 +102,6 @@ def mean_itl_ms(rec: dict[str, Any]) -> float | None:
 def chunk_gaps_s(rec: dict[str, Any]) -> list[float]:
     offs = rec.get("chunk_offsets_ns") or []
     return [(b - a) / 1e9 for a, b in itertools.pairwise(offs)]
-
-
-def decode_tok_s(rec: dict[str, Any]) -> float | None:
-    tokens = rec.get("output_tokens") or 0
-    first = rec.get("first_chunk_ns")
-    if first is None or tokens < 2:
-        return None
-    span = (rec["end_ns"] - first) / 1e9
-    return (tokens - 1) / span if span > 0 else None
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -258,7 +252,9 @@ class LiveRun:
                 tokens=int(rec.get("output_tokens") or 0) if ok else 0,
                 ttft_ms=ttft_ms(rec) if ok else None,
                 itl_ms=mean_itl_ms(rec) if ok else None,
-                tok_s=decode_tok_s(rec) if ok else None,
+                tok_s=per_request_tok_s(rec.get("output_tokens") or 0, rec["end_ns"] - rec["intended_ns"])
+                if ok
+                else None,
             )
         except (KeyError, TypeError, ValueError):
             return

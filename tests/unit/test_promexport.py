@@ -153,9 +153,21 @@ def test_live_view_splits_warmup_from_the_steady_window(tmp_path: Path) -> None:
     assert s0["window_requests"] == 3
     assert s0["tok_s"] == pytest.approx(3.0)
     assert s0["ttft_p50"] == pytest.approx(120.0)  # median of 40 and 200 ms
-    # per-request decode speed: (4-1) tokens over 61 ms, (2-1) over 6 ms
-    assert s0["req_tok_s"] == pytest.approx((3 / 0.061 + 1 / 0.006) / 2)
+    # per-request tok/s as the report defines it, output tokens / E2E: 4 over 101 ms, 2 over 206 ms
+    assert s0["req_tok_s"] == pytest.approx((4 / 0.101 + 2 / 0.206) / 2)
     assert p["current"]["step"] == 1 and p["current"]["concurrency"] == 8
     assert p["errors"] == {"timeout": 1}
     assert p["knee"] == {"concurrency": None, "reason": "test"}
     assert p["reports"] == {}
+
+
+def test_live_view_and_report_agree_on_an_ended_step(tmp_path: Path) -> None:
+    """One definition of each figure: the live tab reads what the report will say."""
+    from loadgen.pipeline import summarise
+
+    write_run(tmp_path)
+    (tmp_path / "manifest.json").write_bytes(orjson.dumps({"kind": "ramp", "run_id": "t"}))
+    live = LiveRun(tmp_path, now_ns=lambda: T0 + 4000 * MS, knee=lambda d: {}).payload()["steps"][0]
+    step = summarise(tmp_path)[1]["steps"][0]
+    assert live["req_tok_s"] == pytest.approx(step["per_request_tok_s"])
+    assert live["ok"] == step["requests_ok"] + 1  # the live count includes the warm-up request

@@ -1,0 +1,75 @@
+"""Reading a summary's values: one rule for what counts as a number, a statistic of a step, the
+load axis of a run. The analysis, the report, compare and the web UI all read summaries through
+these, so a figure one of them shows is the figure the others show.
+
+Summaries may be hand-edited or come from an older version: anything that is not what it should
+be reads as missing (None), never as an exception.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+
+def number(v: Any) -> float | None:
+    """``v`` as a finite float, or None (bools, strings, None, nan and inf are not numbers here).
+
+    numpy scalars count: an enricher may leave np.int64 or np.float64 in the summary."""
+    t = type(v)
+    if t is float:
+        return v if math.isfinite(v) else None
+    if t is int:
+        return float(v)
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+        return None
+    f = float(v)
+    return f if math.isfinite(f) else None
+
+
+def stat(step: Mapping[str, Any], key: str, part: str) -> float | None:
+    """``step[key][part]`` as a number (e.g. ``ttft_ms`` / ``p99``); a bare number under ``key``
+    is its ``mean`` (older summaries stored some figures that way)."""
+    d = step.get(key)
+    if isinstance(d, Mapping):
+        return number(d.get(part))
+    return number(d) if part == "mean" else None
+
+
+def as_dict(v: Any) -> dict[str, Any]:
+    """``v`` when it is a dict, else an empty one (a hand-edited or older summary.json)."""
+    return v if isinstance(v, dict) else {}
+
+
+def as_list(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else []
+
+
+def steps_of(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The summary's step dicts (anything else in the list is skipped)."""
+    return [s for s in as_list(summary.get("steps")) if isinstance(s, dict)]
+
+
+def load_axis(steps: Sequence[Mapping[str, Any]]) -> str:
+    """ "concurrency" when every step has one (closed loop), else "rate" when a step has a rate
+    (open loop), else "concurrency"."""
+    if all(number(s.get("concurrency")) is not None for s in steps):
+        return "concurrency"
+    return "rate" if any(number(s.get("rate")) is not None for s in steps) else "concurrency"
+
+
+def summary_axis(summary: Mapping[str, Any]) -> str:
+    """The run's load axis: the knee verdict's when it has one, else the steps'."""
+    knee = summary.get("knee")
+    if isinstance(knee, Mapping) and knee.get("axis") in ("concurrency", "rate"):
+        return str(knee["axis"])
+    return load_axis(steps_of(summary))
+
+
+def per_request_tok_s(output_tokens: float, e2e_ns: float) -> float | None:
+    """One request's output speed as the report defines it (analysis/steps.py): output tokens /
+    E2E (intended send to end of stream); None without tokens or time."""
+    return output_tokens / (e2e_ns / 1e9) if output_tokens > 0 and e2e_ns > 0 else None
