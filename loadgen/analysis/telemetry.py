@@ -110,12 +110,37 @@ def _num(v: Any) -> float:
 
 
 def _median_interval_s(series: Sequence[_Series]) -> float | None:
-    diffs = [np.diff(s.t) for s in series if len(s.t) > 1]
+    return median_interval_s([s.t for s in series])
+
+
+def median_interval_s(times: Sequence[npt.NDArray[Any]]) -> float | None:
+    """The median gap between consecutive samples, over every series."""
+    diffs = [np.diff(t) for t in times if len(t) > 1]
     if not diffs:
         return None
     d = np.concatenate(diffs)
     d = d[d > 0]
     return float(np.median(d)) / 1e9 if len(d) else None
+
+
+def gpu_stale_ns(times: Sequence[npt.NDArray[Any]]) -> int:
+    """How long a GPU reading holds: 5 median sampling intervals (0.2 s assumed), at least 1 s.
+    The one rule for the step figures and the report's power plot."""
+    return int(max(5 * (median_interval_s(times) or 0.2), 1.0) * 1e9)
+
+
+def as_of(t: npt.NDArray[Any], values: F64, grid: npt.NDArray[Any], stale_ns: int, until_ns: int | None = None) -> F64:
+    """Each grid time's last reading at or before it; NaN before the first, when the last is older
+    than ``stale_ns``, or from ``until_ns`` on (a lost GPU's last reading does not hold after)."""
+    out = np.full(len(grid), np.nan)
+    if not len(t):
+        return out
+    idx = np.searchsorted(t, grid, side="right") - 1
+    fresh = (idx >= 0) & ((grid - t[np.maximum(idx, 0)]) <= stale_ns)
+    if until_ns is not None:
+        fresh &= grid < until_ns
+    out[fresh] = values[idx[fresh]]
+    return out
 
 
 def _stats(values: F64, weights: F64 | None = None) -> dict[str, float] | None:
@@ -251,14 +276,7 @@ def _gpu_part(gpus: dict[int, _Series], a: int, b: int, stale_ns: int, lost: dic
     energy_ok = True
     util, util_mem, sm, memclk, reasons = [], [], [], [], []
     for gpu, s in gpus.items():
-        idx = np.searchsorted(s.t, grid, side="right") - 1
-        has = idx >= 0
-        vals = np.full(len(grid), np.nan)
-        vals[has] = s.cols["power_w"][idx[has]]
-        fresh = has & ((grid - s.t[np.maximum(idx, 0)]) <= stale_ns)
-        if gpu in lost:  # a lost GPU's last reading does not hold after the loss
-            fresh &= grid < lost[gpu]
-        vals[~fresh] = np.nan
+        vals = as_of(s.t, s.cols["power_w"], grid, stale_ns, lost.get(gpu))
         good = ~np.isnan(vals)
         totals[good] += vals[good]
         present += good
@@ -384,8 +402,7 @@ def step_telemetry(
     if output_tokens_per_step is not None and len(output_tokens_per_step) != len(windows):
         raise ValueError(f"{len(windows)} windows but {len(output_tokens_per_step)} output-token counts")
     gpus = _gpu_series(samples)
-    gpu_interval = _median_interval_s(list(gpus.values()))
-    gpu_gap_ns = int(max(5 * (gpu_interval or 0.2), 1.0) * 1e9)
+    gpu_gap_ns = gpu_stale_ns([s.t for s in gpus.values()])
     all_gpu_t = np.unique(np.concatenate([s.t for s in gpus.values()])) if gpus else np.zeros(0, np.int64)
     server_recs = [r for r in samples if r.get("src") == "server" and "t_ns" in r]
     server = _Series.of(server_recs, _SERVER_GAUGES + _SERVER_COUNTERS) if server_recs else None

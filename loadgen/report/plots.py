@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from loadgen.analysis.telemetry import as_of, gpu_stale_ns
 from loadgen.analysis.usl import fit_usl
 from loadgen.analysis.values import as_dict, number, stat, steps_of, summary_axis
 from loadgen.report.svg import (
@@ -533,31 +534,33 @@ def _gpus(samples: Sequence[dict[str, Any]]) -> dict[int, _Gpu]:
     return out
 
 
-def _total_power(gpus: dict[int, _Gpu], ta: _TimeAxis) -> tuple[F64, F64, float | None]:
+def _total_power(
+    gpus: dict[int, _Gpu], ta: _TimeAxis, lost: dict[int, int] | None = None
+) -> tuple[F64, F64, float | None]:
     """Sum over GPUs of each one's last power reading on a common time grid; the summed limit.
 
-    A GPU whose last reading is older than 5 median sampling intervals (at least 1 s) counts as
+    The step figures' rule (``analysis.telemetry.as_of``, ``gpu_stale_ns``): a GPU whose last
+    reading is older than 5 median sampling intervals (at least 1 s), or that was lost, counts as
     missing at that instant; where every GPU is missing the total is a gap.
     """
-    series = [g for g in gpus.values() if len(g.t)]
+    series = {gpu: g for gpu, g in gpus.items() if len(g.t)}
     if not series:
         return np.empty(0), np.empty(0), None
-    t_all = np.unique(np.concatenate([g.t for g in series]))
+    t_all = np.unique(np.concatenate([g.t for g in series.values()]))
     if len(t_all) > 4 * MAX_POINTS:
         t_all = np.linspace(t_all[0], t_all[-1], 4 * MAX_POINTS)
-    intervals = [float(np.median(np.diff(g.t))) for g in series if len(g.t) > 1]
-    stale = max(5 * float(np.median(intervals)), 1e9) if intervals else 1e9
+    stale = gpu_stale_ns([g.t for g in series.values()])
     total = np.zeros(len(t_all))
     seen = np.zeros(len(t_all), dtype=bool)
-    for g in series:
-        idx = np.searchsorted(g.t, t_all, side="right") - 1
-        ok = (idx >= 0) & (t_all - g.t[np.maximum(idx, 0)] <= stale)
-        total[ok] += g.power_w[idx[ok]]
+    for gpu, g in series.items():
+        vals = as_of(g.t, g.power_w, t_all, stale, (lost or {}).get(gpu))
+        ok = ~np.isnan(vals)
+        total[ok] += vals[ok]
         seen |= ok
     total[~seen] = np.nan
     x = (t_all - ta.t0_ns) / 1e9 / ta.unit_s
     xs, ys = downsample(x, total, MAX_POINTS)
-    limits = [g.limit_w for g in series if g.limit_w is not None]
+    limits = [g.limit_w for g in series.values() if g.limit_w is not None]
     limit = sum(limits) if len(limits) == len(series) else None
     return xs, ys, limit
 
@@ -582,7 +585,12 @@ def power_plots(
         ]
     bands = _bands(summary, ta)
     marks, lanes = _marks(events, failures, ta)
-    xs, ys, limit = _total_power(gpus, ta)
+    lost = {
+        int(e["gpu"]): int(e["t_ns"])
+        for e in events
+        if e.get("kind") == "gpu_lost" and number(e.get("gpu")) is not None and number(e.get("t_ns")) is not None
+    }
+    xs, ys, limit = _total_power(gpus, ta, lost)
     chart = _time_chart("power_total", t_total, "watts", ta, bands, marks, lanes)
     chart.series.append(
         Series(f"total of {len(gpus)} GPU{'s' if len(gpus) > 1 else ''}", xs, ys, PALETTE[0], markers=False, width=1.6)

@@ -308,3 +308,23 @@ def test_total_power_sums_each_gpus_latest_reading() -> None:
     early = (xs > 1) & (xs < 9)
     assert np.all(ys[middle] == 100.0)
     assert np.all(ys[early] == 400.0)
+
+
+def test_total_power_drops_a_lost_gpu_as_the_step_figures_do() -> None:
+    """A GPU lost at 5 s: its last reading holds neither in the plot nor in the step's power,
+    even within the stale limit (both read GPU power through analysis.telemetry.as_of)."""
+    from loadgen.analysis.telemetry import step_telemetry
+    from loadgen.report.plots import _gpus, _TimeAxis, _total_power
+
+    s = 1_000_000_000
+    samples = [
+        {"t_ns": k * s // 10, "src": "gpu", "gpu": g, "power_w": 100.0 + 200 * g} for k in range(100) for g in (0, 1)
+    ]
+    samples = [x for x in samples if not (x["gpu"] == 1 and x["t_ns"] > 5 * s - s // 10)]  # GPU 1 stops at 4.9 s
+    lost = {1: 5 * s}
+    xs, ys, _ = _total_power(_gpus(samples), _TimeAxis(0, 1.0, "s"), lost)
+    assert np.all(ys[(xs > 1) & (xs < 4.8)] == 400.0)
+    assert np.all(ys[(xs >= 5.0) & (xs < 5.5)] == 100.0)  # at once, not after the 1 s stale limit
+    events = [{"t_ns": 5 * s, "kind": "gpu_lost", "gpu": 1}]
+    row = step_telemetry(samples, events, [(5 * s, 9 * s)], [10])[0]
+    assert row["gpu_power_w"]["mean"] == pytest.approx(100.0)
