@@ -17,48 +17,23 @@ from typing import Any
 
 import orjson
 
+from loadgen.options import OptionError, parse_extra_body, parse_int_list
+
 EXIT_OK = 0
 EXIT_USAGE = 2
 EXIT_NOT_READY = 3
 EXIT_RUN_DIR = 4
 
 
-class UsageError(Exception):
+class UsageError(OptionError):
     """Bad command-line input; the message names the flag, the value and what to do."""
 
 
-def _int_list(flag: str, text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.replace(" ", "").split(",") if v]
-    except ValueError:
-        raise UsageError(f"{flag} {text!r}: expected comma-separated whole numbers, e.g. 1,8,32") from None
-    if not values or any(v <= 0 for v in values):
-        raise UsageError(f"{flag} {text!r}: every value must be a whole number above 0")
-    return values
+_int_list = parse_int_list
 
 
 def _extra_body(items: list[str]) -> dict[str, Any]:
-    """``--extra-body key=value`` (value parsed as JSON when it parses) or ``--extra-body '{...}'``."""
-    out: dict[str, Any] = {}
-    for item in items:
-        item = item.strip()
-        if item.startswith("{"):
-            try:
-                data = orjson.loads(item)
-            except orjson.JSONDecodeError as exc:
-                raise UsageError(f"--extra-body {item!r}: not valid JSON ({exc})") from None
-            if not isinstance(data, dict):
-                raise UsageError(f"--extra-body {item!r}: expected a JSON object")
-            out.update(data)
-            continue
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--extra-body {item!r}: expected key=value, e.g. temperature=0 or ignore_eos=true")
-        try:
-            out[key] = orjson.loads(value)
-        except orjson.JSONDecodeError:
-            out[key] = value
-    return out
+    return parse_extra_body(items)
 
 
 # ramp defaults when neither a flag nor a scenario says otherwise
@@ -624,7 +599,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code: int = ns.func(ns, argv)
         return code
-    except UsageError as exc:
+    except OptionError as exc:  # UsageError, and what the shared option parsers raise
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

@@ -31,7 +31,16 @@ from locust import events
 from locust.env import Environment
 
 from loadgen.clock import ANCHOR
-from loadgen.options import DEFAULT_CONTEXT_TOKENS, StepPlan, Timeouts, build_plan
+from loadgen.options import (
+    DEFAULT_CONTEXT_TOKENS,
+    OptionError,
+    StepPlan,
+    Timeouts,
+    build_plan,
+    extra_body_items,
+    parse_extra_body,
+    parse_int_list,
+)
 from loadgen.rundir import create_run_dir, write_manifest
 from loadgen.runtime import RunState, TargetOptions
 from loadgen.shape import RampShape
@@ -61,12 +70,20 @@ def _add_arguments(parser: Any) -> None:
     ui("--lg-step-seconds", type=float, default=30.0, help="ramp: steady window per step (s)")
     ui("--lg-warmup-seconds", type=float, default=5.0, help="ramp: warm-up before each step's window (s)")
     ui("--lg-max-tokens", type=int, default=512, help="max_tokens per request (without a scenario)")
-    ui("--lg-context-tokens", type=int, default=0, help="prompt length in tokens (0: short chat)")
+    ui(
+        "--lg-context-tokens",
+        default="",
+        help="prompt lengths in tokens; several make a matrix with the steps, e.g. 60,4000 (empty: short chat)",
+    )
     ui("--lg-slo", default="", help="latency limits for the knee verdict, e.g. ttft_p99=2s,tpot_p99=50ms")
     ui("--lg-model", default="", help="model name (default: first of /v1/models)")
     ui("--lg-endpoint", choices=["chat", "completions"], default="chat")
     ui("--lg-transport", choices=["fast", "openai"], default="fast")
-    ui("--lg-extra-body", default="", help="JSON object merged into each request body")
+    ui(
+        "--lg-extra-body",
+        default="",
+        help="request body fields: KEY=VALUE items (temperature=0 ignore_eos=true) or a JSON object",
+    )
     ui("--lg-label", default="", help="run label")
     # command line only
     hidden = _Hidden(parser)
@@ -82,18 +99,15 @@ def _add_arguments(parser: Any) -> None:
     add_source_args(hidden)  # type: ignore[arg-type]
 
 
-class OptionError(Exception):
-    """A bad --lg-* value; the message names the option, the value and what to do."""
+_int_list = parse_int_list
 
 
-def _int_list(flag: str, text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.replace(" ", "").split(",") if v]
-    except ValueError:
-        raise OptionError(f"{flag} {text!r}: expected comma-separated whole numbers, e.g. 1,8,32") from None
-    if not values or any(v <= 0 for v in values):
-        raise OptionError(f"{flag} {text!r}: every value must be a whole number above 0")
-    return values
+def _extra_body(text: str) -> dict[str, Any]:
+    return parse_extra_body(extra_body_items(text, "--lg-extra-body"), "--lg-extra-body")
+
+
+def _contexts(text: str) -> list[int] | None:
+    return parse_int_list("--lg-context-tokens", text) if text.strip() else None
 
 
 def _slo(text: str) -> dict[str, float] | None:
@@ -117,7 +131,6 @@ def _telemetry(opts: Any) -> Any:
 
 def validate(opts: Any) -> None:
     """Check the --lg-* values before a run starts; raises OptionError naming the option and value."""
-    import orjson
 
     if opts.lg_steps.strip():
         _int_list("--lg-steps", opts.lg_steps)
@@ -128,15 +141,13 @@ def validate(opts: Any) -> None:
         raise OptionError(f"--lg-step-seconds {opts.lg_step_seconds:g}: must be above 0")
     if opts.lg_warmup_seconds < 0:
         raise OptionError(f"--lg-warmup-seconds {opts.lg_warmup_seconds:g}: must be 0 or more")
-    if opts.lg_extra_body:
-        try:
-            extra = orjson.loads(opts.lg_extra_body)
-        except orjson.JSONDecodeError as exc:
-            raise OptionError(f"--lg-extra-body {opts.lg_extra_body!r}: not valid JSON ({exc})") from None
-        if not isinstance(extra, dict):
-            raise OptionError(
-                f'--lg-extra-body {opts.lg_extra_body!r}: expected a JSON object, e.g. {{"temperature": 0}}'
-            )
+    _extra_body(opts.lg_extra_body)
+    contexts = _contexts(opts.lg_context_tokens)
+    if contexts and len(contexts) > 1 and not opts.lg_steps.strip():
+        raise OptionError(
+            f"--lg-context-tokens {opts.lg_context_tokens!r}: several context lengths make a matrix of "
+            "ramp steps: give --lg-steps too (or one length)"
+        )
     if opts.lg_scenario:
         from loadgen.workload.scenario import ScenarioError, load_scenario
 
@@ -152,7 +163,6 @@ class _UIRun:
     def __init__(
         self, env: Environment, ramp: bool, opts: Any = None, host: str | None = None, telemetry: bool = True
     ) -> None:
-        import orjson
 
         from loadgen.lifecycle import first_model
         from loadgen.workload import Workload
@@ -160,7 +170,8 @@ class _UIRun:
         opts = opts if opts is not None else env.parsed_options
         host = host if host is not None else (env.host or "")
         self.ramp = ramp
-        self.ctx = opts.lg_context_tokens or None
+        contexts = _contexts(opts.lg_context_tokens)
+        self.ctx = contexts[0] if contexts else None  # Locust's user count drives the load: one length
         self.slo = _slo(opts.lg_slo)
         scenario = None
         if opts.lg_scenario:
@@ -174,7 +185,7 @@ class _UIRun:
         if ramp:
             self.plan = build_plan(
                 _int_list("--lg-steps", opts.lg_steps),
-                [self.ctx] if self.ctx else None,
+                contexts,
                 opts.lg_warmup_seconds,
                 opts.lg_step_seconds,
                 None,
@@ -182,7 +193,7 @@ class _UIRun:
         if scenario is not None:
             workload = Workload(scenario)
         else:
-            extra = orjson.loads(opts.lg_extra_body) if opts.lg_extra_body else {}
+            extra = _extra_body(opts.lg_extra_body)
             workload = Workload.simple(
                 context_tokens=DEFAULT_CONTEXT_TOKENS,
                 max_tokens=opts.lg_max_tokens,
@@ -338,7 +349,6 @@ _link: Any = None
 
 def _link_workers(env: Environment, run: _UIRun, opts: Any, host: str, model: str) -> None:
     """A master hands its run to the workers: config, steps, and records back (loadgen.distributed)."""
-    import orjson
 
     from loadgen.distributed import MasterLink, master_config
     from loadgen.options import RampOptions
@@ -348,9 +358,9 @@ def _link_workers(env: Environment, run: _UIRun, opts: Any, host: str, model: st
         url=host,
         model=model,
         max_tokens=opts.lg_max_tokens,
-        context_tokens=[run.ctx] if run.ctx else None,
+        context_tokens=_contexts(opts.lg_context_tokens),
         endpoint=opts.lg_endpoint,
-        extra_body=orjson.loads(opts.lg_extra_body) if opts.lg_extra_body else {},
+        extra_body=_extra_body(opts.lg_extra_body),
         scenario=opts.lg_scenario or None,
         transport=opts.lg_transport,
         timeouts=Timeouts(stall_s=opts.lg_stall_timeout, request_s=opts.lg_request_timeout),

@@ -7,7 +7,9 @@ generator's event loop in.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+import shlex
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +18,60 @@ if TYPE_CHECKING:
     from loadgen.telemetry.options import TelemetryOptions
     from loadgen.workload.tokens import TokenCounter
     from loadgen.workload.traffic import Workload
+
+
+class OptionError(ValueError):
+    """A bad option value; the message names the flag, the value and what to do."""
+
+
+def parse_int_list(flag: str, text: str) -> list[int]:
+    """``1,8,32``: whole numbers above 0 (``--concurrency``, ``--context-tokens``, ``--lg-steps``)."""
+    try:
+        values = [int(v) for v in text.replace(" ", "").split(",") if v]
+    except ValueError:
+        raise OptionError(f"{flag} {text!r}: expected comma-separated whole numbers, e.g. 1,8,32") from None
+    if not values or any(v <= 0 for v in values):
+        raise OptionError(f"{flag} {text!r}: every value must be a whole number above 0")
+    return values
+
+
+def parse_extra_body(items: Sequence[str], flag: str = "--extra-body") -> dict[str, Any]:
+    """Body fields from ``KEY=VALUE`` items (the value parsed as JSON when it parses:
+    ``temperature=0``, ``ignore_eos=true``, ``stop=["\\n"]``) or whole JSON objects; later wins."""
+    out: dict[str, Any] = {}
+    for item in items:
+        item = item.strip()
+        if not item:
+            continue
+        if item.startswith(("{", "[")):
+            try:
+                data = json.loads(item)
+            except ValueError as exc:
+                raise OptionError(f"{flag} {item!r}: not valid JSON ({exc})") from None
+            if not isinstance(data, dict):
+                raise OptionError(f'{flag} {item!r}: expected a JSON object, e.g. {{"temperature": 0}}')
+            out.update(data)
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise OptionError(f"{flag} {item!r}: expected key=value, e.g. temperature=0 or ignore_eos=true")
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value
+    return out
+
+
+def extra_body_items(text: str, flag: str = "--extra-body") -> list[str]:
+    """One text field (the web UI's form) holding what ``--extra-body`` takes: a JSON object, or
+    KEY=VALUE items separated by spaces (quoted as in a shell)."""
+    text = text.strip()
+    if not text or text.startswith(("{", "[")):
+        return [text] if text else []
+    try:
+        return shlex.split(text)
+    except ValueError as exc:
+        raise OptionError(f"{flag} {text!r}: {exc}") from None
 
 
 @dataclass(slots=True)

@@ -10,9 +10,12 @@ Locust unchanged.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
+
+from loadgen.options import OptionError, parse_extra_body, parse_int_list
 
 LOCUSTFILE = Path(__file__).resolve().parents[1] / "locustfile.py"
 
@@ -31,12 +34,19 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--step-seconds", type=float, help="steady window per step (default 30)")
     p.add_argument("--warmup-seconds", type=float, help="warm-up before each step's window (default 5)")
     p.add_argument("--max-tokens", type=int, help="max_tokens per request (default 512)")
-    p.add_argument("--context-tokens", type=int, help="prompt length in tokens")
+    p.add_argument("--context-tokens", help="prompt lengths in tokens, as loadgen ramp's: e.g. 60,4000,16000")
     p.add_argument("--slo", help="latency limits for the knee verdict, e.g. ttft_p99=2s,tpot_p99=50ms")
     p.add_argument("--model", help="model name (default: the first one /v1/models lists)")
     p.add_argument("--endpoint", choices=["chat", "completions"])
     p.add_argument("--transport", choices=["fast", "openai"])
-    p.add_argument("--extra-body", help="JSON object merged into each request body")
+    p.add_argument(
+        "--extra-body",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra body field, as loadgen ramp's: value parsed as JSON when it parses; repeatable; "
+        "or a whole JSON object",
+    )
     p.add_argument("--label", help="run label")
     p.add_argument("--out", help="folder for run directories (default reports)")
     p.add_argument("--stall-timeout", type=float)
@@ -51,12 +61,10 @@ _PLAIN = [
     ("step_seconds", "--lg-step-seconds"),
     ("warmup_seconds", "--lg-warmup-seconds"),
     ("max_tokens", "--lg-max-tokens"),
-    ("context_tokens", "--lg-context-tokens"),
     ("slo", "--lg-slo"),
     ("model", "--lg-model"),
     ("endpoint", "--lg-endpoint"),
     ("transport", "--lg-transport"),
-    ("extra_body", "--lg-extra-body"),
     ("label", "--lg-label"),
     ("out", "--lg-out"),
     ("stall_timeout", "--lg-stall-timeout"),
@@ -64,7 +72,7 @@ _PLAIN = [
 ]
 
 
-class UsageError(Exception):
+class UsageError(OptionError):
     """A flag this command cannot turn into Locust's; the message says which and why."""
 
 
@@ -90,6 +98,20 @@ def locust_argv(argv: list[str]) -> list[str]:
             ns.warmup_seconds = load.warmup_seconds
     if steps:
         out += ["--lg-steps", steps.replace(" ", "")]
+    try:  # the same parsers as loadgen ramp's, so both commands take the same values
+        if ns.context_tokens:
+            contexts = parse_int_list("--context-tokens", ns.context_tokens)
+            if len(contexts) > 1 and not steps:
+                raise UsageError(
+                    f"--context-tokens {ns.context_tokens!r}: several context lengths make a matrix of ramp steps: "
+                    "give --concurrency too (or one length)"
+                )
+            out += ["--lg-context-tokens", ",".join(map(str, contexts))]
+        extra = parse_extra_body(ns.extra_body)
+    except OptionError as exc:
+        raise UsageError(str(exc)) from None
+    if extra:
+        out += ["--lg-extra-body", json.dumps(extra)]
     for dest, flag in _PLAIN:
         value = getattr(ns, dest)
         if value is not None:

@@ -35,6 +35,26 @@ def test_ui_flags_become_form_defaults_and_unknown_flags_go_to_locust(tmp_path: 
     assert "--lg-max-tokens" not in args  # not given: the locustfile's default stays
 
 
+def test_ui_takes_the_body_and_context_flags_as_loadgen_ramp_does() -> None:
+    """One syntax for both commands: repeatable KEY=VALUE (or a JSON object), a list of lengths."""
+    from loadgen.cli import _extra_body
+    from loadgen.locustfile import _contexts
+    from loadgen.locustfile import _extra_body as form_extra_body
+
+    flags = ["--extra-body", "temperature=0", "--extra-body", "ignore_eos=true", "--extra-body", '{"top_p": 0.9}']
+    args = locust_argv(["--url", "http://h:1", "--concurrency", "1,8", "--context-tokens", "60, 4000", *flags])
+    want = {"temperature": 0, "ignore_eos": True, "top_p": 0.9}
+    assert json.loads(_value(args, "--lg-extra-body")) == want == _extra_body(flags[1::2])
+    assert _value(args, "--lg-context-tokens") == "60,4000" and _contexts("60,4000") == [60, 4000]
+    # the web form's one text field takes the same items, space-separated, or a JSON object
+    assert form_extra_body("temperature=0 ignore_eos=true top_p=0.9") == want
+    assert form_extra_body(_value(args, "--lg-extra-body")) == want
+    with pytest.raises(Exception, match=r"--context-tokens '60,4000': several context lengths"):
+        locust_argv(["--url", "http://h:1", "--context-tokens", "60,4000"])  # a matrix needs steps
+    with pytest.raises(Exception, match=r"--extra-body 'temperature': expected key=value"):
+        locust_argv(["--url", "http://h:1", "--extra-body", "temperature"])
+
+
 def test_a_scenario_supplies_the_ramp_steps(tmp_path: Path) -> None:
     scen = tmp_path / "s.toml"
     scen.write_text('name = "t"\n[load]\nconcurrency = [2, 4]\nstep_seconds = 7\nwarmup_seconds = 1\n')
