@@ -270,20 +270,12 @@ def cmd_ramp(ns: argparse.Namespace, argv: list[str]) -> int:
     _check_out(opts.out)
     from loadgen import ramp  # imports locust first
     from loadgen.lifecycle import NotReady, first_model, readiness_gate
+    from loadgen.options import run_manifest
     from loadgen.rundir import create_run_dir, write_manifest
 
     def not_ready_dir() -> Path:  # called only when the server is not ready
         run_dir = create_run_dir(opts.out, opts.label)
-        write_manifest(
-            run_dir,
-            {
-                "kind": "ramp",
-                "label": opts.label,
-                "run_id": run_dir.name,
-                "options": opts.manifest(),
-                "outcome": "server_not_ready",
-            },
-        )
+        write_manifest(run_dir, run_manifest("ramp", run_dir.name, opts, outcome="server_not_ready"))
         return run_dir
 
     try:

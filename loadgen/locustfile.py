@@ -34,12 +34,14 @@ from loadgen.clock import ANCHOR
 from loadgen.options import (
     DEFAULT_CONTEXT_TOKENS,
     OptionError,
+    RampOptions,
     StepPlan,
     Timeouts,
     build_plan,
     extra_body_items,
     parse_extra_body,
     parse_int_list,
+    run_manifest,
 )
 from loadgen.rundir import create_run_dir, write_manifest
 from loadgen.runtime import RunState, TargetOptions
@@ -157,6 +159,27 @@ def validate(opts: Any) -> None:
             raise OptionError(f"--lg-scenario: {exc}") from None
 
 
+def _ramp_options(opts: Any, host: str, model: str, slo: dict[str, float] | None) -> RampOptions:
+    """The run's options from the form's --lg-* values, in the shape ``loadgen ramp`` records."""
+    return RampOptions(
+        url=host,
+        model=model,
+        concurrency=parse_int_list("--lg-steps", opts.lg_steps) if opts.lg_steps.strip() else None,
+        step_seconds=opts.lg_step_seconds,
+        warmup_seconds=opts.lg_warmup_seconds,
+        max_tokens=opts.lg_max_tokens,
+        context_tokens=_contexts(opts.lg_context_tokens),
+        endpoint=opts.lg_endpoint,
+        extra_body=_extra_body(opts.lg_extra_body),
+        label=opts.lg_label or None,
+        out=opts.lg_out,
+        scenario=opts.lg_scenario or None,
+        transport=opts.lg_transport,
+        timeouts=Timeouts(stall_s=opts.lg_stall_timeout, request_s=opts.lg_request_timeout),
+        slo=slo,
+    )
+
+
 class _UIRun:
     """One run directory: its RunState (the step sink), its telemetry process, its plan."""
 
@@ -212,19 +235,17 @@ class _UIRun:
         model = opts.lg_model or (scenario.model if scenario is not None and scenario.model else "")
         model = model or first_model(host) or "default"
         self.run_dir = create_run_dir(opts.lg_out, opts.lg_label or "locust")
+        self.options = _ramp_options(opts, host, model, self.slo)
         write_manifest(
             self.run_dir,
-            {
-                "kind": "locust-ramp" if ramp else "locust",
-                "label": opts.lg_label or None,
-                "run_id": self.run_dir.name,
-                "argv": [a if not a.startswith("--api-key") else "--api-key=***" for a in sys.argv[1:]],
-                "url": host,
-                "model": model,
-                "plan": [p.describe() for p in self.plan],
-                "scenario": opts.lg_scenario or None,
-                "slo": self.slo,
-            },
+            run_manifest(
+                "locust-ramp" if ramp else "locust",
+                self.run_dir.name,
+                self.options,
+                self.plan,
+                workload,
+                argv=[a if not a.startswith("--api-key") else "--api-key=***" for a in sys.argv[1:]],
+            ),
         )
         target = TargetOptions(
             url=host,
@@ -351,21 +372,9 @@ def _link_workers(env: Environment, run: _UIRun, opts: Any, host: str, model: st
     """A master hands its run to the workers: config, steps, and records back (loadgen.distributed)."""
 
     from loadgen.distributed import MasterLink, master_config
-    from loadgen.options import RampOptions
 
     global _link
-    options = RampOptions(
-        url=host,
-        model=model,
-        max_tokens=opts.lg_max_tokens,
-        context_tokens=_contexts(opts.lg_context_tokens),
-        endpoint=opts.lg_endpoint,
-        extra_body=_extra_body(opts.lg_extra_body),
-        scenario=opts.lg_scenario or None,
-        transport=opts.lg_transport,
-        timeouts=Timeouts(stall_s=opts.lg_stall_timeout, request_s=opts.lg_request_timeout),
-    ).manifest()
-    config = master_config(run.run_dir, options)
+    config = master_config(run.run_dir, _ramp_options(opts, host, model, run.slo).manifest())
     if _link is None:
         _link = MasterLink(env, None, None, sys.stderr)
     _link.bind(run.state, config)

@@ -179,6 +179,37 @@ def workload_factory(base: Workload) -> Callable[[StepPlan | None], Workload]:
     return workload_for
 
 
+def scenario_manifest(base: Workload | None) -> dict[str, Any] | None:
+    """What the manifest says of the scenario a workload came from (None: the ramp's own prompts)."""
+    s = getattr(base, "scenario", None)
+    if s is None:
+        return None
+    return {"name": s.name, "path": s.path, "description": s.description, "seed": s.seed}
+
+
+def run_manifest(
+    kind: str,
+    run_id: str,
+    opts: RampOptions,
+    plan: Sequence[StepPlan] = (),
+    base: Workload | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """The one manifest shape every run directory gets (``loadgen ramp``, the web UI's runs):
+    ``kind``, ``label``, ``run_id``, ``options`` (``RampOptions.manifest``: no secrets), ``plan``,
+    ``scenario``, ``slo``, then ``extra`` (``outcome``, ``argv`` of a Locust command line...)."""
+    return {
+        "kind": kind,
+        "label": opts.label,
+        "run_id": run_id,
+        "options": opts.manifest(),
+        "plan": [p.describe() for p in plan],
+        "scenario": scenario_manifest(base),
+        "slo": opts.slo,
+        **extra,
+    }
+
+
 def build_ramp_plan(opts: RampOptions, base: Workload) -> list[StepPlan]:
     """Steps from the flags, falling back to the scenario's ``[load]`` and ``[matrix]`` for what the flags
     leave out."""

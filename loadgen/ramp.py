@@ -24,6 +24,7 @@ from loadgen.options import (
     base_workload,
     build_ramp_plan,
     output_token_counter,
+    run_manifest,
     workload_factory,
 )
 from loadgen.records import JsonlAppender
@@ -32,11 +33,6 @@ from loadgen.runtime import RunState, TargetOptions, quiet_gc
 from loadgen.selfwatch import SelfWatch
 from loadgen.shape import RampShape
 from loadgen.user import LLMUser, OpenLoopUser
-
-
-def _scenario_manifest(base: Any) -> dict[str, Any]:
-    s = base.scenario
-    return {"name": s.name, "path": s.path, "description": s.description, "seed": s.seed}
 
 
 def _load_label(plan: StepPlan) -> str:
@@ -226,18 +222,7 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
     base = base_workload(opts)
     plan = build_ramp_plan(opts, base)
     run_dir = create_run_dir(opts.out, opts.label)
-    write_manifest(
-        run_dir,
-        {
-            "kind": "ramp",
-            "label": opts.label,
-            "run_id": run_dir.name,
-            "options": opts.manifest(),
-            "plan": [p.describe() for p in plan],
-            "scenario": _scenario_manifest(base),
-            "slo": opts.slo,
-        },
-    )
+    write_manifest(run_dir, run_manifest("ramp", run_dir.name, opts, plan, base))
     target = TargetOptions(
         url=opts.url,
         model=opts.model,

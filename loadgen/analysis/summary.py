@@ -24,7 +24,9 @@ SCHEMA_VERSION = 1
 
 
 def manifest_value(manifest: dict[str, Any], key: str) -> Any:
-    """``key`` from the manifest's top level, else from its ``options``/``args``/``scenario``."""
+    """``key`` from the manifest's top level, else from its ``options`` (the one shape every run
+    directory is written in: ``loadgen.options.run_manifest``), else from ``args``/``scenario``
+    (run directories of older versions, which wrote three shapes)."""
     if manifest.get(key) is not None:
         return manifest[key]
     for section in ("options", "args", "scenario"):

@@ -84,7 +84,15 @@ def test_headless_ramp_walks_the_steps_and_exports_metrics(sim_factory: Any, tmp
     assert [e["reason"] for e in events if e["event"] == "end"] == ["duration", "duration"]
     summary = json.loads((run / "summary.json").read_text())
     assert [s["requests_ok"] > 0 for s in summary["steps"]] == [True, True]
-    assert json.loads((run / "manifest.json").read_text())["kind"] == "locust-ramp"
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["kind"] == "locust-ramp"
+    # the one manifest shape, as loadgen ramp writes it (loadgen.options.run_manifest)
+    assert {"kind", "label", "run_id", "options", "plan", "scenario", "slo", "argv"} <= set(manifest)
+    opts = manifest["options"]
+    assert opts["url"] == sim.url and opts["concurrency"] == [1, 3] and opts["max_tokens"] == 16
+    assert opts["step_seconds"] == 1.5 and opts["warmup_seconds"] == 0.5 and "api_key" not in opts
+    assert [p["concurrency"] for p in manifest["plan"]] == [1, 3]
+    assert summary["model"] == opts["model"] and summary["url"] == sim.url
 
 
 @pytest.mark.parametrize(
