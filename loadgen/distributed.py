@@ -38,7 +38,7 @@ from locust.env import Environment
 
 from loadgen.clock import ANCHOR
 from loadgen.records import JsonlAppender
-from loadgen.runtime import RunState
+from loadgen.runtime import RunState, bind
 
 MSG_HELLO = "lg_hello"
 MSG_CONFIG = "lg_config"
@@ -249,10 +249,7 @@ class WorkerLink:
         state.on_count = lambda step, error_class, tokens, sent_ns: self.counts.append(
             (step, error_class, tokens, sent_ns)
         )
-        state.fire_request = environment.events.request.fire
-        # Locust keeps float response times as given (its type hint says int)
-        state.log_metric = lambda kind, name, ms: environment.stats.log_request(kind, name, ms, 0)  # type: ignore[arg-type]
-        environment.loadgen = state  # type: ignore[attr-defined]
+        bind(environment, state)
         self.state = state
         if shared:
             self.watch = SelfWatch(run_dir, self.worker, lambda: state.in_flight)

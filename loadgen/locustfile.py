@@ -44,7 +44,7 @@ from loadgen.options import (
     run_manifest,
 )
 from loadgen.rundir import create_run_dir, write_manifest
-from loadgen.runtime import RunState, TargetOptions
+from loadgen.runtime import RunState, TargetOptions, bind
 from loadgen.shape import RampShape
 from loadgen.user import LLMUser
 
@@ -264,9 +264,7 @@ class _UIRun:
         )
         if master:
             _link_workers(env, self, opts, host, model)
-        self.state.fire_request = env.events.request.fire
-        self.state.log_metric = lambda kind, name, ms: env.stats.log_request(kind, name, ms, 0)  # type: ignore[arg-type]
-        env.loadgen = self.state  # type: ignore[attr-defined]
+        bind(env, self.state)
         self.env = env
         self.step = -1
         self.closed = False

@@ -29,7 +29,7 @@ from loadgen.options import (
 )
 from loadgen.records import JsonlAppender
 from loadgen.rundir import create_run_dir, write_manifest
-from loadgen.runtime import RunState, TargetOptions, quiet_gc
+from loadgen.runtime import RunState, TargetOptions, bind, quiet_gc
 from loadgen.selfwatch import SelfWatch
 from loadgen.shape import RampShape
 from loadgen.user import LLMUser, OpenLoopUser
@@ -252,10 +252,7 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
     env = Environment(
         user_classes=[LLMUser, OpenLoopUser], shape_class=shape, host=opts.url, stop_timeout=opts.drain_seconds
     )
-    env.loadgen = state  # type: ignore[attr-defined]
-    state.fire_request = env.events.request.fire
-    # Locust keeps float response times as given (its type hint says int)
-    state.log_metric = lambda kind, name, ms: env.stats.log_request(kind, name, ms, 0)  # type: ignore[arg-type]
+    bind(env, state)
     env.events.spawning_complete.add_listener(lambda user_count, **_: shape.on_spawning_complete(user_count))
     side = start_telemetry(run_dir, opts.telemetry, out)
     exporter = None

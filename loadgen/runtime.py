@@ -1,6 +1,6 @@
 """Per-process run state shared by the Locust users and the load shape.
 
-One ``RunState`` lives on the Locust ``Environment`` (``env.loadgen``). It owns this process's
+One ``RunState`` is bound to the Locust ``Environment`` (``bind``, ``state_of``). It owns this process's
 request-record file, the current step, the live counters of the progress line, and the one function
 that turns a ``RequestSpec`` into a timed call and a ``RequestRecord`` (``execute``). Users only
 call ``execute`` and report through Locust's event; nothing else shares mutable state.
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -371,3 +372,22 @@ def _flatten(messages: list[dict[str, Any]] | None) -> str:
     if not messages:
         return ""
     return "\n\n".join(str(m.get("content", "")) for m in messages)
+
+
+_STATES: weakref.WeakKeyDictionary[Any, RunState] = weakref.WeakKeyDictionary()
+
+
+def bind(env: Any, state: RunState) -> None:
+    """Wire a RunState to a Locust ``Environment``, the same way for ``loadgen ramp``, the web UI's
+    locustfile and a worker: users find it (``state_of``), each request is reported to Locust
+    (its request event), and TTFT and ITL go to Locust's statistics tab as their own rows."""
+    _STATES[env] = state
+    state.fire_request = env.events.request.fire
+    # Locust keeps float response times as given (its own users pass float ms; its hint says int)
+    log_request: Callable[[str, str, float, int], None] = env.stats.log_request
+    state.log_metric = lambda kind, name, ms: log_request(kind, name, ms, 0)
+
+
+def state_of(env: Any) -> RunState | None:
+    """The RunState ``bind`` gave this Environment, or None."""
+    return _STATES.get(env)

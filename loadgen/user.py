@@ -25,13 +25,13 @@ from locust import User, constant, task
 from loadgen.client import Transport
 from loadgen.clock import ANCHOR
 from loadgen.request import RequestSpec
-from loadgen.runtime import RunState
+from loadgen.runtime import RunState, state_of
 
 FAILURE_PAUSE_S = 0.1
 
 
 def _state(user: User) -> RunState:
-    state: RunState | None = getattr(user.environment, "loadgen", None)
+    state = state_of(user.environment)
     if state is None:
         raise RuntimeError("the loadgen users need the run state; start Locust with -f loadgen/locustfile.py")
     return state
