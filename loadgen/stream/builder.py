@@ -1,0 +1,245 @@
+"""The full decode of one response's payloads into a ``StreamResult`` (``_Builder``): the
+semantics of every shape ``loadgen.stream`` understands. Pure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from loadgen.stream.result import StreamResult
+
+_DONE = b"[DONE]"
+_FIRST_MALFORMED_CHARS = 200
+
+
+def _error_dict(obj: Any) -> dict[str, Any]:
+    """Normalise an error object (OpenAI, vLLM flat, or anything) to message/type/code."""
+    if isinstance(obj, dict):
+        msg = obj.get("message")
+        if msg is None:
+            msg = obj.get("detail", obj.get("error"))
+        return {
+            "message": msg if isinstance(msg, str) else ("" if msg is None else str(msg)),
+            "type": obj.get("type"),
+            "code": obj.get("code"),
+        }
+    return {"message": obj if isinstance(obj, str) else str(obj), "type": None, "code": None}
+
+
+class _Builder:
+    """Mutable state of one decode; the slow path for chunks that do not match a template."""
+
+    __slots__ = (
+        "chars",
+        "error_t",
+        "last_ct",
+        "pending_tokens",
+        "per_chunk_ok",
+        "res",
+        "text",
+        "times",
+        "tokens",
+    )
+
+    def __init__(self, end_ns: int) -> None:
+        self.res = StreamResult(end_ns=end_ns)
+        self.times = self.res.chunk_times_ns
+        self.chars = self.res.chunk_chars
+        self.text: list[str] = []
+        self.tokens: list[int] = []
+        self.per_chunk_ok = True
+        self.last_ct = 0
+        self.pending_tokens = 0
+        self.error_t = 0
+
+    def set_error(self, err: dict[str, Any], t_ns: int) -> None:
+        if self.res.error is None or t_ns < self.error_t:
+            self.res.error = err
+            self.error_t = t_ns
+
+    def bad(self, payload: bytes) -> None:
+        res = self.res
+        res.malformed += 1
+        if res.first_malformed is None:
+            res.first_malformed = payload[: _FIRST_MALFORMED_CHARS * 4].decode("utf-8", "replace")[
+                :_FIRST_MALFORMED_CHARS
+            ]
+
+    def payload(self, payload: bytes, t_ns: int) -> dict[str, Any] | None:
+        """Decode one payload fully and take it in; returns the object (None when not one)."""
+        try:
+            obj = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            if payload.strip() == _DONE:
+                self.res.done = True
+            else:
+                self.bad(payload)
+            return None
+        if not isinstance(obj, dict):
+            self.bad(payload)
+            return None
+        self.obj(obj, t_ns)
+        return obj
+
+    def obj(self, obj: dict[str, Any], t_ns: int) -> None:
+        # Written for speed: it runs for every chunk that is not a template chunk (all of them
+        # when the server sends usage in every chunk). ``type(x) is str`` is the cheap check.
+        res = self.res
+        if res.server_id is None:
+            sid = obj.get("id")
+            if type(sid) is str:
+                res.server_id = sid
+            model = obj.get("model")
+            if type(model) is str:
+                res.model = model
+        err = obj.get("error")
+        if err is not None:
+            self.set_error(_error_dict(err), t_ns)
+        if obj.get("object") == "error":
+            self.set_error(_error_dict(obj), t_ns)
+        chunk_tokens: int | None = None
+        usage = obj.get("usage")
+        if usage is not None and type(usage) is dict:
+            ct = self.take_usage(usage)
+            if ct is not None:
+                chunk_tokens = ct - self.last_ct
+                if chunk_tokens < 0:  # not cumulative after all: no exact per-chunk counts
+                    self.per_chunk_ok = False
+                self.last_ct = ct
+        choices = obj.get("choices")
+        n_chars = 0
+        reasoning = False
+        role = False
+        tool = False
+        if type(choices) is list:
+            for ch in choices:
+                if type(ch) is not dict:
+                    continue
+                fr = ch.get("finish_reason")
+                if fr is not None and type(fr) is str:
+                    res.finish_reason = fr
+                delta = ch.get("delta")
+                if delta is None:
+                    delta = ch.get("message")
+                    if delta is None:
+                        t = ch.get("text")  # completions
+                        if type(t) is str and t:
+                            n_chars += len(t)
+                            if ch.get("index", 0) == 0:
+                                self.text.append(t)
+                        continue
+                if type(delta) is not dict:
+                    continue
+                c = delta.get("content")
+                if c and type(c) is str:
+                    n_chars += len(c)
+                    if ch.get("index", 0) == 0:
+                        self.text.append(c)
+                r = delta.get("reasoning_content") or delta.get("reasoning")
+                if r and type(r) is str:
+                    n_chars += len(r)
+                    reasoning = True
+                    res.reasoning_text_chars += len(r)
+                if delta.get("role"):
+                    role = True
+                calls = delta.get("tool_calls")
+                if calls:
+                    k = _tool_call_chars(calls)
+                    if k:
+                        n_chars += k
+                        tool = True
+        if n_chars:
+            self.times.append(t_ns)
+            self.chars.append(n_chars)
+            if reasoning:
+                res.reasoning_chunks += 1
+            if tool:
+                res.tool_call_chunks += 1
+            if chunk_tokens is None:
+                self.per_chunk_ok = False
+                self.tokens.append(self.pending_tokens)
+            else:
+                self.tokens.append(self.pending_tokens + chunk_tokens)
+            self.pending_tokens = 0
+        else:
+            if chunk_tokens is not None:
+                self.pending_tokens += chunk_tokens
+            if role:
+                res.role_only_chunks += 1
+            elif choices and type(choices) is list:
+                res.empty_chunks += 1
+
+    def text_with_usage(self, t_ns: int, text: str, reasoning: bool, usage: dict[str, Any]) -> None:
+        """What ``obj`` does for a plain one-text chunk carrying usage (the usage-template path)."""
+        res = self.res
+        ct = self.take_usage(usage)
+        self.times.append(t_ns)
+        self.chars.append(len(text))
+        if reasoning:
+            res.reasoning_chunks += 1
+            res.reasoning_text_chars += len(text)
+        else:
+            self.text.append(text)
+        if ct is None:
+            self.per_chunk_ok = False
+            self.tokens.append(self.pending_tokens)
+        else:
+            chunk_tokens = ct - self.last_ct
+            if chunk_tokens < 0:
+                self.per_chunk_ok = False
+            self.last_ct = ct
+            self.tokens.append(self.pending_tokens + chunk_tokens)
+        self.pending_tokens = 0
+
+    def take_usage(self, usage: dict[str, Any]) -> int | None:
+        res = self.res
+        pt = usage.get("prompt_tokens")
+        if type(pt) is int:
+            res.prompt_tokens = pt
+        ct = usage.get("completion_tokens")
+        if type(ct) is int:
+            res.completion_tokens = ct
+        else:
+            ct = None
+        details = usage.get("prompt_tokens_details")
+        if details is not None and type(details) is dict:
+            cached = details.get("cached_tokens")
+            if type(cached) is int:
+                res.cached_tokens = cached
+        return ct
+
+    def named(self, event: str, payload: bytes, t_ns: int) -> None:
+        self.res.named_events += 1
+        if event != "error":
+            return
+        try:
+            obj: Any = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            obj = payload[:1000].decode("utf-8", "replace")
+        if isinstance(obj, dict) and isinstance(obj.get("error"), (dict, str)):
+            obj = obj["error"]
+        self.set_error(_error_dict(obj), t_ns)
+
+    def result(self) -> StreamResult:
+        res = self.res
+        res.text = "".join(self.text)
+        tokens = self.tokens
+        if self.per_chunk_ok and tokens and res.completion_tokens is not None:
+            tokens[-1] += self.pending_tokens
+            res.chunk_tokens = tokens
+        return res
+
+
+def _tool_call_chars(calls: Any) -> int:
+    n = 0
+    if isinstance(calls, list):
+        for call in calls:
+            if isinstance(call, dict):
+                fn = call.get("function")
+                if isinstance(fn, dict):
+                    for key in ("name", "arguments"):
+                        v = fn.get(key)
+                        if isinstance(v, str):
+                            n += len(v)
+    return n

@@ -1,0 +1,132 @@
+"""What one response carried (``StreamResult``) and how its output tokens were counted."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import accumulate
+from operator import sub
+from typing import Any
+
+TOKENS_PER_CHUNK_USAGE = "usage_per_chunk"
+TOKENS_USAGE = "usage"
+TOKENS_CHUNKS = "chunks"
+
+
+@dataclass(slots=True)
+class StreamResult:
+    """What one response carried, decoded after the stream ended.
+
+    Times are ``perf_counter_ns`` values as given to the accumulator. ``chunk_*`` lists are aligned:
+    one entry per chunk that carried output. ``chunk_tokens`` is exact and present only when every
+    such chunk carried a cumulative ``usage`` (vLLM ``continuous_usage_stats``); tokens of chunks
+    without output (a final empty-delta chunk with the EOS token) go to the next output chunk, or to
+    the last one when none follows, so ``sum(chunk_tokens) == completion_tokens``.
+
+    ``text``: content of choice 0 (reasoning is counted in ``reasoning_chunks`` /
+    ``reasoning_text_chars`` but not kept); usage fields come from the last usage object seen;
+    ``finish_reason`` is the last one seen; ``done``: ``[DONE]`` arrived (always True for a
+    non-streaming body); ``error``: the first error by arrival, as ``{"message", "type", "code"}``;
+    ``malformed``: payloads that were not a JSON object (``first_malformed``: the first, 200
+    chars); ``role_only_chunks`` / ``empty_chunks``: chunks with choices but no output, with and
+    without a role; ``named_events``: events with an ``event:`` name; ``n_payloads``: payloads
+    other than ``[DONE]``.
+
+    ``late_ns``: sparse ``[chunk index, ns]`` pairs for output chunks whose time is only an upper
+    bound: the chunk really arrived at most ``ns`` before it (see ``ChunkAccumulator.note_read``);
+    every other time is exact. ``chunk_clock``: what the times are, ``kernel`` (when the kernel
+    received the bytes) or ``read`` (when the process read them); set by the transport.
+    """
+
+    chunk_times_ns: list[int] = field(default_factory=list)
+    chunk_chars: list[int] = field(default_factory=list)
+    chunk_tokens: list[int] | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None
+    finish_reason: str | None = None
+    text: str = ""
+    reasoning_chunks: int = 0
+    reasoning_text_chars: int = 0
+    tool_call_chunks: int = 0
+    done: bool = False
+    error: dict[str, Any] | None = None
+    malformed: int = 0
+    first_malformed: str | None = None
+    server_id: str | None = None
+    model: str | None = None
+    role_only_chunks: int = 0
+    empty_chunks: int = 0
+    named_events: int = 0
+    n_payloads: int = 0
+    end_ns: int = 0
+    late_ns: list[list[int]] = field(default_factory=list)
+    chunk_clock: str = "read"
+
+    @property
+    def first_chunk_ns(self) -> int | None:
+        """Arrival of the first chunk that carried output (the end of TTFT), or None."""
+        return self.chunk_times_ns[0] if self.chunk_times_ns else None
+
+    def token_split(self) -> tuple[list[int], int | None, str]:
+        """``(tokens per output chunk, output tokens, tokens_source)`` from the best source present.
+
+        ``usage_per_chunk``: exact per-chunk counts; ``usage``: the final usage's total spread over
+        the chunks by characters (``distribute_tokens``); ``chunks``: no usage at all, one token per
+        output chunk (a lower bound on a speculative server; a tokenizer would do better).
+        """
+        if self.chunk_tokens is not None and self.completion_tokens is not None:
+            return list(self.chunk_tokens), self.completion_tokens, TOKENS_PER_CHUNK_USAGE
+        if self.completion_tokens is not None:
+            return (
+                distribute_tokens(self.chunk_chars, self.completion_tokens),
+                self.completion_tokens,
+                TOKENS_USAGE,
+            )
+        n = len(self.chunk_times_ns)
+        return [1] * n, n, TOKENS_CHUNKS
+
+    def error_class(self) -> str | None:
+        """The records' error class this result implies on an HTTP 200, or None when it is clean.
+
+        An error object wins (``stream_error``); a stream with neither ``[DONE]`` nor a finish
+        reason was cut (``truncated``: its last payload may be half a JSON object, which is not
+        counted against the server as malformed); otherwise undecodable payloads give
+        ``malformed_stream``.
+        """
+        if self.error is not None:
+            return "stream_error"
+        if not self.done and self.finish_reason is None:
+            return "truncated"
+        if self.malformed:
+            return "malformed_stream"
+        return None
+
+
+def distribute_tokens(chunk_chars: list[int], total_tokens: int) -> list[int]:
+    """Split ``total_tokens`` over chunks by their characters: integers summing exactly to it.
+
+    With at least as many tokens as chunks, every chunk gets one and the surplus (the extra
+    tokens of multi-token chunks) goes by characters; with fewer, all of it goes by characters
+    (some chunks get 0). "By characters" is cumulative rounding, so each chunk is within one token
+    of its exact share. Chunks with no characters weigh as one character. 0 everywhere when
+    ``total_tokens`` <= 0. Linear, C-level work only (it runs once per request).
+    """
+    n = len(chunk_chars)
+    if n == 0:
+        return []
+    if total_tokens <= 0:
+        return [0] * n
+    if total_tokens == n:
+        return [1] * n
+    base = 1 if total_tokens > n else 0
+    share = total_tokens - n * base
+    weights = chunk_chars if 0 not in chunk_chars else [c if c > 0 else 1 for c in chunk_chars]
+    cum = list(accumulate(weights))
+    whole = cum[-1]
+    twice_whole = 2 * whole
+    twice_share = 2 * share
+    if base:  # cumulative bounds of "one each + surplus share": bound k gains k + 1
+        bounds = [(c * twice_share + whole) // twice_whole + k for k, c in enumerate(cum, 1)]
+    else:
+        bounds = [(c * twice_share + whole) // twice_whole for c in cum]
+    return [bounds[0], *map(sub, bounds[1:], bounds)]

@@ -1,0 +1,279 @@
+"""The fast path of ``ChunkAccumulator.finish`` (``loadgen/stream/fastpath.py``) against the full
+decode: template chunks, blocks of them and usage in every chunk must give exactly what decoding
+each payload alone with orjson gives, and fall back wherever the bytes are not what they seem."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import orjson
+import pytest
+from test_stream import TEXTS, chat_stream, check, feed
+
+from loadgen.stream import ChunkAccumulator, StreamResult
+from loadgen.stream.fastpath import _decode_strings
+
+
+def test_template_path_equals_full_decoding() -> None:
+    """The same chunks, once able to use the template path and once with a per-chunk stamp that
+    forces full decoding, give identical results apart from ids."""
+    for seed in range(40):
+        a = chat_stream(random.Random(seed), n=30)
+        b = chat_stream(random.Random(seed), n=30, stamp=True)
+        ra, _ = feed(a.stream, [])
+        rb, _ = feed(b.stream, [])
+        assert ra == rb
+
+
+def test_template_is_not_fooled_by_an_equal_string_elsewhere() -> None:
+    # The delta's text is written escaped (\u0061 = "a") while another field holds a raw "a":
+    # the raw occurrence must not become the template.
+    head = b'{"id":"x","choices":[{"index":0,"delta":{"content":"\\u0061"},"finish_reason":null}],'
+    payloads = [head + b'"extra":{"content":"a"}}', head + b'"extra":{"content":"zzz"}}']
+    acc = ChunkAccumulator()
+    for i, p in enumerate(payloads):
+        acc.add(p, i)
+    res = acc.finish(5)
+    assert res.text == "aa"
+    assert res.chunk_chars == [1, 1]
+
+
+def test_template_mid_that_is_not_one_string_falls_back() -> None:
+    pre = b'{"id":"x","choices":[{"index":0,"delta":{"content":"'
+    suf = b'"},"finish_reason":null}]}'
+    acc = ChunkAccumulator()
+    acc.add(pre + b"first" + suf, 1)
+    acc.add(pre + b'a","role":"assistant' + suf, 2)  # same prefix/suffix, two fields in between
+    acc.add(pre + b"bad \\q escape" + suf, 3)  # invalid JSON
+    acc.add(pre + b"\xff\xfe" + suf, 4)  # invalid UTF-8
+    acc.add(pre + b'say \\"hi\\"' + suf, 5)  # escaped quotes: decoded exactly
+    res = acc.finish(6)
+    assert res.text == 'firstasay "hi"'
+    assert res.chunk_times_ns == [1, 2, 5]
+    assert res.malformed == 2
+
+
+def _one_by_one(payloads: list[bytes]) -> StreamResult:
+    """Reference: every payload decoded on its own (a one-payload stream never uses a template),
+    then the per-payload results concatenated in order."""
+    total = StreamResult()
+    for i, p in enumerate(payloads):
+        acc = ChunkAccumulator()
+        acc.add(p, i)
+        r = acc.finish(0)
+        total.chunk_times_ns += r.chunk_times_ns
+        total.chunk_chars += r.chunk_chars
+        total.text += r.text
+        total.malformed += r.malformed
+        total.reasoning_chunks += r.reasoning_chunks
+        total.reasoning_text_chars += r.reasoning_text_chars
+        total.done = total.done or r.done
+        total.finish_reason = r.finish_reason or total.finish_reason
+        total.error = total.error or r.error
+    return total
+
+
+_PRE = (
+    b'{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m",'
+    b'"choices":[{"index":0,"delta":{"content":"'
+)
+_SUF = b'"},"logprobs":null,"finish_reason":null}]}'
+_ODD_MIDS = [
+    b"\xff\xfe",  # invalid UTF-8
+    b"\xc3",  # half a character
+    b"tab\there",  # raw control character (invalid JSON, accepted by slicing)
+    b"bad \\q escape",  # invalid escape
+    b'a","role":"assistant',  # two fields where the text was
+    b"ends in one backslash \\",  # escapes the closing quote: not one string
+    b"",  # empty text
+    b"x\ny",  # a line feed (multi-line SSE data)
+    b'\\"',  # escaped quote only
+    b"\\\\",  # one escaped backslash at the end
+    b"\\u00e9\\n",  # escapes only
+]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_long_runs_equal_one_by_one_decoding(seed: int) -> None:
+    """Long runs of template chunks (the bulk path) with odd and foreign payloads mixed in decode
+    exactly as each payload does alone."""
+    rng = random.Random(seed)
+    payloads = [orjson.dumps({"id": "chatcmpl-1", "choices": [{"index": 0, "delta": {"role": "assistant"}}]})]
+    for _ in range(rng.randint(20, 300)):
+        r = rng.random()
+        if r < 0.03:
+            payloads.append(_PRE + rng.choice(_ODD_MIDS) + _SUF)
+        elif r < 0.04:
+            payloads.append(b'{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}')
+        elif r < 0.05:
+            payloads.append(b"not json")
+        elif r < 0.08:
+            # Foreign payloads as long as a template chunk: another stamp, a finish, usage, error.
+            raw = orjson.dumps(rng.choice(TEXTS))[1:-1]
+            payloads.append(
+                rng.choice(
+                    [
+                        _PRE.replace(b'"created":1', b'"created":2') + raw + _SUF,
+                        _PRE.replace(b'"index":0', b'"index":1') + raw + _SUF,
+                        _PRE + raw + _SUF.replace(b'"finish_reason":null', b'"finish_reason":"st"'),
+                        _PRE + raw + _SUF.replace(b'"finish_reason":null', b'"finish_reason":"length"'),
+                        _PRE + raw + _SUF[:-1] + b',"usage":{"prompt_tokens":1,"completion_tokens":2}}',
+                        b'{"error":{"message":"' + b"x" * 150 + b'","type":"InternalServerError","code":500}}',
+                    ]
+                )
+            )
+        else:
+            text = rng.choice([*TEXTS, "\\", '"', 'x\\"', "\\\\n"])
+            payloads.append(_PRE + orjson.dumps(text)[1:-1] + _SUF)
+    payloads.append(b"[DONE]")
+    acc = ChunkAccumulator()
+    for i, p in enumerate(payloads):
+        acc.add(p, i)
+    got = acc.finish(0)
+    want = _one_by_one(payloads)
+    assert got.chunk_times_ns == want.chunk_times_ns
+    assert got.chunk_chars == want.chunk_chars
+    assert got.text == want.text
+    assert got.malformed == want.malformed
+    assert got.done
+    assert got.finish_reason == want.finish_reason
+    assert got.error == want.error
+
+
+def test_reasoning_runs_equal_one_by_one_decoding() -> None:
+    pre = _PRE.replace(b'"content"', b'"reasoning_content"')
+    payloads = [pre + orjson.dumps(t)[1:-1] + _SUF for t in TEXTS * 3]
+    payloads += [_PRE + orjson.dumps(t)[1:-1] + _SUF for t in TEXTS * 3]
+    acc = ChunkAccumulator()
+    acc.add_all(payloads, 7)
+    got = acc.finish(0)
+    want = _one_by_one(payloads)
+    assert got.reasoning_chunks == want.reasoning_chunks == len(TEXTS) * 3
+    assert got.reasoning_text_chars == want.reasoning_text_chars
+    assert got.text == want.text == "".join(TEXTS) * 3
+    assert got.chunk_chars == want.chunk_chars
+
+
+@pytest.mark.parametrize(
+    "bodies",
+    [
+        [b"plain", b" \\u00e9", b"\\n\\n"],
+        [b'say \\"hi\\"', b"ok", b'\\"'],
+        [b"ends in an escaped backslash \\\\", b"next", b"\\\\"],
+        [b'\\"', b"\\\\", b'x\\"\\\\'],
+    ],
+)
+def test_decode_strings_bodies_with_quotes_and_backslashes(bodies: list[bytes]) -> None:
+    want = [orjson.loads(b'"' + m + b'"') for m in bodies]
+    assert _decode_strings(bodies) == want
+
+
+@pytest.mark.parametrize(
+    "bodies",
+    [
+        [b"a\\", b'","b'],  # a trailing escape swallowing the next quote
+        [b'a","b', b"c"],  # a body that is two strings
+        [b"tab\there"],  # raw control character
+        [b"\\q"],  # bad escape
+        [b"\xff"],  # bad UTF-8
+        [b"ok", b'"'],  # a bare quote
+        [b"x\\", b',"y', b"z"],  # decoded as one array these would give three wrong strings
+        [b"ok", b"x\\", b',"y', b"z"],
+        [b'x","y', b"z\\", b","],
+    ],
+)
+def test_decode_strings_refuses_what_is_not_one_string_each(bodies: list[bytes]) -> None:
+    assert _decode_strings(bodies) is None
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"continuous": True}, {"reasoning": 3000, "sglang": True}])
+def test_very_long_stream_is_decoded_in_parts(kwargs: dict[str, Any]) -> None:
+    """More payloads than one compaction holds: decoded in several passes, same truth."""
+    rng = random.Random(5)
+    t = chat_stream(rng, n=4500, **kwargs)
+    check(t, [])
+    cuts = sorted(rng.sample(range(1, len(t.stream)), 3000))
+    check(t, cuts)
+    res, _ = feed(t.stream, cuts)
+    assert res.n_payloads == 4500 + 3  # role, chunks, finish, usage; [DONE] not counted
+
+
+def _expected_tokens(payloads: list[bytes]) -> list[int] | None:
+    """Reference for per-chunk tokens: cumulative usage deltas, tokens of chunks without output
+    carried to the next output chunk (or the last one)."""
+    tokens: list[int] = []
+    pending = 0
+    last = 0
+    exact = True
+    for p in payloads:
+        try:
+            obj = orjson.loads(p)
+        except orjson.JSONDecodeError:
+            continue
+        if not isinstance(obj, dict):
+            continue
+        one = ChunkAccumulator()
+        one.add(p, 0)
+        has_text = bool(one.finish(0).chunk_chars)
+        usage = obj.get("usage")
+        delta = None
+        if isinstance(usage, dict) and type(usage.get("completion_tokens")) is int:
+            delta = usage["completion_tokens"] - last
+            last = usage["completion_tokens"]
+            exact = exact and delta >= 0
+        if has_text:
+            if delta is None:
+                exact = False
+            tokens.append(pending + (delta or 0))
+            pending = 0
+        elif delta is not None:
+            pending += delta
+    if not exact or not tokens:
+        return None
+    tokens[-1] += pending
+    return tokens
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_usage_in_every_chunk_equals_one_by_one_decoding(seed: int) -> None:
+    """vLLM continuous_usage_stats: the usage-template path against full decoding, with odd
+    payloads mixed in (usage not last, not an object, bad text, decreasing counts)."""
+    rng = random.Random(seed)
+    ct = 0
+    head = _PRE.replace(b'"content"', rng.choice([b'"content"', b'"reasoning_content"']))
+    payloads = [
+        b'{"id":"chatcmpl-1","choices":[{"index":0,"delta":{"role":"assistant"}}],'
+        b'"usage":{"prompt_tokens":9,"completion_tokens":0,"total_tokens":9}}'
+    ]
+    for _ in range(rng.randint(20, 200)):
+        ct += rng.choice([1, 1, 2, 3])
+        usage = b'{"prompt_tokens":9,"completion_tokens":%d,"total_tokens":%d}' % (ct, ct + 9)
+        raw = orjson.dumps(rng.choice([*TEXTS, "\\", '"']))[1:-1]
+        r = rng.random()
+        if r < 0.02:
+            usage = b'"not an object"'
+        elif r < 0.04:
+            usage = b'{"prompt_tokens":9,"completion_tokens":%d}' % (ct - 5)
+        elif r < 0.06:
+            raw = rng.choice(_ODD_MIDS)
+        elif r < 0.08:
+            payloads.append(head + raw + _SUF[:-1] + b',"usage":' + usage + b',"x":1}')
+            continue
+        elif r < 0.1:
+            payloads.append(b'{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":' + usage + b"}")
+            continue
+        payloads.append(head + raw + _SUF[:-1] + b',"usage":' + usage + b"}")
+    acc = ChunkAccumulator()
+    for i, p in enumerate(payloads):
+        acc.add(p, i)
+    got = acc.finish(0)
+    want = _one_by_one(payloads)
+    assert got.chunk_times_ns == want.chunk_times_ns
+    assert got.chunk_chars == want.chunk_chars
+    assert got.text == want.text
+    assert got.reasoning_chunks == want.reasoning_chunks
+    assert got.malformed == want.malformed
+    assert got.chunk_tokens == _expected_tokens(payloads)
+    if got.chunk_tokens is not None:
+        assert sum(got.chunk_tokens) == got.completion_tokens
