@@ -275,10 +275,17 @@ def build_plan(
     requests: int | None,
 ) -> list[StepPlan]:
     """The matrix: every context length (outer) times every concurrency (inner)."""
+    contexts = _plan_contexts(context_tokens, duration_s, requests)
+    return [StepPlan(c, ctx, warmup_s, duration_s, requests) for ctx in contexts for c in concurrency]
+
+
+def _plan_contexts(
+    context_tokens: list[int] | None, duration_s: float | None, requests: int | None
+) -> list[int | None]:
+    """The context lengths a plan iterates (None: the workload's own); a step must be able to end."""
     if duration_s is None and requests is None:
         raise ValueError("give --step-seconds or --requests-per-step (or both)")
-    contexts: list[int | None] = list(context_tokens) if context_tokens else [None]
-    return [StepPlan(c, ctx, warmup_s, duration_s, requests) for ctx in contexts for c in concurrency]
+    return list(context_tokens) if context_tokens else [None]
 
 
 def build_open_plan(
@@ -289,11 +296,8 @@ def build_open_plan(
     requests: int | None,
 ) -> list[StepPlan]:
     """Open-loop steps: each target a rate (req/s, a number) or a trace replay; one dispatcher."""
-    if duration_s is None and requests is None:
-        raise ValueError("give --step-seconds or --requests-per-step (or both)")
-    contexts: list[int | None] = list(context_tokens) if context_tokens else [None]
     plan = []
-    for ctx in contexts:
+    for ctx in _plan_contexts(context_tokens, duration_s, requests):
         for target in targets:
             if isinstance(target, (int, float)):
                 plan.append(StepPlan(1, ctx, warmup_s, duration_s, requests, rate=float(target)))
