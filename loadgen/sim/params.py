@@ -1,0 +1,77 @@
+"""What a chat or text completion request asks for, read from its JSON body.
+
+Fields understood: ``messages`` (chat: required, a list) or ``prompt`` (completions: required),
+``max_completion_tokens`` or else ``max_tokens`` (a non-negative integer; absent: up to the context
+length), ``min_tokens`` (a floor on the natural length; not an integer: 0), ``ignore_eos``,
+``stream`` and ``stream_options`` (``include_usage``: SGLang sends usage only when asked, vLLM
+whenever ``stream_options`` is present; ``continuous_usage_stats``). Other fields are ignored.
+A body that breaks these rules raises :class:`BadRequest`, whose message the client gets with a 400.
+Prompt tokens are estimated from the text (:func:`loadgen.sim.text.count_prompt_tokens`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from loadgen.sim.text import count_prompt_tokens, prompt_text
+
+
+class BadRequest(Exception):
+    """The body cannot be served; ``message`` is what the client is told."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass(frozen=True)
+class GenerateParams:
+    body: dict[str, Any]
+    text: str  # the prompt's text (chat: the messages' contents)
+    prompt_tokens: int
+    max_tokens: int | None
+    min_tokens: int
+    ignore_eos: bool
+    stream: bool
+    include_usage: bool
+    continuous_usage: bool
+
+
+def read_params(body_raw: bytes, chat: bool, chars_per_token: float, style: str) -> GenerateParams:
+    """Parse and check one request body (``style``: "sglang" or "vllm", the server imitated)."""
+    try:
+        body = orjson.loads(body_raw)
+        if not isinstance(body, dict):
+            raise ValueError("the request body must be a JSON object")
+    except (orjson.JSONDecodeError, ValueError) as exc:
+        raise BadRequest(f"Invalid JSON body: {exc}") from None
+    if chat and not isinstance(body.get("messages"), list):
+        raise BadRequest("Field 'messages' is required and must be a list.")
+    if not chat and "prompt" not in body:
+        raise BadRequest("Field 'prompt' is required.")
+    text, n_msgs = prompt_text(body, chat)
+    prompt_tokens = count_prompt_tokens(text, n_msgs, chars_per_token)
+    max_tokens = body.get("max_completion_tokens")
+    if max_tokens is None:
+        max_tokens = body.get("max_tokens")
+    if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 0):
+        raise BadRequest(f"max_tokens must be a non-negative integer, got {max_tokens!r}")
+    min_tokens = body.get("min_tokens") or 0
+    if not isinstance(min_tokens, int):
+        min_tokens = 0
+    sent = body.get("stream_options")
+    opts = sent if isinstance(sent, dict) else {}
+    return GenerateParams(
+        body=body,
+        text=text,
+        prompt_tokens=prompt_tokens,
+        max_tokens=max_tokens,
+        min_tokens=min_tokens,
+        ignore_eos=bool(body.get("ignore_eos")),
+        stream=bool(body.get("stream")),
+        include_usage=bool(opts.get("include_usage", style == "vllm" and isinstance(sent, dict))),
+        continuous_usage=bool(opts.get("continuous_usage_stats")),
+    )

@@ -1,0 +1,241 @@
+"""Engine emissions to bytes on the client connections: the simulator's hot path.
+
+A streamed request gets one chunk per emission that carries tokens, written the moment its engine
+step ends (a chat stream's first one also carries the role chunk), then the finish chunk, the usage
+chunk when asked, ``[DONE]``. A non-streamed request collects its text and gets one body when it
+finishes. An aborted request ends with an error: an error event inside its stream, or a 500.
+
+Stream faults, per request (-1: off): after ``stall_at`` content chunks nothing more is sent and
+the connection stays open; chunk ``malformed_at + 1`` is cut short mid-JSON; after ``error_at``
+chunks an error event ends the stream and the request is aborted.
+
+The emission log (``--emission-log``) gets one JSON line per chunk sent: ``request_id``, ``index``
+(per request, from 0), ``tokens``, ``emit_ns`` (wall clock, ns), ``kind`` (role, content, finish,
+usage, error). It is buffered; the owner flushes it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import IO
+
+import orjson
+
+from loadgen.sim.bodies import (
+    DONE,
+    chunk_prefix,
+    completion_body,
+    content_template,
+    error_body,
+    finish_chunk,
+    malformed_chunk,
+    role_chunk,
+    stream_error,
+    usage_chunk,
+    usage_json,
+)
+from loadgen.sim.engine import ABORTED, Emission, Engine, SimRequest
+from loadgen.sim.http import Connection
+from loadgen.sim.text import TextSource
+
+
+class Response:
+    """Per-request response state (the engine request's ``context``)."""
+
+    __slots__ = (
+        "chat", "chunks", "conn", "continuous_usage", "done", "error_at", "head", "id_json", "include_usage",
+        "malformed_at", "pieces", "prefix", "prompt_tokens", "req", "rid", "sent", "stall_at", "stream", "tail",
+    )  # fmt: skip
+
+    conn: Connection
+    req: SimRequest
+    rid: str
+    id_json: bytes
+    chat: bool
+    stream: bool
+    prompt_tokens: int
+    include_usage: bool
+    continuous_usage: bool
+    stall_at: int
+    malformed_at: int
+    error_at: int
+    prefix: bytes  # what every chunk of this response starts with (bodies.chunk_prefix)
+    head: bytes
+    tail: bytes
+
+    def __init__(self) -> None:
+        self.chunks = 0
+        self.done = False
+        self.pieces: list[bytes] = []
+        self.sent = 0
+
+
+class Responder:
+    """Writes the engine's emissions to their requests' connections.
+
+    ``clock``: the engine's time (s), read when a fault aborts a request."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        text: TextSource,
+        model_name: str,
+        created: int,
+        style: str,
+        emission_log: str | None,
+        clock: Callable[[], float],
+    ) -> None:
+        self.engine = engine
+        self.text = text
+        self.model_name = model_name
+        self.model_json = orjson.dumps(model_name)
+        self.created = created
+        self.style = style
+        self.clock = clock
+        self._emlog: IO[bytes] | None = open(emission_log, "ab") if emission_log else None  # noqa: SIM115
+
+    def open(
+        self,
+        conn: Connection,
+        rid: str,
+        chat: bool,
+        stream: bool,
+        prompt_tokens: int,
+        include_usage: bool,
+        continuous_usage: bool,
+        stall_at: int,
+        malformed_at: int,
+        error_at: int,
+    ) -> Response:
+        """A new response to one request on ``conn``, its chunk templates built once."""
+        st = Response()
+        st.conn = conn
+        st.rid = rid
+        st.chat = chat
+        st.stream = stream
+        st.prompt_tokens = prompt_tokens
+        st.id_json = orjson.dumps(rid)
+        st.include_usage = include_usage
+        st.continuous_usage = continuous_usage
+        st.stall_at = stall_at
+        st.malformed_at = malformed_at
+        st.error_at = error_at
+        st.prefix = chunk_prefix(st.id_json, chat, self.created, self.model_json)
+        st.head, st.tail = content_template(st.prefix, chat)
+        return st
+
+    def flush(self) -> None:
+        if self._emlog is not None:
+            self._emlog.flush()
+
+    def close(self) -> None:
+        if self._emlog is not None:
+            self._emlog.flush()
+            self._emlog.close()
+            self._emlog = None
+
+    def deliver(self, emissions: list[Emission]) -> None:
+        emlog = self._emlog
+        for em in emissions:
+            st: Response = em.req.context  # type: ignore[assignment]
+            if st is None or st.done:
+                continue
+            if not st.stream:
+                if em.tokens:
+                    st.pieces.append(self.text.take(em.tokens))
+                if em.finished:
+                    self._finish_plain(st, em.req)
+                continue
+            conn = st.conn
+            if conn.closed:
+                continue
+            if em.req.state == ABORTED:
+                self._stream_error(st, em.req.abort_message or "The request was aborted.", "InternalServerError", 500)
+                continue
+            if em.tokens:
+                st.chunks += 1
+                if st.stall_at >= 0 and st.chunks > st.stall_at:
+                    if em.finished:
+                        st.done = True
+                    continue
+                if st.error_at >= 0 and st.chunks > st.error_at:
+                    self._stream_error(
+                        st,
+                        "Simulated internal error while generating (--error-after-chunks).",
+                        "InternalServerError",
+                        500,
+                    )
+                    self.engine.abort(st.rid, self.clock(), "fault")
+                    continue
+                text = self.text.take(em.tokens)
+                if st.malformed_at >= 0 and st.chunks == st.malformed_at + 1:
+                    payload = malformed_chunk(st.id_json)
+                elif st.continuous_usage:
+                    n = em.req.generated
+                    usage = usage_json(st.prompt_tokens, n, em.req.cached_tokens)
+                    payload = st.head + text + st.tail[:-7] + usage + b"}\n\n"  # the tail ends in null}\n\n
+                else:
+                    payload = st.head + text + st.tail
+                if st.chunks == 1 and st.chat:
+                    usage = usage_json(st.prompt_tokens, 0, em.req.cached_tokens) if st.continuous_usage else b"null"
+                    role = role_chunk(st.prefix, usage)
+                    if emlog is not None:
+                        self._emit_log(st, 0, "role")
+                    if emlog is not None:
+                        self._emit_log(st, em.tokens, "content")
+                    conn.write_chunk(role + payload)
+                else:
+                    if emlog is not None:
+                        self._emit_log(st, em.tokens, "content")
+                    conn.write_chunk(payload)
+            if em.finished:
+                self._finish_stream(st, em.req)
+
+    def _emit_log(self, st: Response, tokens: int, kind: str) -> None:
+        assert self._emlog is not None
+        self._emlog.write(
+            orjson.dumps(
+                {"request_id": st.rid, "index": st.sent, "tokens": tokens, "emit_ns": time.time_ns(), "kind": kind}
+            )
+            + b"\n"
+        )
+        st.sent += 1
+
+    def _finish_stream(self, st: Response, req: SimRequest) -> None:
+        reason = req.finish_reason or "stop"
+        usage_all = usage_json(st.prompt_tokens, req.generated, req.cached_tokens)
+        out = finish_chunk(st.prefix, st.chat, reason, usage_all if st.continuous_usage else b"null")
+        emlog = self._emlog
+        if emlog is not None:
+            self._emit_log(st, 0, "finish")
+        if st.include_usage:
+            out += usage_chunk(st.prefix, usage_all)
+            if emlog is not None:
+                self._emit_log(st, 0, "usage")
+        out += DONE
+        st.done = True
+        st.conn.write_chunk(out)
+        st.conn.end_response()
+
+    def _stream_error(self, st: Response, message: str, err_type: str, code: int) -> None:
+        payload = stream_error(message, err_type, code)
+        if self._emlog is not None:
+            self._emit_log(st, 0, "error")
+        st.done = True
+        st.conn.write_chunk(payload)
+        st.conn.end_response()
+
+    def _finish_plain(self, st: Response, req: SimRequest) -> None:
+        st.done = True
+        if req.state == ABORTED:
+            body = error_body(self.style, 500, req.abort_message or "aborted", "InternalServerError")
+            st.conn.end_plain(500, body)
+            return
+        text = b"".join(st.pieces).decode()
+        reason = req.finish_reason or "stop"
+        body = completion_body(
+            st.chat, st.rid, self.created, self.model_name, text, reason, st.prompt_tokens, req.generated,
+            req.cached_tokens,
+        )  # fmt: skip
+        st.conn.end_plain(200, body, extra=b"x-request-id: " + st.rid.encode("latin-1", "replace") + b"\r\n")
