@@ -1,5 +1,5 @@
 """Does Python's cyclic GC cost timing accuracy? ``loadgen ramp`` at C=256 against the paced mock,
-alternating the product as it is (``loadgen.runtime.quiet_gc``: ``gc.freeze()`` after start-up,
+alternating the product as it is (``loadgen.load.runtime.quiet_gc``: ``gc.freeze()`` after start-up,
 generation 0 100x less often) with the interpreter's default GC (``quiet_gc`` made a no-op).
 
     PYTHONPATH=. python benchmarks/gc_ab.py [--pairs 3] [--seconds 6]
@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run as bench  # the harness next to this file
 
 _DEFAULT_GC = (
-    "import sys; import loadgen.ramp, loadgen.runtime as rt; from loadgen.cli import main; "
-    "rt.quiet_gc = lambda: None; loadgen.ramp.quiet_gc = lambda: None; sys.exit(main(sys.argv[1:]))"
+    "import sys; import loadgen.load.ramp, loadgen.load.runtime as rt; from loadgen.cli import main; "
+    "rt.quiet_gc = lambda: None; loadgen.load.ramp.quiet_gc = lambda: None; sys.exit(main(sys.argv[1:]))"
 )
 
 

@@ -23,8 +23,8 @@ from functools import partial
 
 import orjson
 
-from loadgen.sse import SSEDecoder
-from loadgen.stream import ChunkAccumulator
+from loadgen.parse.sse import SSEDecoder
+from loadgen.parse.stream import ChunkAccumulator
 
 _WORDS = (
     " the",

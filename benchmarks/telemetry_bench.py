@@ -22,7 +22,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from loadgen.records import read_jsonl  # noqa: E402
+from loadgen.rundir.records import read_jsonl  # noqa: E402
 from loadgen.telemetry import TelemetryOptions, start_side_process  # noqa: E402
 
 

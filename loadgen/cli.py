@@ -17,7 +17,8 @@ from typing import Any
 
 import orjson
 
-from loadgen.options import OptionError, parse_extra_body, parse_int_list
+from loadgen.spec import flags
+from loadgen.spec.options import OptionError
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -29,121 +30,39 @@ class UsageError(OptionError):
     """Bad command-line input; the message names the flag, the value and what to do."""
 
 
-_int_list = parse_int_list
-
-
-def _extra_body(items: list[str]) -> dict[str, Any]:
-    return parse_extra_body(items)
-
-
-# ramp defaults when neither a flag nor a scenario says otherwise
-RAMP_DEFAULTS: dict[str, Any] = {
-    "concurrency": "1,8,32,64,128",
-    "step_seconds": 30.0,
-    "warmup_seconds": 5.0,
-    "max_tokens": 512,
+# ramp defaults when neither a flag nor a scenario says otherwise (the flag table's)
+RAMP_DEFAULTS: dict[str, Any] = {dest: flags.BY_DEST[dest].default for dest in flags.SCENARIO_SETS}
+# loadgen demo: short steps, so the whole job takes about a minute
+DEMO_DEFAULTS: dict[str, Any] = {
+    "concurrency": [1, 8, 32, 64, 128],
+    "step_seconds": 8.0,
+    "warmup_seconds": 3.0,
+    "max_tokens": 256,
 }
 
 
 def _add_ramp_flags(p: argparse.ArgumentParser, demo: bool = False) -> None:
-    if not demo:
-        p.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:30000")
-        p.add_argument("--model", help="model name (default: the first one /v1/models lists)")
-        p.add_argument("--concurrency", help="comma-separated user counts per step (default 1,8,32,64,128)")
-        p.add_argument("--step-seconds", type=float, help="steady window length per step (default 30)")
-        p.add_argument("--warmup-seconds", type=float, help="warm-up excluded from each step (default 5)")
-        p.add_argument("--max-tokens", type=int, help="max_tokens of each request (default 512)")
-        p.add_argument("--label", help="a name for this run (shown in reports, part of the run id)")
-    p.add_argument("--scenario", help="a scenario file (TOML): prompts, lengths, load pattern; flags override it")
-    p.add_argument("--rate", help="open loop: comma-separated request rates per step (req/s), e.g. 1,2,4")
-    p.add_argument("--requests-per-step", type=int, help="end a step once this many requests finished in its window")
-    p.add_argument("--context-tokens", help="prompt lengths for a matrix, e.g. 60,4000,16000")
-    p.add_argument("--endpoint", choices=["chat", "completions"], default="chat")
-    p.add_argument("--no-stream", action="store_true", help="non-streaming requests (no TTFT/ITL)")
-    p.add_argument(
-        "--extra-body",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="extra JSON body field, e.g. temperature=0, ignore_eos=true (repeatable)",
-    )
-    p.add_argument("--transport", choices=["fast", "openai"], default="fast")
-    p.add_argument("--api-key", help="bearer token (default: $OPENAI_API_KEY); never written to the run dir")
-    p.add_argument("--request-timeout", type=float, default=600.0, help="seconds for a whole call")
-    p.add_argument("--stall-timeout", type=float, default=60.0, help="seconds without any byte before a call fails")
-    p.add_argument("--connect-timeout", type=float, default=10.0)
-    p.add_argument(
-        "--wait-ready",
-        type=float,
-        default=0.0,
-        metavar="SECONDS",
-        help="poll the server until it answers (0: check once)",
-    )
-    p.add_argument(
-        "--workers",
-        type=int,
-        default=0,
-        help="load-generating worker processes on this machine (Locust master/worker); 0: one process",
-    )
-    p.add_argument(
-        "--on-server-down",
-        choices=["stop", "wait", "skip-step"],
-        default="stop",
-        help="when the server stops answering mid-ramp: end the ramp (stop), wait for it to come back and "
-        "go on with the next step (wait, up to --wait-ready seconds or 300), or go on at once (skip-step)",
-    )
-    p.add_argument(
-        "--server-status",
-        metavar="COMMAND",
-        help="a command printing the server's state, e.g. 'systemctl is-active sglang' (run without a shell); "
-        "failed/inactive/exited/dead stops --wait-ready at once",
-    )
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--drain-seconds",
-        type=float,
-        default=60.0,
-        help="after the last step, wait this long for requests in flight to finish",
-    )
-    p.add_argument("--out", default="reports", help="folder for run directories")
-    p.add_argument("--no-telemetry", action="store_true", help="start no telemetry side process")
-    p.add_argument("--prometheus-port", type=int, help="serve the load generator's own metrics on this port")
-    p.add_argument(
-        "--tokenizer",
-        help="a local tokenizer.json or Hugging Face model folder: counts output tokens when the server "
-        "sends no usage (never downloaded; needs the tokenizers package)",
-    )
-    p.add_argument("--slo", help="latency limits for the knee verdict, e.g. ttft_p99=2s,tpot_p99=50ms")
-    p.add_argument(
-        "--find-knee",
-        action="store_true",
-        help="search for the knee: raise the load geometrically from the first --concurrency/--rate value "
-        "until saturation shows, then bisect",
-    )
-    p.add_argument("--max-steps", type=int, default=12, help="--find-knee: at most this many steps")
-    p.add_argument("--max-seconds", type=float, help="--find-knee: time budget for the whole search")
-    p.add_argument("--factor", type=float, default=2.0, help="--find-knee: load multiplier while raising")
-    p.add_argument("--max-load", type=float, default=4096, help="--find-knee: highest concurrency or rate to try")
-    if not demo:
-        from loadgen.telemetry.options import add_source_args
+    """``loadgen ramp``'s options, from the one flag table; the demo starts its own server, so it
+    has no --url and no telemetry sources of its own."""
+    if demo:
+        flags.add_arguments(p, "ramp", skip=("url", "model"), defaults=DEMO_DEFAULTS)
+        return
+    flags.add_arguments(p, "ramp")
+    from loadgen.telemetry.options import add_source_args
 
-        add_source_args(p)
-
-
-def _float_list(flag: str, text: str) -> list[float]:
-    try:
-        values = [float(v) for v in text.replace(" ", "").split(",") if v]
-    except ValueError:
-        raise UsageError(f"{flag} {text!r}: expected comma-separated numbers, e.g. 0.5,1,2") from None
-    if not values or any(not v > 0 for v in values):
-        raise UsageError(f"{flag} {text!r}: every value must be above 0")
-    return values
+    add_source_args(p)
 
 
 def _ramp_options(ns: argparse.Namespace, argv: list[str]) -> Any:
-    from loadgen.options import RampOptions, Timeouts
+    from loadgen.spec.options import RampOptions, Timeouts
 
-    if ns.transport == "openai":
+    raw = flags.raw_values(ns, "ramp")
+
+    def value(dest: str) -> Any:
+        f = flags.BY_DEST[dest]
+        return flags.parse_value(f, raw.get(dest), f.flag("ramp"))
+
+    if raw.get("transport") == "openai":
         import importlib.util
 
         if importlib.util.find_spec("openai") is None:
@@ -162,19 +81,20 @@ def _ramp_options(ns: argparse.Namespace, argv: list[str]) -> Any:
     if ns.rate and ns.concurrency:
         raise UsageError("--rate and --concurrency: give one (open loop or closed loop), not both")
     load = scenario.load if scenario is not None else None
-    step_seconds = ns.step_seconds
+    step_seconds = value("step_seconds")
     if step_seconds is None:
         step_seconds = load.step_seconds if load is not None else RAMP_DEFAULTS["step_seconds"]
-    warmup = ns.warmup_seconds
+    warmup = value("warmup_seconds")
     if warmup is None:
         warmup = load.warmup_seconds if load is not None else RAMP_DEFAULTS["warmup_seconds"]
-    requests = ns.requests_per_step
+    requests = value("requests_per_step")
     if requests is None and load is not None and load.requests_per_step:
         requests = load.requests_per_step
-    max_tokens = ns.max_tokens if ns.max_tokens is not None else RAMP_DEFAULTS["max_tokens"]
-    concurrency = ns.concurrency
+    max_tokens = value("max_tokens")
+    max_tokens = max_tokens if max_tokens is not None else RAMP_DEFAULTS["max_tokens"]
+    concurrency = value("concurrency")
     if concurrency is None and scenario is None and not ns.rate:
-        concurrency = RAMP_DEFAULTS["concurrency"]
+        concurrency = list(RAMP_DEFAULTS["concurrency"])
     if step_seconds is not None and step_seconds <= 0:
         raise UsageError(f"--step-seconds {step_seconds:g}: must be above 0")
     if warmup < 0:
@@ -189,32 +109,32 @@ def _ramp_options(ns: argparse.Namespace, argv: list[str]) -> Any:
         )
     return RampOptions(
         url=ns.url,
-        model=ns.model or (scenario.model if scenario is not None and scenario.model else ""),
-        concurrency=_int_list("--concurrency", str(concurrency)) if concurrency else None,
-        rates=_float_list("--rate", ns.rate) if ns.rate else None,
-        scenario=ns.scenario,
+        model=value("model") or (scenario.model if scenario is not None and scenario.model else ""),
+        concurrency=concurrency,
+        rates=value("rates"),
+        scenario=value("scenario"),
         step_seconds=step_seconds,
         warmup_seconds=warmup,
         requests_per_step=requests,
         max_tokens=max_tokens,
-        context_tokens=_int_list("--context-tokens", ns.context_tokens) if ns.context_tokens else None,
-        endpoint=ns.endpoint,
+        context_tokens=value("context_tokens"),
+        endpoint=raw["endpoint"],
         stream=not ns.no_stream,
-        extra_body=_extra_body(ns.extra_body),
-        label=ns.label,
-        out=ns.out,
-        transport=ns.transport,
-        api_key=ns.api_key or os.environ.get("OPENAI_API_KEY") or None,
+        extra_body=value("extra_body") or {},
+        label=value("label"),
+        out=raw["out"],
+        transport=raw["transport"],
+        api_key=value("api_key") or os.environ.get("OPENAI_API_KEY") or None,
         timeouts=Timeouts(connect_s=ns.connect_timeout, stall_s=ns.stall_timeout, request_s=ns.request_timeout),
         seed=ns.seed,
         drain_seconds=ns.drain_seconds,
         telemetry=None if ns.no_telemetry else _telemetry_options(ns),
         slo=_slo(ns.slo),
         on_server_down=ns.on_server_down,
-        server_status=getattr(ns, "server_status", None),
+        server_status=value("server_status"),
         workers=ns.workers,
         prometheus_port=ns.prometheus_port,
-        tokenizer=ns.tokenizer,
+        tokenizer=value("tokenizer"),
         wait_ready_s=ns.wait_ready,
         find_knee=ns.find_knee,
         search_max_steps=ns.max_steps,
@@ -252,7 +172,7 @@ def _redact(argv: list[str]) -> list[str]:
 
 def _check_out(out: str) -> None:
     """The run directory's parent must be writable before anything starts (exit 4 otherwise)."""
-    from loadgen.records import RunDirError
+    from loadgen.rundir.records import RunDirError
 
     folder = Path(out)
     try:
@@ -268,10 +188,10 @@ def _check_out(out: str) -> None:
 def cmd_ramp(ns: argparse.Namespace, argv: list[str]) -> int:
     opts = _ramp_options(ns, argv)
     _check_out(opts.out)
-    from loadgen import ramp  # imports locust first
     from loadgen.lifecycle import NotReady, first_model, readiness_gate
-    from loadgen.options import run_manifest
-    from loadgen.rundir import create_run_dir, write_manifest
+    from loadgen.load import ramp  # imports locust first
+    from loadgen.rundir.layout import create_run_dir, write_manifest
+    from loadgen.spec.options import run_manifest
 
     def not_ready_dir() -> Path:  # called only when the server is not ready
         run_dir = create_run_dir(opts.out, opts.label)
@@ -310,8 +230,8 @@ def cmd_ramp(ns: argparse.Namespace, argv: list[str]) -> int:
 
 def cmd_demo(ns: argparse.Namespace, argv: list[str]) -> int:
     """Start the built-in simulator, ramp it, write the report, stop the simulator."""
-    from loadgen import ramp  # imports locust first
     from loadgen.lifecycle import NotReady, wait_ready
+    from loadgen.load import ramp  # imports locust first
 
     with tempfile.TemporaryDirectory(prefix="loadgen-demo-") as tmp:
         port_file = Path(tmp) / "port"
@@ -380,7 +300,7 @@ def cmd_demo(ns: argparse.Namespace, argv: list[str]) -> int:
 
 
 def cmd_report(ns: argparse.Namespace, argv: list[str]) -> int:
-    from loadgen.pipeline import rebuild
+    from loadgen.report.pipeline import rebuild
 
     run_dir = _existing_run_dir(ns.run_dir)
     rebuild(run_dir, _slo(ns.slo))
@@ -424,7 +344,7 @@ def _existing_run_dir(text: str) -> Path:
 
 
 def cmd_plan(ns: argparse.Namespace, argv: list[str]) -> int:
-    from loadgen.pipeline import write_plan
+    from loadgen.report.pipeline import write_plan
     from loadgen.report.sections import render_plan_md
 
     run_dir = _existing_run_dir(ns.run_dir)
@@ -451,9 +371,9 @@ def cmd_plan(ns: argparse.Namespace, argv: list[str]) -> int:
 
 
 def cmd_compare(ns: argparse.Namespace, argv: list[str]) -> int:
-    from loadgen.pipeline import summarise
     from loadgen.report.compare import compare_runs, render_compare_html, render_compare_md
-    from loadgen.rundir import create_run_dir
+    from loadgen.report.pipeline import summarise
+    from loadgen.rundir.layout import create_run_dir
 
     if len(ns.run_dirs) < 2:
         raise UsageError("loadgen compare needs two run directories or more")
@@ -517,11 +437,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--profile", default="b300x8-kimi-k2.6-ddtree", help="simulator profile (loadgen sim --list-profiles)"
     )
-    p.add_argument("--concurrency", default="1,8,32,64,128")
-    p.add_argument("--step-seconds", type=float, default=8.0)
-    p.add_argument("--warmup-seconds", type=float, default=3.0)
-    p.add_argument("--max-tokens", type=int, default=256)
-    p.add_argument("--label")
     _add_ramp_flags(p, demo=True)
     p.set_defaults(func=cmd_demo)
 
@@ -598,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     except Exception as exc:
-        from loadgen.records import RunDirError
+        from loadgen.rundir.records import RunDirError
 
         if isinstance(exc, RunDirError):
             print(f"error: {exc}", file=sys.stderr)

@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from loadgen.request import split_base_url
+from loadgen.spec.request import split_base_url
 
 # Words a status command prints when the server has stopped for good (systemctl is-active: "failed",
 # "inactive"; docker inspect -f {{.State.Status}}: "exited", "dead"). "activating", "restarting",
@@ -342,7 +342,7 @@ class _ProgressLine:
 def record_not_ready(run_dir: Path, exc: NotReady, url: str) -> Path:
     """Keep a failed readiness wait in ``run_dir``: the captured log (``server-not-ready.log``) and a
     ``server_not_ready`` event in events.jsonl; returns the log's path."""
-    from loadgen.records import JsonlAppender
+    from loadgen.rundir.records import JsonlAppender
 
     log_path = run_dir / NOT_READY_LOG
     log_path.write_text("".join(line + "\n" for line in exc.log_lines), encoding="utf-8")

@@ -3,7 +3,7 @@
 The same ``LLMUser`` as ``loadgen ramp``. Two ways to drive it:
 
 * ramp steps given (``--lg-steps 1,8,32``, an editable field of the web UI's form): Start walks the
-  steps with ``loadgen.shape.RampShape`` (warm-up, then a steady window of ``--lg-step-seconds``
+  steps with ``loadgen.load.shape.RampShape`` (warm-up, then a steady window of ``--lg-step-seconds``
   per step), as ``loadgen ramp`` does; each Start is a run directory of its own.
 * no ramp steps: Locust's own user count and spawn rate drive the load; each test start (each
   Start in the web UI) is one step of one run directory per Locust process.
@@ -24,29 +24,25 @@ import copy
 import logging
 import os
 import sys
+from argparse import Namespace
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from locust import events
 from locust.env import Environment
 
-from loadgen.clock import ANCHOR
-from loadgen.options import (
-    DEFAULT_CONTEXT_TOKENS,
-    OptionError,
-    RampOptions,
-    StepPlan,
-    Timeouts,
-    build_plan,
-    extra_body_items,
-    parse_extra_body,
-    parse_int_list,
-    run_manifest,
-)
-from loadgen.rundir import create_run_dir, write_manifest
-from loadgen.runtime import RunState, TargetOptions, bind
-from loadgen.shape import RampShape
-from loadgen.user import LLMUser
+from loadgen.load.compose import compose
+from loadgen.load.runtime import bind
+from loadgen.load.shape import RampShape
+from loadgen.load.user import LLMUser
+from loadgen.rundir.clock import ANCHOR
+from loadgen.spec import flags
+from loadgen.spec.options import OptionError, RampOptions, StepPlan, Timeouts, build_plan
+
+if TYPE_CHECKING:
+    from loadgen.load.distributed import MasterLink
+    from loadgen.telemetry import TelemetryOptions
 
 __all__ = ["LLMUser"]
 
@@ -65,65 +61,22 @@ class _Hidden:
 
 @events.init_command_line_parser.add_listener
 def _add_arguments(parser: Any) -> None:
-    # shown in the web UI's form (editable before each Start)
-    ui = parser.add_argument
-    ui("--lg-scenario", default="", help="scenario file (TOML): prompts, lengths; empty: short chat prompts")
-    ui("--lg-steps", default="", help="ramp: users per step, e.g. 1,8,32 (empty: Locust's user count drives the load)")
-    ui("--lg-step-seconds", type=float, default=30.0, help="ramp: steady window per step (s)")
-    ui("--lg-warmup-seconds", type=float, default=5.0, help="ramp: warm-up before each step's window (s)")
-    ui("--lg-max-tokens", type=int, default=512, help="max_tokens per request (without a scenario)")
-    ui(
-        "--lg-context-tokens",
-        default="",
-        help="prompt lengths in tokens; several make a matrix with the steps, e.g. 60,4000 (empty: short chat)",
-    )
-    ui("--lg-slo", default="", help="latency limits for the knee verdict, e.g. ttft_p99=2s,tpot_p99=50ms")
-    ui("--lg-model", default="", help="model name (default: first of /v1/models)")
-    ui("--lg-endpoint", choices=["chat", "completions"], default="chat")
-    ui("--lg-transport", choices=["fast", "openai"], default="fast")
-    ui(
-        "--lg-extra-body",
-        default="",
-        help="request body fields: KEY=VALUE items (temperature=0 ignore_eos=true) or a JSON object",
-    )
-    ui("--lg-label", default="", help="run label")
-    # command line only
+    # from the one flag table: the form's fields (editable before each Start) and the command-line-only
+    # --lg-* options; the telemetry sources as loadgen ramp's
     hidden = _Hidden(parser)
-    hidden.add_argument("--lg-out", default="reports", help="folder for run directories")
-    hidden.add_argument("--lg-stall-timeout", type=float, default=60.0)
-    hidden.add_argument("--lg-request-timeout", type=float, default=600.0)
-    hidden.add_argument(
-        "--lg-prometheus-port", type=int, default=0, help="headless: serve /metrics on this port (0: off)"
-    )
-    hidden.add_argument("--no-telemetry", action="store_true", help="start no telemetry side process")
+    flags.add_locust_arguments(parser, hidden)
     from loadgen.telemetry.options import add_source_args
 
     add_source_args(hidden)  # type: ignore[arg-type]
 
 
-_int_list = parse_int_list
+def _value(opts: Namespace, dest: str) -> Any:
+    """One --lg-* option's value, parsed as loadgen ramp parses its flag (None: empty)."""
+    f = flags.BY_DEST[dest]
+    return flags.parse_value(f, getattr(opts, f.lg_attr), f.flag("lg"))
 
 
-def _extra_body(text: str) -> dict[str, Any]:
-    return parse_extra_body(extra_body_items(text, "--lg-extra-body"), "--lg-extra-body")
-
-
-def _contexts(text: str) -> list[int] | None:
-    return parse_int_list("--lg-context-tokens", text) if text.strip() else None
-
-
-def _slo(text: str) -> dict[str, float] | None:
-    if not text.strip():
-        return None
-    from loadgen.analysis.plan import SLOError, parse_slo
-
-    try:
-        return dict(parse_slo(text))
-    except (SLOError, ValueError) as exc:
-        raise OptionError(f"--lg-slo {text!r}: {exc}") from None
-
-
-def _telemetry(opts: Any) -> Any:
+def _telemetry(opts: Namespace) -> TelemetryOptions | None:
     if getattr(opts, "no_telemetry", False) or not hasattr(opts, "gpu_source"):
         return None
     from loadgen.telemetry import TelemetryOptions
@@ -131,20 +84,17 @@ def _telemetry(opts: Any) -> Any:
     return TelemetryOptions.from_args(opts)
 
 
-def validate(opts: Any) -> None:
+def validate(opts: Namespace) -> None:
     """Check the --lg-* values before a run starts; raises OptionError naming the option and value."""
-
-    if opts.lg_steps.strip():
-        _int_list("--lg-steps", opts.lg_steps)
-    _slo(opts.lg_slo)
+    for dest in ("concurrency", "slo", "extra_body"):
+        _value(opts, dest)
     if opts.lg_max_tokens <= 0:
         raise OptionError(f"--lg-max-tokens {opts.lg_max_tokens}: must be above 0")
     if opts.lg_step_seconds <= 0:
         raise OptionError(f"--lg-step-seconds {opts.lg_step_seconds:g}: must be above 0")
     if opts.lg_warmup_seconds < 0:
         raise OptionError(f"--lg-warmup-seconds {opts.lg_warmup_seconds:g}: must be 0 or more")
-    _extra_body(opts.lg_extra_body)
-    contexts = _contexts(opts.lg_context_tokens)
+    contexts = _value(opts, "context_tokens")
     if contexts and len(contexts) > 1 and not opts.lg_steps.strip():
         raise OptionError(
             f"--lg-context-tokens {opts.lg_context_tokens!r}: several context lengths make a matrix of "
@@ -159,24 +109,25 @@ def validate(opts: Any) -> None:
             raise OptionError(f"--lg-scenario: {exc}") from None
 
 
-def _ramp_options(opts: Any, host: str, model: str, slo: dict[str, float] | None) -> RampOptions:
+def _ramp_options(opts: Namespace, host: str, model: str) -> RampOptions:
     """The run's options from the form's --lg-* values, in the shape ``loadgen ramp`` records."""
     return RampOptions(
         url=host,
         model=model,
-        concurrency=parse_int_list("--lg-steps", opts.lg_steps) if opts.lg_steps.strip() else None,
+        concurrency=_value(opts, "concurrency"),
         step_seconds=opts.lg_step_seconds,
         warmup_seconds=opts.lg_warmup_seconds,
         max_tokens=opts.lg_max_tokens,
-        context_tokens=_contexts(opts.lg_context_tokens),
+        context_tokens=_value(opts, "context_tokens"),
         endpoint=opts.lg_endpoint,
-        extra_body=_extra_body(opts.lg_extra_body),
+        extra_body=_value(opts, "extra_body") or {},
         label=opts.lg_label or None,
         out=opts.lg_out,
         scenario=opts.lg_scenario or None,
         transport=opts.lg_transport,
+        api_key=os.environ.get("OPENAI_API_KEY") or None,
         timeouts=Timeouts(stall_s=opts.lg_stall_timeout, request_s=opts.lg_request_timeout),
-        slo=slo,
+        slo=_value(opts, "slo"),
     )
 
 
@@ -184,18 +135,22 @@ class _UIRun:
     """One run directory: its RunState (the step sink), its telemetry process, its plan."""
 
     def __init__(
-        self, env: Environment, ramp: bool, opts: Any = None, host: str | None = None, telemetry: bool = True
+        self,
+        env: Environment,
+        ramp: bool,
+        opts: Namespace | None = None,
+        host: str | None = None,
+        telemetry: bool = True,
     ) -> None:
-
         from loadgen.lifecycle import first_model
-        from loadgen.workload import Workload
 
         opts = opts if opts is not None else env.parsed_options
+        if opts is None:
+            raise OptionError("no options parsed: run this locustfile with locust -f")
         host = host if host is not None else (env.host or "")
         self.ramp = ramp
-        contexts = _contexts(opts.lg_context_tokens)
-        self.ctx = contexts[0] if contexts else None  # Locust's user count drives the load: one length
-        self.slo = _slo(opts.lg_slo)
+        contexts = _value(opts, "context_tokens")
+        self.slo = _value(opts, "slo")
         scenario = None
         if opts.lg_scenario:
             from loadgen.workload.scenario import ScenarioError, load_scenario
@@ -204,66 +159,27 @@ class _UIRun:
                 scenario = load_scenario(opts.lg_scenario)
             except ScenarioError as exc:
                 raise OptionError(f"--lg-scenario: {exc}") from None
-        self.plan: list[StepPlan] = []
+        plan: list[StepPlan] = []
         if ramp:
-            self.plan = build_plan(
-                _int_list("--lg-steps", opts.lg_steps),
-                contexts,
-                opts.lg_warmup_seconds,
-                opts.lg_step_seconds,
-                None,
-            )
-        if scenario is not None:
-            workload = Workload(scenario)
-        else:
-            extra = _extra_body(opts.lg_extra_body)
-            workload = Workload.simple(
-                context_tokens=DEFAULT_CONTEXT_TOKENS,
-                max_tokens=opts.lg_max_tokens,
-                endpoint=opts.lg_endpoint,
-                extra=extra,
-                seed=0,
-            )
-        cache: dict[int | None, Any] = {}
-
-        def workload_for(plan: StepPlan | None) -> Any:
-            ctx = plan.context_tokens if plan is not None else self.ctx
-            if ctx not in cache:
-                cache[ctx] = workload.for_context(ctx) if ctx else workload
-            return cache[ctx]
-
+            plan = build_plan(_value(opts, "concurrency"), contexts, opts.lg_warmup_seconds, opts.lg_step_seconds, None)
         model = opts.lg_model or (scenario.model if scenario is not None and scenario.model else "")
         model = model or first_model(host) or "default"
-        self.run_dir = create_run_dir(opts.lg_out, opts.lg_label or "locust")
-        self.options = _ramp_options(opts, host, model, self.slo)
-        write_manifest(
-            self.run_dir,
-            run_manifest(
-                "locust-ramp" if ramp else "locust",
-                self.run_dir.name,
-                self.options,
-                self.plan,
-                workload,
-                argv=[a if not a.startswith("--api-key") else "--api-key=***" for a in sys.argv[1:]],
-            ),
-        )
-        target = TargetOptions(
-            url=host,
-            model=model,
-            api_key=os.environ.get("OPENAI_API_KEY") or None,
-            transport=opts.lg_transport,
-            timeouts=Timeouts(stall_s=opts.lg_stall_timeout, request_s=opts.lg_request_timeout),
-        )
+        self.options = _ramp_options(opts, host, model)
         master = _is_master(env)
-        self.state = RunState(
-            self.run_dir,
-            target,
-            workload_for,
+        run = compose(
+            self.options,
+            "locust-ramp" if ramp else "locust",
+            plan=plan,
             worker="master" if master else "w0",
-            record_sink=(lambda line: None) if master else None,  # a master's workers send the requests
+            records_elsewhere=master,  # a master's workers send the requests
+            default_context=contexts[0] if contexts else None,  # Locust's user count drives the load: one length
+            dir_label="locust",
+            manifest_extra={"argv": [a if not a.startswith("--api-key") else "--api-key=***" for a in sys.argv[1:]]},
         )
+        self.plan, self.run_dir, self.state = run.plan, run.run_dir, run.state
+        self.ctx = contexts[0] if contexts else None
         if master:
-            _link_workers(env, self, opts, host, model)
+            _link_workers(env, self)
         bind(env, self.state)
         self.env = env
         self.step = -1
@@ -271,7 +187,7 @@ class _UIRun:
         self.side: Any = None
         sources = _telemetry(opts) if telemetry else None
         if sources is not None:
-            from loadgen.ramp import start_telemetry
+            from loadgen.load.ramp import start_telemetry
 
             self.side = start_telemetry(self.run_dir, sources, sys.stderr)
 
@@ -288,7 +204,7 @@ class _UIRun:
             self.state.step_ended(self.step, ANCHOR.now_wall_ns(), "stopped")
 
     def write_report(self) -> None:
-        from loadgen.pipeline import rebuild
+        from loadgen.report.pipeline import rebuild
 
         rebuild(self.run_dir, self.slo)
         print(f"report: {Path(self.run_dir) / 'report.md'}", file=sys.stderr)
@@ -324,7 +240,7 @@ _run: _UIRun | None = None
 _metrics: Any = None
 
 
-def _begin_run(env: Environment, ramp: bool, opts: Any = None, host: str | None = None) -> _UIRun:
+def _begin_run(env: Environment, ramp: bool, opts: Namespace | None = None, host: str | None = None) -> _UIRun:
     global _run
     if _run is not None and not _run.closed:
         _finish_run(_run)
@@ -333,8 +249,10 @@ def _begin_run(env: Environment, ramp: bool, opts: Any = None, host: str | None 
     return _run
 
 
-def _form_options(env: Environment, form: Any) -> Any:
+def _form_options(env: Environment, form: Mapping[str, str]) -> Namespace:
     """The parsed options as they will be once Locust applies the form (it does so after us)."""
+    if env.parsed_options is None:
+        raise OptionError("no options parsed: run this locustfile with locust -f")
     opts = copy.copy(env.parsed_options)
     for key, value in form.items():
         if key.startswith("lg_") and hasattr(opts, key):
@@ -363,16 +281,16 @@ def _is_master(env: Environment) -> bool:
     return isinstance(env.runner, MasterRunner)
 
 
-_link: Any = None
+_link: MasterLink | None = None
 
 
-def _link_workers(env: Environment, run: _UIRun, opts: Any, host: str, model: str) -> None:
-    """A master hands its run to the workers: config, steps, and records back (loadgen.distributed)."""
+def _link_workers(env: Environment, run: _UIRun) -> None:
+    """A master hands its run to the workers: config, steps, and records back (loadgen.load.distributed)."""
 
-    from loadgen.distributed import MasterLink, master_config
+    from loadgen.load.distributed import MasterLink, master_config
 
     global _link
-    config = master_config(run.run_dir, _ramp_options(opts, host, model, run.slo).manifest())
+    config = master_config(run.run_dir, run.options.manifest())
     if _link is None:
         _link = MasterLink(env, None, None, sys.stderr)
     _link.bind(run.state, config)
@@ -392,14 +310,14 @@ def _on_init(environment: Environment, **_: Any) -> None:
     env = environment
     opts = env.parsed_options
     if _is_worker(env):
-        from loadgen.distributed import WorkerLink
+        from loadgen.load.distributed import WorkerLink
 
         WorkerLink(env)  # the master's config, steps and run directory arrive as messages
         return
     if opts is None:
         return
     if _is_master(env):
-        from loadgen.distributed import MasterLink
+        from loadgen.load.distributed import MasterLink
 
         global _link
         _link = MasterLink(env, None, None, sys.stderr)  # before anything yields: workers say hello early
@@ -467,7 +385,7 @@ def _on_init(environment: Environment, **_: Any) -> None:
 @events.test_start.add_listener
 def _on_test_start(environment: Environment, **_: Any) -> None:
     if _is_worker(environment):
-        return  # a worker follows the master's run (loadgen.distributed.WorkerLink)
+        return  # a worker follows the master's run (loadgen.load.distributed.WorkerLink)
     if isinstance(environment.shape_class, UIRampShape):
         return  # the run was built with the shape (the form's Start, or --lg-steps headless); it walks the steps
     try:

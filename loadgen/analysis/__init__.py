@@ -1,7 +1,8 @@
 """Analysis of run directories: the only reader of them (load, steps, summary; knee, USL, plan).
 
-``load_run`` reads a run directory into columns, ``build_summary`` turns it into the summary
-dict that ``loadgen.report`` renders.
+``load_run`` reads a run directory into columns (``columns``) and a run model (``load``);
+``build_summary`` turns it into the ``RunSummary`` of ``contracts`` (summary.json) that
+``loadgen.report`` renders.
 """
 
 from __future__ import annotations

@@ -23,8 +23,11 @@ from typing import Any
 
 import numpy as np
 
+from loadgen.analysis.contracts import ClientCpu, LoopLag, StepSummary
 from loadgen.analysis.load import TIMING_TOLERANCE_NS, Run
-from loadgen.records import LAG_EDGES_MS, read_jsonl
+from loadgen.analysis.steps import mark_invalid
+from loadgen.analysis.values import as_dict
+from loadgen.rundir.records import LAG_EDGES_MS, read_jsonl
 
 CPU_BOUND_FRAC = 0.9
 SCHEDULE_LAG_MS = 10.0  # open loop: mean delay of actual behind intended send times
@@ -37,13 +40,13 @@ TIMING_SHARE = 0.01
 WORKER_CPU_TARGET = 0.5
 
 
-def client_load_enricher(run: Run, steps: list[dict[str, Any]]) -> None:
+def client_load_enricher(run: Run, steps: list[StepSummary]) -> None:
     """Add ``client_cpu`` {mean, max} (share of one core, per process), ``loop_lag_ms`` {p50, p90,
     p99, max}, ``client_bound`` and, when bound, mark the step invalid."""
     for step in steps:
         lag_ms = (step.get("schedule_lag_ms") or {}).get("mean")
         if step.get("rate") is not None and lag_ms is not None and lag_ms > SCHEDULE_LAG_MS:
-            _invalid(
+            mark_invalid(
                 step,
                 f"load generator lagging: requests left {lag_ms:.0f} ms after their scheduled time on "
                 "average (add worker processes)",
@@ -60,7 +63,7 @@ def _host_cpus(run: Run) -> int | None:
     return cpus if isinstance(cpus, int) else None
 
 
-def _loop_enricher(run: Run, steps: list[dict[str, Any]]) -> None:
+def _loop_enricher(run: Run, steps: list[StepSummary]) -> None:
     rows: list[dict[str, Any]] = []
     for f in sorted(run.path.glob("client-*.jsonl")):
         rows += read_jsonl(f)
@@ -94,10 +97,11 @@ def _loop_enricher(run: Run, steps: list[dict[str, Any]]) -> None:
             why.append(f"event-loop lag p90 {step['loop_lag_ms']['p90']:.0f} ms")
         step["client_bound"] = bool(why)
         if why:
-            _invalid(step, "load generator bound (" + ", ".join(why) + "): " + _worker_advice(step, _host_cpus(run)))
+            advice = _worker_advice(step, _host_cpus(run))
+            mark_invalid(step, "load generator bound (" + ", ".join(why) + "): " + advice)
 
 
-def _lag_stats(hists: list[Any], lag: Any, lag_max: Any) -> dict[str, float]:
+def _lag_stats(hists: list[Any], lag: Any, lag_max: Any) -> LoopLag:
     """p50/p90/p99 of every heartbeat's lag (bucket upper edges; the open bucket reads as the
     largest lag seen) and the max; from the samples' own lags when they carry no histogram."""
     mx = float(lag_max.max()) if len(lag_max) else 0.0
@@ -121,7 +125,7 @@ def _lag_stats(hists: list[Any], lag: Any, lag_max: Any) -> dict[str, float]:
     }
 
 
-def workers_needed(client_cpu: dict[str, Any]) -> int | None:
+def workers_needed(client_cpu: ClientCpu) -> int | None:
     """Worker processes that would carry the step's load at ``WORKER_CPU_TARGET`` of a core each
     (at least one more than it had); None when the step has no CPU figures."""
     total = client_cpu.get("total", client_cpu.get("mean"))
@@ -131,8 +135,8 @@ def workers_needed(client_cpu: dict[str, Any]) -> int | None:
     return max(have + 1, math.ceil(total / WORKER_CPU_TARGET))
 
 
-def _worker_advice(step: dict[str, Any], cpus: int | None) -> str:
-    cpu = step.get("client_cpu") or {}
+def _worker_advice(step: StepSummary, cpus: int | None) -> str:
+    cpu = as_dict(step.get("client_cpu"))
     need = workers_needed(cpu)
     if need is None:
         return "add worker processes (--workers N)"
@@ -151,12 +155,12 @@ def _worker_advice(step: dict[str, Any], cpus: int | None) -> str:
     return text
 
 
-def _timing_verdict(step: dict[str, Any], cpus: int | None = None) -> None:
+def _timing_verdict(step: StepSummary, cpus: int | None = None) -> None:
     timing = step.get("timing")
     if not isinstance(timing, dict):
         return
     tol_ms = TIMING_TOLERANCE_NS / 1e6
-    lag = step.get("loop_lag_ms") or {}
+    lag = as_dict(step.get("loop_lag_ms"))
     why = []
     ttft_share, itl_share = timing.get("ttft_late_share"), timing.get("itl_late_share")
     if ttft_share is not None and ttft_share > TIMING_SHARE:
@@ -170,7 +174,7 @@ def _timing_verdict(step: dict[str, Any], cpus: int | None = None) -> None:
     if why:
         if lag:
             why.append(f"loop lag p99 {lag['p99']:.0f} ms, max {lag['max']:.0f} ms")
-        cpu = (step.get("client_cpu") or {}).get("mean")
+        cpu = as_dict(step.get("client_cpu")).get("mean")
         if cpu is not None:
             why.append(f"client CPU {cpu:.0%}")
         if cpu is not None and cpu <= WORKER_CPU_TARGET:
@@ -181,9 +185,3 @@ def _timing_verdict(step: dict[str, Any], cpus: int | None = None) -> None:
         timing["reason"] = "timing uncertain: " + "; ".join(why)
     else:
         timing["reason"] = None
-
-
-def _invalid(step: dict[str, Any], reason: str) -> None:
-    step["valid"] = False
-    prev = step.get("invalid_reason")
-    step["invalid_reason"] = f"{prev}; {reason}" if prev else reason

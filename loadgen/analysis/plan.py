@@ -32,12 +32,20 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Literal
 
+from loadgen.analysis.contracts import (
+    CapacityPlan,
+    LatencyKey,
+    LatencyStats,
+    LoadAxis,
+    PerReplica,
+    StepSummary,
+)
 from loadgen.analysis.knee import SLO_KEY
-from loadgen.analysis.values import load_axis
+from loadgen.analysis.values import at_axis, load_axis, number, stat
 
-Step = Mapping[str, Any]
+LATENCIES: tuple[LatencyKey, ...] = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
 
 _PART = re.compile(r"^\s*([A-Za-z0-9_]+)\s*=\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([A-Za-zµ]*)\s*$")
 _UNITS_MS = {"ms": 1.0, "s": 1000.0, "us": 0.001, "µs": 0.001}
@@ -78,38 +86,37 @@ def parse_slo(text: str) -> dict[str, float]:
     return out
 
 
-def _num(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return None
-    f = float(v)
-    return f if math.isfinite(f) else None
-
-
-def _stat(step: Step, key: str) -> float | None:
+def _stat(step: StepSummary, key: str) -> float | None:
     """Value of an SLO key ("ttft_p99_ms") in a step, or None."""
     m = SLO_KEY.match(key)
     if not m:
         raise SLOError(f"unknown SLO key {key!r}: use {SLO_NAMES} with _ms (e.g. ttft_p99_ms)")
-    d = step.get(f"{m.group(1)}_ms")
-    return _num(d.get(m.group(2))) if isinstance(d, Mapping) else None
+    return stat(step, f"{m.group(1)}_ms", m.group(2))
 
 
-def _success(step: Step) -> float:
-    ok = _num(step.get("requests_ok")) or 0.0
-    failed = _num(step.get("requests_failed")) or 0.0
+def _load(step: StepSummary, axis: LoadAxis) -> float:
+    """The load of a step known to have one, as written (a concurrency stays an int)."""
+    load = step.get(axis)
+    assert load is not None, "only steps with a numeric load are planned"
+    return load
+
+
+def _success(step: StepSummary) -> float:
+    ok = number(step.get("requests_ok")) or 0.0
+    failed = number(step.get("requests_failed")) or 0.0
     return ok / (ok + failed) if ok + failed > 0 else 0.0
 
 
-def _failed(step: Step) -> float:
-    ok = _num(step.get("requests_ok")) or 0.0
-    failed = _num(step.get("requests_failed")) or 0.0
+def _failed(step: StepSummary) -> float:
+    ok = number(step.get("requests_ok")) or 0.0
+    failed = number(step.get("requests_failed")) or 0.0
     return failed / (ok + failed) if ok + failed > 0 else 0.0
 
 
-def _check(step: Step, slo: Mapping[str, float], max_error_frac: float) -> list[str]:
+def _check(step: StepSummary, slo: Mapping[str, float], max_error_frac: float) -> list[str]:
     """Why a step misses the SLO ([] when it meets it)."""
     why = []
-    if (_num(step.get("requests_ok")) or 0) <= 0:
+    if (number(step.get("requests_ok")) or 0) <= 0:
         why.append("no successful request")
     elif (failed := _failed(step)) > max_error_frac:
         why.append(f"{failed:.1%} of requests failed")
@@ -122,17 +129,18 @@ def _check(step: Step, slo: Mapping[str, float], max_error_frac: float) -> list[
     return why
 
 
-def _ok_req_per_s(step: Step, axis: str) -> tuple[float | None, str]:
-    """Successful requests per second at a step, and how it was obtained."""
-    window = _num(step.get("window_s"))
-    ok = _num(step.get("requests_ok"))
+def _ok_req_per_s(step: StepSummary, axis: LoadAxis, load: float) -> tuple[float | None, str]:
+    """Successful requests per second at a step run at ``load`` (its own, or an interpolated one),
+    and how it was obtained."""
+    window = number(step.get("window_s"))
+    ok = number(step.get("requests_ok"))
     if window is not None and window > 0 and ok is not None:
         return ok / window, "successful requests sent in the steady window / window length"
     if axis == "rate":
-        rate = _num(step.get("rate"))
+        rate = number(load)
         return (rate * _success(step) if rate is not None else None), "offered rate x success fraction"
-    c = _num(step.get("concurrency"))
-    e2e = _num((step.get("e2e_ms") or {}).get("mean")) if isinstance(step.get("e2e_ms"), Mapping) else None
+    c = number(load)
+    e2e = stat(step, "e2e_ms", "mean")
     if c is None or e2e is None or e2e <= 0:
         return None, "nowhere: no steady window length and no mean E2E latency"
     return (
@@ -151,7 +159,7 @@ def _slo_fraction(slo: Mapping[str, float]) -> float:
 
 
 def capacity_plan(
-    steps: Sequence[Step],
+    steps: Sequence[StepSummary],
     slo: Mapping[str, float],
     target_rps: float | None = None,
     target_users: float | None = None,
@@ -163,12 +171,12 @@ def capacity_plan(
     context_tokens: int | None = None,
     max_error_frac: float = 0.01,
     interpolate: bool = False,
-) -> dict[str, Any]:
+) -> CapacityPlan:
     """The capacity plan of a ramp (see the module docstring for the arithmetic).
 
-    Returns a JSON-ready dict: ``operating_point`` (None with ``reason`` when no valid step meets
-    the SLO), ``per_replica``, ``replicas``/``gpus`` (when a target is given), ``energy``,
-    ``cost`` (when ``gpu_hour_cost`` is given) and ``notes``. With several context lengths the
+    Returns a JSON-ready ``CapacityPlan``: ``operating_point`` (None with ``reason`` when no valid
+    step meets the SLO), ``per_replica``, ``replicas``/``gpus`` (when a target is given),
+    ``energy``, ``cost`` (when ``gpu_hour_cost`` is given) and ``notes``. With several context lengths the
     largest is planned unless ``context_tokens`` picks one.
     """
     if not slo:
@@ -182,21 +190,21 @@ def capacity_plan(
         raise ValueError(f"gpus_per_replica must be >= 1, got {gpus_per_replica}")
 
     notes: list[str] = []
-    contexts: list[int] = sorted({int(s["context_tokens"]) for s in steps if s.get("context_tokens") is not None})
+    contexts = sorted({int(c) for s in steps if (c := s.get("context_tokens")) is not None})
     if context_tokens is None and len(contexts) > 1:
         context_tokens = contexts[-1]
         notes.append(f"several context lengths measured ({contexts}); planned for the largest, {context_tokens}")
     chosen = [s for s in steps if context_tokens is None or s.get("context_tokens") == context_tokens]
-    axis = load_axis(chosen) if chosen else "concurrency"
+    axis: LoadAxis = load_axis(chosen) if chosen else "concurrency"
     valid = sorted(
-        (s for s in chosen if s.get("valid", True) is not False and _num(s.get(axis)) is not None),
-        key=lambda s: float(s[axis]),
+        (s for s in chosen if s.get("valid", True) is not False and number(s.get(axis)) is not None),
+        key=lambda s: float(_load(s, axis)),
     )
     skipped = len(chosen) - len(valid)
     if skipped:
         notes.append(f"{skipped} invalid step(s) left out")
 
-    result: dict[str, Any] = {
+    result: CapacityPlan = {
         "slo": dict(slo),
         "axis": axis,
         "context_tokens": context_tokens if context_tokens is not None else (contexts[0] if contexts else None),
@@ -213,8 +221,8 @@ def capacity_plan(
         "notes": notes,
     }
 
-    best: Step | None = None
-    first_fail: tuple[Step, list[str]] | None = None
+    best: StepSummary | None = None
+    first_fail: tuple[StepSummary, list[str]] | None = None
     for s in valid:
         why = _check(s, slo, max_error_frac)
         if why:
@@ -229,8 +237,8 @@ def capacity_plan(
             result["reason"] = f"no valid step meets the SLO; the lowest, {axis}={s[axis]}, has {'; '.join(why)}"
         return result
 
-    load = float(best[axis])
-    step_for_rates: Step = best
+    load = float(_load(best, axis))
+    step_for_rates = best
     interpolated = False
     if interpolate and first_fail is not None:
         load, step_for_rates, interpolated = _interpolate(best, first_fail[0], slo, axis)
@@ -240,12 +248,12 @@ def capacity_plan(
                 f"{axis}={first_fail[0][axis]} to where the first SLO limit is reached"
             )
 
-    ok_rps, how = _ok_req_per_s(step_for_rates, axis)
+    ok_rps, how = _ok_req_per_s(step_for_rates, axis, load)
     notes.append(f"request rate from {how}")
     success = _success(best)
     given = (goodput_frac or {}).get(int(best.get("step", -1))) if best.get("step") is not None else None
     if given is None:
-        given = _num(best.get("goodput_frac"))
+        given = number(best.get("goodput_frac"))
     if given is not None:
         frac = float(given)
         notes.append("goodput fraction measured per request")
@@ -255,13 +263,13 @@ def capacity_plan(
             f"goodput approximated: at least {frac:.1%} of successful requests meet every SLO, "
             "bounded from the step's percentiles (union bound), no per-request data"
         )
-    tok_s = _num(step_for_rates.get("output_tok_s"))
+    tok_s = number(step_for_rates.get("output_tok_s"))
     good_rps = ok_rps * frac if ok_rps is not None else None
     good_tok_s = tok_s * frac if tok_s is not None else None
 
     result["operating_point"] = {
         "step": best.get("step"),
-        axis: load,
+        **at_axis(axis, load),
         "interpolated": interpolated,
         "ok_req_s": ok_rps,
         "output_tok_s": tok_s,
@@ -270,13 +278,15 @@ def capacity_plan(
         "goodput_req_s": good_rps,
         "goodput_tok_s": good_tok_s,
         "slo_values": {k: _stat(step_for_rates, k) for k in slo},
-        "next_step_fails": ({axis: first_fail[0][axis], "why": first_fail[1]} if first_fail is not None else None),
+        "next_step_fails": (
+            {**at_axis(axis, _load(first_fail[0], axis)), "why": first_fail[1]} if first_fail is not None else None
+        ),
     }
     keep = 1.0 - headroom
-    per_replica = {
+    per_replica: PerReplica = {
         "req_s": good_rps * keep if good_rps is not None else None,
         "tok_s": good_tok_s * keep if good_tok_s is not None else None,
-        axis: load * keep,
+        **at_axis(axis, load * keep),
     }
     result["per_replica"] = per_replica
 
@@ -296,13 +306,13 @@ def capacity_plan(
         result["replicas"] = replicas
         result["gpus"] = replicas * gpus_per_replica
 
-    tpj = _num(best.get("tokens_per_joule"))
+    tpj = number(best.get("tokens_per_joule"))
     if tpj and tpj > 0:
         power = best.get("gpu_power_w")
         result["energy"] = {
             "tokens_per_joule": tpj,
             "kwh_per_million_tokens": 1e6 / tpj / 3.6e6,
-            "gpu_power_w_mean": _num(power.get("mean")) if isinstance(power, Mapping) else None,
+            "gpu_power_w_mean": number(power.get("mean")) if isinstance(power, Mapping) else None,
             "measured_at": "operating step, full load",
         }
     else:
@@ -322,9 +332,12 @@ def capacity_plan(
     return result
 
 
-def _interpolate(good: Step, bad: Step, slo: Mapping[str, float], axis: str) -> tuple[float, Step, bool]:
-    """Load between a passing and the next failing step where the first limit is reached."""
-    l0, l1 = float(good[axis]), float(bad[axis])
+def _interpolate(
+    good: StepSummary, bad: StepSummary, slo: Mapping[str, float], axis: LoadAxis
+) -> tuple[float, StepSummary, bool]:
+    """Load between a passing and the next failing step where the first limit is reached, and
+    the passing step with its throughput and latencies interpolated to that load."""
+    l0, l1 = float(_load(good, axis)), float(_load(bad, axis))
     t = 1.0
     for key, limit in slo.items():
         v0, v1 = _stat(good, key), _stat(bad, key)
@@ -339,19 +352,20 @@ def _interpolate(good: Step, bad: Step, slo: Mapping[str, float], axis: str) -> 
         t = (math.floor(l0 + t * (l1 - l0)) - l0) / (l1 - l0)
         if t <= 0.0:
             return l0, good, False
-    mixed: dict[str, Any] = dict(good)
-    for key in ("output_tok_s", "rate"):
-        a, b = _num(good.get(key)), _num(bad.get(key))
-        if a is not None and b is not None:
-            mixed[key] = a + t * (b - a)
-    for name in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"):
+    mixed: StepSummary = {**good}
+    a, b = number(good.get("output_tok_s")), number(bad.get("output_tok_s"))
+    if a is not None and b is not None:
+        mixed["output_tok_s"] = a + t * (b - a)
+    for name in LATENCIES:
         ga, gb = good.get(name), bad.get(name)
         if isinstance(ga, Mapping) and isinstance(gb, Mapping):
-            out = {}
-            for k, a in ga.items():
-                av, bv = _num(a), _num(gb.get(k))
-                out[k] = av + t * (bv - av) if av is not None and bv is not None else None
-            mixed[name] = out
-    load = l0 + t * (l1 - l0)
-    mixed[axis] = load
-    return load, mixed, True
+            mixed[name] = _between(ga, gb, t)
+    return l0 + t * (l1 - l0), mixed, True
+
+
+def _between(a: LatencyStats, b: LatencyStats, t: float) -> LatencyStats:
+    def at(part: Literal["mean", "p50", "p90", "p99"]) -> float | None:
+        x, y = number(a.get(part)), number(b.get(part))
+        return x + t * (y - x) if x is not None and y is not None else None
+
+    return {"mean": at("mean"), "p50": at("p50"), "p90": at("p90"), "p99": at("p99")}

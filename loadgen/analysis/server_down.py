@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from loadgen.analysis.contracts import StepSummary
 from loadgen.analysis.load import Run
 
 
-def server_down_enricher(run: Run, steps: list[dict[str, Any]]) -> None:
+def server_down_enricher(run: Run, steps: list[StepSummary]) -> None:
     """A step that ended with reason ``server_down`` (the ramp found the server gone) is invalid;
     power sampled then is not load power."""
     for step in steps:

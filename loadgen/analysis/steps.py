@@ -36,6 +36,7 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
+from loadgen.analysis.contracts import LatencyStats, StepSummary, TimingSummary
 from loadgen.analysis.load import MISSING, TIMING_TOLERANCE_NS, Requests, Run, Step
 
 PERCENTILE_METHOD: Final = "linear"
@@ -50,7 +51,7 @@ IArr = npt.NDArray[np.int64]
 BArr = npt.NDArray[np.bool_]
 
 
-def dist_ms(values_ns: npt.NDArray[Any]) -> dict[str, float | None]:
+def dist_ms(values_ns: npt.NDArray[Any]) -> LatencyStats:
     """mean, p50, p90, p99 of nanosecond values, in milliseconds; all None for no values.
 
     Reorders ``values_ns`` in place (pass a copy to keep the order)."""
@@ -65,7 +66,7 @@ def dist_ms(values_ns: npt.NDArray[Any]) -> dict[str, float | None]:
     }
 
 
-def mark_invalid(row: dict[str, Any], reason: str) -> None:
+def mark_invalid(row: StepSummary, reason: str) -> None:
     """Mark a summary step row invalid, keeping earlier reasons ("a; b")."""
     row["valid"] = False
     prev = row.get("invalid_reason")
@@ -240,7 +241,7 @@ class StepAnalysis:
             parts.append(gaps)
         return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
 
-    def itl_ms(self, rows: IArr) -> dict[str, float | None]:
+    def itl_ms(self, rows: IArr) -> LatencyStats:
         """``dist_ms(self.chunk_gaps(rows))``, without building the pooled array twice.
 
         The gaps of each run are written into one buffer with the crossing gaps set to the largest
@@ -292,7 +293,7 @@ class StepAnalysis:
 
     # -- one step -----------------------------------------------------------------------------
 
-    def row(self, step: Step) -> dict[str, Any]:
+    def row(self, step: Step) -> StepSummary:
         req = self.req
         a, b = step.steady_ns, step.end_ns
         window_ns = b - a
@@ -329,7 +330,7 @@ class StepAnalysis:
 
         tokens_in_window = self.tokens_arrived(a, b) if window_ns > 0 else 0.0
         ok_count, bad_count = len(ok_rows), len(bad_rows)
-        row: dict[str, Any] = {
+        row: StepSummary = {
             "step": step.step,
             "concurrency": step.concurrency,
             "context_tokens": step.context_tokens,
@@ -380,7 +381,7 @@ class StepAnalysis:
             mark_invalid(row, f"too few requests ({ok_count} < {self.min_ok_requests})")
         return row
 
-    def timing(self, ok_rows: IArr, has_first: BArr, n_chunks: IArr) -> dict[str, Any]:
+    def timing(self, ok_rows: IArr, has_first: BArr, n_chunks: IArr) -> TimingSummary:
         req = self.req
         late_first = req.late_first_ns[ok_rows][has_first]
         n_first = len(late_first)
@@ -417,8 +418,8 @@ class StepAnalysis:
         return out
 
 
-def step_rows(run: Run, min_ok_requests: int = DEFAULT_MIN_OK_REQUESTS) -> list[dict[str, Any]]:
-    """One summary row (a plain dict) per step of ``run``, in step order."""
+def step_rows(run: Run, min_ok_requests: int = DEFAULT_MIN_OK_REQUESTS) -> list[StepSummary]:
+    """One summary row (a ``StepSummary``) per step of ``run``, in step order."""
     analysis = StepAnalysis(run, min_ok_requests)
     return [analysis.row(step) for step in run.steps]
 

@@ -1,6 +1,6 @@
-"""The run summary (``summary.json``): one plain dict per step plus run totals.
+"""The run summary (``summary.json``): one dict per step plus run totals.
 
-``build_summary(run)`` gives the schema of README "summary.json" (issue 2's keys and more). Other
+``build_summary(run)`` gives the required keys of ``analysis.contracts.RunSummary``. Other
 analyses add their own per-step keys without this module knowing them: each *step enricher* is a
 callable ``(run, steps) -> None`` that updates the step dicts in place (telemetry join: power,
 energy, KV-cache fill; knee detectors), and may call ``mark_invalid(step, reason)``. Enrichers run in
@@ -15,17 +15,18 @@ from typing import Any
 
 import numpy as np
 
+from loadgen.analysis.contracts import RunSummary, RunTotals, StepSummary
 from loadgen.analysis.load import Run
 from loadgen.analysis.steps import DEFAULT_MIN_OK_REQUESTS, PERCENTILE_METHOD, StepAnalysis
 
-StepEnricher = Callable[[Run, list[dict[str, Any]]], None]
+StepEnricher = Callable[[Run, list[StepSummary]], None]
 
 SCHEMA_VERSION = 1
 
 
 def manifest_value(manifest: dict[str, Any], key: str) -> Any:
     """``key`` from the manifest's top level, else from its ``options`` (the one shape every run
-    directory is written in: ``loadgen.options.run_manifest``), else from ``args``/``scenario``
+    directory is written in: ``loadgen.spec.options.run_manifest``), else from ``args``/``scenario``
     (run directories of older versions, which wrote three shapes)."""
     if manifest.get(key) is not None:
         return manifest[key]
@@ -51,11 +52,11 @@ def _error_samples(analysis: StepAnalysis) -> tuple[dict[str, int], dict[str, st
     return ordered, samples
 
 
-def _totals(run: Run, analysis: StepAnalysis, steps: list[dict[str, Any]]) -> dict[str, Any]:
+def _totals(run: Run, analysis: StepAnalysis, steps: list[StepSummary]) -> RunTotals:
     req = run.requests
     errors, samples = _error_samples(analysis)
-    rated = [s for s in steps if s.get("valid") and s.get("output_tok_s") is not None]
-    peak = max(rated, key=lambda s: s["output_tok_s"], default=None)
+    rated = [(tok_s, s) for s in steps if s.get("valid") and (tok_s := s.get("output_tok_s")) is not None]
+    peak_tok_s, peak = max(rated, key=lambda r: r[0], default=(None, None))
     first_start = min((s["start_ns"] for s in steps), default=None)
     last_end = max((s["end_ns"] for s in steps), default=None)
     return {
@@ -67,7 +68,7 @@ def _totals(run: Run, analysis: StepAnalysis, steps: list[dict[str, Any]]) -> di
         "output_tokens_total": int(analysis.out_eff[analysis.ok].sum()),
         "steps": len(steps),
         "valid_steps": sum(1 for s in steps if s.get("valid")),
-        "peak_output_tok_s": peak["output_tok_s"] if peak else None,
+        "peak_output_tok_s": peak_tok_s,
         "peak_step": peak["step"] if peak else None,
         "peak_concurrency": peak["concurrency"] if peak else None,
         "duration_s": (last_end - first_start) / 1e9 if first_start is not None and last_end else None,
@@ -81,7 +82,7 @@ def build_summary(
     step_enrichers: Sequence[StepEnricher] = (),
     *,
     min_ok_requests: int = DEFAULT_MIN_OK_REQUESTS,
-) -> dict[str, Any]:
+) -> RunSummary:
     """Summarise a loaded run: ``{"label", "run_id", ..., "steps": [...], "totals": {...}}``."""
     analysis = StepAnalysis(run, min_ok_requests)
     steps = [analysis.row(step) for step in run.steps]

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from loadgen.records import RequestRecord
+from loadgen.rundir.records import RequestRecord
 
 T0_NS = 1_700_000_000_000_000_000
 """Wall-clock origin of synthetic runs (an arbitrary epoch time, ns)."""

@@ -2,7 +2,8 @@
 
 ``step_telemetry(samples, events, windows, ok_requests_per_step)`` takes the records of
 ``samples.jsonl``/``events.jsonl`` (schema in ``loadgen.telemetry.base``) and one ``(start_ns,
-end_ns)`` window per step, and returns one dict per step.
+end_ns)`` window per step, and returns one ``TelemetryRow`` per step: the window's index and length
+and the keys of ``analysis.contracts.StepTelemetry``.
 
 How values are joined (all times wall-clock ns):
   * Gauges (power, utilisation, clocks, KV fill, queue) are step functions: the value in effect at
@@ -35,6 +36,18 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from loadgen.analysis.contracts import (
+    EnergyMethod,
+    GpuPower,
+    GpuTelemetry,
+    MeanMax,
+    PowerStats,
+    ServerTelemetry,
+    StepSummary,
+    StepTelemetry,
+    TelemetryGap,
+)
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -143,7 +156,7 @@ def as_of(t: npt.NDArray[Any], values: F64, grid: npt.NDArray[Any], stale_ns: in
     return out
 
 
-def _stats(values: F64, weights: F64 | None = None) -> dict[str, float] | None:
+def _stats(values: F64, weights: F64 | None = None) -> PowerStats | None:
     ok = ~np.isnan(values)
     if not ok.any():
         return None
@@ -155,7 +168,7 @@ def _stats(values: F64, weights: F64 | None = None) -> dict[str, float] | None:
     return {"mean": mean, "p95": float(np.percentile(v, 95)), "max": float(v.max())}
 
 
-def _mean_max(values: F64, weights: F64 | None = None) -> dict[str, float] | None:
+def _mean_max(values: F64, weights: F64 | None = None) -> MeanMax | None:
     s = _stats(values, weights)
     return None if s is None else {"mean": s["mean"], "max": s["max"]}
 
@@ -262,17 +275,20 @@ def _reasons(values: F64) -> dict[str, float] | None:
     return out
 
 
-def _gpu_part(gpus: dict[int, _Series], a: int, b: int, stale_ns: int, lost: dict[int, int]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _gpu_part(
+    gpus: dict[int, _Series], a: int, b: int, stale_ns: int, lost: dict[int, int]
+) -> tuple[GpuTelemetry, float]:
+    """The GPU keys of a step, and for how many seconds of it some GPU had no reading."""
+    out: GpuTelemetry = {}
     window_s = (b - a) / 1e9
     grid_parts = [s.t[(s.t >= a) & (s.t < b)] for s in gpus.values()]
     grid = np.unique(np.concatenate([np.array([a], dtype=np.int64), *grid_parts]))
     totals = np.zeros(len(grid))
     present = np.zeros(len(grid), dtype=np.int64)
-    per_gpu: list[dict[str, Any]] = []
+    per_gpu: list[GpuPower] = []
     limit_sum = 0.0
     energy_sum = 0.0
-    methods: set[str] = set()
+    methods: set[EnergyMethod] = set()
     energy_ok = True
     util, util_mem, sm, memclk, reasons = [], [], [], [], []
     for gpu, s in gpus.items():
@@ -319,14 +335,14 @@ def _gpu_part(gpus: dict[int, _Series], a: int, b: int, stale_ns: int, lost: dic
     weights = _durations(grid, a, b)
     total_vals = np.where(present > 0, totals, np.nan)
     out["gpu_count"] = n_gpus
-    out["gpu_power_w"] = _stats(total_vals, weights)
+    out["gpu_power_w"] = power = _stats(total_vals, weights)
     out["gpu_power_limit_w"] = limit_sum or None
-    mean_w = out["gpu_power_w"]["mean"] if out["gpu_power_w"] else None
+    mean_w = power["mean"] if power else None
     out["gpu_power_frac_of_limit"] = (mean_w / limit_sum) if (mean_w is not None and limit_sum > 0) else None
-    out["energy_j"] = energy_sum if energy_ok and methods else None
-    out["energy_method"] = (methods.pop() if len(methods) == 1 else "mixed") if out["energy_j"] is not None else None
+    out["energy_j"] = energy = energy_sum if energy_ok and methods else None
+    out["energy_method"] = (methods.pop() if len(methods) == 1 else "mixed") if energy is not None else None
     out["gpus"] = per_gpu
-    out["_incomplete_s"] = float(weights[~full].sum()) if len(weights) else window_s
+    incomplete_s = float(weights[~full].sum()) if len(weights) else window_s
 
     def cat(parts: list[tuple[F64, F64]]) -> tuple[F64, F64]:
         if not parts:
@@ -340,11 +356,11 @@ def _gpu_part(gpus: dict[int, _Series], a: int, b: int, stale_ns: int, lost: dic
     out["sm_clock_mhz"] = None if sm_stats is None else {"mean": sm_stats["mean"], "min": float(np.nanmin(sm_v))}
     out["mem_clock_mhz"] = _mean_max(*cat(memclk))
     out["clock_reasons"] = _reasons(np.concatenate(reasons)) if reasons else None
-    return out
+    return out, incomplete_s
 
 
-def _server_part(server: _Series, a: int, b: int) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _server_part(server: _Series, a: int, b: int) -> ServerTelemetry:
+    out: ServerTelemetry = {}
     lo, hi = server.window_idx(a, b)
     t = server.t[lo:hi]
     w = _durations(t, a, b)
@@ -374,19 +390,40 @@ def _server_part(server: _Series, a: int, b: int) -> dict[str, Any]:
     return out
 
 
-def _empty_server() -> dict[str, Any]:
+def _empty_server() -> ServerTelemetry:
     return {
-        k: None
-        for k in (
-            "running",
-            "queue_len",
-            "kv_usage",
-            "preemptions",
-            "spec_accept_len",
-            "prefix_hit",
-            "server_gen_tok_s",
-        )
+        "running": None,
+        "queue_len": None,
+        "kv_usage": None,
+        "preemptions": None,
+        "spec_accept_len": None,
+        "prefix_hit": None,
+        "server_gen_tok_s": None,
     }
+
+
+def _no_gpu() -> GpuTelemetry:
+    return {
+        "gpu_count": 0,
+        "gpu_power_w": None,
+        "gpu_power_limit_w": None,
+        "gpu_power_frac_of_limit": None,
+        "energy_j": None,
+        "energy_method": None,
+        "gpus": [],
+        "util_gpu": None,
+        "util_mem": None,
+        "sm_clock_mhz": None,
+        "mem_clock_mhz": None,
+        "clock_reasons": None,
+    }
+
+
+class TelemetryRow(StepTelemetry):
+    """One row of :func:`step_telemetry`: the window's index and length, and its telemetry."""
+
+    step: int
+    window_s: float
 
 
 def step_telemetry(
@@ -394,9 +431,23 @@ def step_telemetry(
     events: list[dict[str, Any]],
     windows: list[tuple[int, int]],
     ok_requests_per_step: list[int],
-    output_tokens_per_step: list[int | float | None] | None = None,
-) -> list[dict[str, Any]]:
-    """One dict per window (see the module docstring for the join rules and validity)."""
+    output_tokens_per_step: Sequence[int | float | None] | None = None,
+) -> list[TelemetryRow]:
+    """One row per window (see the module docstring for the join rules and validity)."""
+    joined = _join(samples, events, windows, ok_requests_per_step, output_tokens_per_step)
+    return [
+        {"step": i, "window_s": (b - a) / 1e9, **tel}
+        for i, ((a, b), tel) in enumerate(zip(windows, joined, strict=True))
+    ]
+
+
+def _join(
+    samples: list[dict[str, Any]],
+    events: list[dict[str, Any]],
+    windows: list[tuple[int, int]],
+    ok_requests_per_step: list[int],
+    output_tokens_per_step: Sequence[int | float | None] | None,
+) -> list[StepTelemetry]:
     if len(ok_requests_per_step) != len(windows):
         raise ValueError(f"{len(windows)} windows but {len(ok_requests_per_step)} ok-request counts")
     if output_tokens_per_step is not None and len(output_tokens_per_step) != len(windows):
@@ -413,44 +464,24 @@ def step_telemetry(
     ev_t = np.array([e["t_ns"] for e in evs], dtype=np.int64)
     lost_at = {int(e["gpu"]): int(e["t_ns"]) for e in evs if e.get("kind") == "gpu_lost" and "gpu" in e}
 
-    rows: list[dict[str, Any]] = []
+    rows: list[StepTelemetry] = []
     for i, (a, b) in enumerate(windows):
-        row: dict[str, Any] = {"step": i, "window_s": (b - a) / 1e9}
         invalid: list[str] = []
-        gaps: list[dict[str, Any]] = []
+        gaps: list[TelemetryGap] = []
         if gpus:
             lost = {g: t for g, t in lost_at.items() if t <= b}
-            part = _gpu_part(gpus, a, b, gpu_gap_ns, lost)
-            incomplete_s = part.pop("_incomplete_s")
-            row.update(part)
+            gpu, incomplete_s = _gpu_part(gpus, a, b, gpu_gap_ns, lost)
             for p, q in _gaps(all_gpu_t, a, b, gpu_gap_ns):
                 gaps.append({"src": "gpu", "start_ns": p, "end_ns": q, "s": (q - p) / 1e9})
         else:
-            incomplete_s = 0.0
-            row.update(
-                {
-                    "gpu_count": 0,
-                    "gpu_power_w": None,
-                    "gpu_power_limit_w": None,
-                    "gpu_power_frac_of_limit": None,
-                    "energy_j": None,
-                    "energy_method": None,
-                    "gpus": [],
-                    "util_gpu": None,
-                    "util_mem": None,
-                    "sm_clock_mhz": None,
-                    "mem_clock_mhz": None,
-                    "clock_reasons": None,
-                }
-            )
+            gpu, incomplete_s = _no_gpu(), 0.0
         if server is not None:
-            row.update(_server_part(server, a, b))
-            row["engine"] = ",".join(sorted(str(e) for e in engines)) or None
+            srv = _server_part(server, a, b)
+            engine = ",".join(sorted(str(e) for e in engines)) or None
             for p, q in _gaps(server.t, a, b, server_gap_ns):
                 gaps.append({"src": "server", "start_ns": p, "end_ns": q, "s": (q - p) / 1e9})
         else:
-            row.update(_empty_server())
-            row["engine"] = None
+            srv, engine = _empty_server(), None
         lo, hi = int(np.searchsorted(ev_t, a, side="left")), int(np.searchsorted(ev_t, b, side="right"))
         log_events: dict[str, int] = {}
         tel_events: dict[str, int] = {}
@@ -459,9 +490,14 @@ def step_telemetry(
                 log_events[e["pattern"]] = log_events.get(e["pattern"], 0) + 1
             elif e.get("src") == "telemetry" and e.get("kind") not in ("started", "stopped", "gpus"):
                 tel_events[e["kind"]] = tel_events.get(e["kind"], 0) + 1
-        row["log_events"] = log_events
-        row["telemetry_events"] = tel_events
-        row["telemetry_gaps"] = gaps
+        row: StepTelemetry = {
+            **gpu,
+            **srv,
+            "engine": engine,
+            "log_events": log_events,
+            "telemetry_events": tel_events,
+            "telemetry_gaps": gaps,
+        }
 
         window_s = (b - a) / 1e9
         gpu_gap_s = sum(g["s"] for g in gaps if g["src"] == "gpu")
@@ -474,17 +510,18 @@ def step_telemetry(
         elif window_s > 0 and incomplete_s > GAP_INVALID_FRAC * window_s:
             missing = sorted(g for g in lost_at if lost_at[g] <= b) or "some"
             invalid.append(f"GPU {missing} missing for {incomplete_s:.1f} s of {window_s:.1f} s (lost or not sampled)")
-        row["power_valid"] = not invalid
+        row["power_valid"] = power_valid = not invalid
         row["power_invalid_reason"] = "; ".join(invalid) if invalid else None
 
         tokens = output_tokens_per_step[i] if output_tokens_per_step is not None else None
         energy = row["energy_j"]
         row["tokens_per_joule"] = (
-            float(tokens) / energy if tokens is not None and energy and energy > 0 and row["power_valid"] else None
+            float(tokens) / energy if tokens is not None and energy and energy > 0 and power_valid else None
         )
-        util_mean = row["util_gpu"]["mean"] if row["util_gpu"] else None
+        util = row["util_gpu"]
+        util_mean = util["mean"] if util else None
         frac = row["gpu_power_frac_of_limit"]
-        if row["power_valid"] and util_mean is not None and frac is not None:
+        if power_valid and util_mean is not None and frac is not None:
             row["memory_bound"] = util_mean >= MEMORY_BOUND_UTIL and frac < MEMORY_BOUND_POWER_FRAC
         else:
             row["memory_bound"] = None
@@ -492,8 +529,8 @@ def step_telemetry(
     return rows
 
 
-def telemetry_enricher(run: Any, steps: list[dict[str, Any]]) -> None:
-    """A step enricher for ``analysis.summary``: adds ``step_telemetry``'s keys to each step row.
+def telemetry_enricher(run: Any, steps: list[StepSummary]) -> None:
+    """A step enricher for ``analysis.summary``: adds the ``StepTelemetry`` keys to each step row.
 
     The window is the step's steady part (``steady_ns`` .. ``end_ns``), the ok count its
     ``requests_ok`` and the tokens its ``output_tokens_in_window``; ``run`` needs ``samples`` and
@@ -504,8 +541,6 @@ def telemetry_enricher(run: Any, steps: list[dict[str, Any]]) -> None:
     windows = [(int(s["steady_ns"]), int(s["end_ns"])) for s in steps]
     ok = [int(s.get("requests_ok") or 0) for s in steps]
     tokens = [s.get("output_tokens_in_window") for s in steps]
-    rows = step_telemetry(list(run.samples), list(run.events), windows, ok, tokens)
+    rows = _join(list(run.samples), list(run.events), windows, ok, tokens)
     for step, row in zip(steps, rows, strict=True):
-        for key, value in row.items():
-            if key not in ("step", "window_s"):
-                step[key] = value
+        step.update({**row})  # unpacked: mypy then knows it holds StepTelemetry's keys and no others

@@ -3,27 +3,36 @@ load axis of a run. The analysis, the report, compare and the web UI all read su
 these, so a figure one of them shows is the figure the others show.
 
 Summaries may be hand-edited or come from an older version: anything that is not what it should
-be reads as missing (None), never as an exception.
+be reads as missing (None, or an empty dict or list), never as an exception. The types are those of
+``analysis.contracts``: a value read under a key the contract does not declare is ``object`` to
+mypy, and these helpers do not take it, so a misspelt key is a type error.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
+from loadgen.analysis.contracts import AxisLoad, LoadAxis, RunSummary, StepSummary
 
-def number(v: Any) -> float | None:
-    """``v`` as a finite float, or None (bools, strings, None, nan and inf are not numbers here).
+M = TypeVar("M", bound=Mapping[str, object])
+T = TypeVar("T")
 
-    numpy scalars count: an enricher may leave np.int64 or np.float64 in the summary."""
+
+def number(v: float | None) -> float | None:
+    """``v`` as a finite float, or None.
+
+    Typed as the contract types a number; at run time any value is taken: bools, strings, None,
+    nan and inf are not numbers here, numpy scalars are (an enricher may leave np.int64 or
+    np.float64 in the summary)."""
     t = type(v)
     if t is float:
-        return v if math.isfinite(v) else None
+        return v if math.isfinite(cast(float, v)) else None
     if t is int:
-        return float(v)
+        return float(cast(int, v))
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
         return None
     f = float(v)
@@ -39,21 +48,32 @@ def stat(step: Mapping[str, Any], key: str, part: str) -> float | None:
     return number(d) if part == "mean" else None
 
 
-def as_dict(v: Any) -> dict[str, Any]:
-    """``v`` when it is a dict, else an empty one (a hand-edited or older summary.json)."""
-    return v if isinstance(v, dict) else {}
+def as_dict(v: M | None) -> M:
+    """``v`` when it is a dict, else an empty one (a hand-edited or older summary.json): read the
+    result with ``.get``."""
+    return v if isinstance(v, dict) else cast(M, {})
 
 
-def as_list(v: Any) -> list[Any]:
+def as_list(v: list[T] | None) -> list[T]:
     return v if isinstance(v, list) else []
 
 
-def steps_of(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+def steps_of(summary: RunSummary) -> list[StepSummary]:
     """The summary's step dicts (anything else in the list is skipped)."""
     return [s for s in as_list(summary.get("steps")) if isinstance(s, dict)]
 
 
-def load_axis(steps: Sequence[Mapping[str, Any]]) -> str:
+def as_axis(v: object) -> LoadAxis | None:
+    """``v`` when it names a load axis, else None."""
+    return "concurrency" if v == "concurrency" else "rate" if v == "rate" else None
+
+
+def at_axis(axis: LoadAxis, load: float) -> AxisLoad:
+    """``{axis: load}``, the way a plan or a comparison names a load."""
+    return {"concurrency": load} if axis == "concurrency" else {"rate": load}
+
+
+def load_axis(steps: Sequence[Mapping[str, Any]]) -> LoadAxis:
     """ "concurrency" when every step has one (closed loop), else "rate" when a step has a rate
     (open loop), else "concurrency"."""
     if all(number(s.get("concurrency")) is not None for s in steps):
@@ -61,12 +81,10 @@ def load_axis(steps: Sequence[Mapping[str, Any]]) -> str:
     return "rate" if any(number(s.get("rate")) is not None for s in steps) else "concurrency"
 
 
-def summary_axis(summary: Mapping[str, Any]) -> str:
+def summary_axis(summary: RunSummary) -> LoadAxis:
     """The run's load axis: the knee verdict's when it has one, else the steps'."""
     knee = summary.get("knee")
-    if isinstance(knee, Mapping) and knee.get("axis") in ("concurrency", "rate"):
-        return str(knee["axis"])
-    return load_axis(steps_of(summary))
+    return (as_axis(knee.get("axis")) if isinstance(knee, Mapping) else None) or load_axis(steps_of(summary))
 
 
 def per_request_tok_s(output_tokens: float, e2e_ns: float) -> float | None:

@@ -30,13 +30,13 @@ import gevent
 import gevent.socket
 from geventhttpclient import HTTPClient
 
-from loadgen.clock import perf_ns
-from loadgen.errors import classify_exception, classify_http, short
-from loadgen.hubclock import POLLS
-from loadgen.options import Timeouts
-from loadgen.request import split_base_url
-from loadgen.sse import SSEDecoder
-from loadgen.stream import ChunkAccumulator, StreamResult, parse_completion_body
+from loadgen.load.hubclock import POLLS
+from loadgen.parse.errors import classify_exception, classify_http, short
+from loadgen.parse.sse import SSEDecoder
+from loadgen.parse.stream import ChunkAccumulator, StreamResult, parse_completion_body
+from loadgen.rundir.clock import perf_ns
+from loadgen.spec.options import Timeouts
+from loadgen.spec.request import split_base_url
 
 _ERROR_BODY_LIMIT = 4096
 
@@ -589,7 +589,7 @@ def _shared_tls_context() -> Any:
 def make_transport(
     kind: str, base_url: str, timeouts: Timeouts, api_key: str | None, turn: Callable[[], None] | None = None
 ) -> Transport:
-    """``turn``: called after a stream ended, before it is decoded (``loadgen.turns.WorkTurns.turn``)."""
+    """``turn``: called after a stream ended, before it is decoded (``loadgen.load.turns.WorkTurns.turn``)."""
     if kind == "fast":
         return FastTransport(base_url, timeouts, turn=turn)
     if kind == "openai":

@@ -36,9 +36,10 @@ import gevent
 import orjson
 from locust.env import Environment
 
-from loadgen.clock import ANCHOR
-from loadgen.records import JsonlAppender
-from loadgen.runtime import RunState, bind
+from loadgen.load.runtime import RunState, bind
+from loadgen.rundir.clock import ANCHOR
+from loadgen.rundir.records import JsonlAppender
+from loadgen.spec.options import RampOptions
 
 MSG_HELLO = "lg_hello"
 MSG_CONFIG = "lg_config"
@@ -98,7 +99,7 @@ class MasterLink:
             return  # no run yet: ``bind`` sends the config
         runner.send_message(MSG_CONFIG, {**self.config, "worker_index": index}, client_id=client_id)
         if self.state.step_index >= 0 and self.state.step_plan is not None:
-            from loadgen.runtime import plan_to_dict
+            from loadgen.load.runtime import plan_to_dict
 
             # a worker that joins mid-run learns the current step
             runner.send_message(
@@ -171,7 +172,7 @@ def start_local_workers(n: int, port: int, run_dir: Path) -> list[subprocess.Pop
         log = open(run_dir / f"worker-{i}.log", "wb")  # noqa: SIM115  (the child owns it)
         procs.append(
             subprocess.Popen(
-                [sys.executable, "-m", "loadgen.worker", "--master-host", "127.0.0.1", "--master-port", str(port)],
+                [sys.executable, "-m", "loadgen.load.worker", "--master-host", "127.0.0.1", "--master-port", str(port)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -201,9 +202,8 @@ class WorkerLink:
         env.events.quitting.add_listener(lambda **_: self.flush())
 
     def _on_config(self, environment: Environment, msg: Any, **_: Any) -> None:
-        from loadgen.options import RampOptions, Timeouts, base_workload, output_token_counter, workload_factory
-        from loadgen.runtime import TargetOptions
-        from loadgen.selfwatch import SelfWatch
+        from loadgen.load.compose import compose
+        from loadgen.load.selfwatch import SelfWatch
 
         if self.state is not None:  # a new run (the web UI's next Start): close the last one
             self.flush()
@@ -214,38 +214,25 @@ class WorkerLink:
         cfg = dict(msg.data)
         index = int(cfg.pop("worker_index"))
         run_dir = Path(cfg.pop("run_dir"))
-        opts_data = cfg.pop("options")
-        self.worker = f"w{index}"
-        fields = {k: v for k, v in opts_data.items() if k in RampOptions.__dataclass_fields__}
-        fields["timeouts"] = Timeouts(**fields["timeouts"])
-        fields.pop("telemetry", None)
-        opts = RampOptions(**fields)
+        opts = RampOptions.from_manifest(cfg.pop("options"))
         opts.api_key = os.environ.get("OPENAI_API_KEY") or None
+        self.worker = f"w{index}"
         shared = run_dir.is_dir() and os.access(run_dir, os.W_OK) and not os.environ.get("LOADGEN_RECORDS_VIA_MASTER")
-        base = base_workload(opts)
-        target = TargetOptions(
-            url=opts.url,
-            model=opts.model,
-            api_key=opts.api_key,
-            transport=opts.transport,
-            timeouts=opts.timeouts,
-            stream=opts.stream,
-        )
         sink = None
         if not shared:
             self.lines = []
             lines = self.lines
             sink = lambda line: lines.append(line.decode())  # noqa: E731
-        state = RunState(
-            run_dir if shared else Path("."),
-            target,
-            workload_factory(base),
+        state = compose(
+            opts,
+            "worker",
+            plan=[],  # the master's steps arrive as messages
+            run_dir=run_dir if shared else Path("."),
             worker=self.worker,
             record_sink=sink,
             step_log=False,
             user_offset=index * USERS_PER_WORKER,
-        )
-        state.token_counter = output_token_counter(opts, base)
+        ).state
         state.on_count = lambda step, error_class, tokens, sent_ns: self.counts.append(
             (step, error_class, tokens, sent_ns)
         )

@@ -15,7 +15,7 @@ from typing import Any
 
 import gevent
 
-from loadgen.clock import perf_ns
+from loadgen.rundir.clock import perf_ns
 
 _LOWEST_PRIORITY = -2
 

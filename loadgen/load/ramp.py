@@ -16,23 +16,15 @@ from typing import Any, TextIO
 import gevent
 from locust.env import Environment
 
-from loadgen.clock import ANCHOR
-from loadgen.distributed import FLUSH_S
-from loadgen.options import (
-    RampOptions,
-    StepPlan,
-    base_workload,
-    build_ramp_plan,
-    output_token_counter,
-    run_manifest,
-    workload_factory,
-)
-from loadgen.records import JsonlAppender
-from loadgen.rundir import create_run_dir, write_manifest
-from loadgen.runtime import RunState, TargetOptions, bind, quiet_gc
-from loadgen.selfwatch import SelfWatch
-from loadgen.shape import RampShape
-from loadgen.user import LLMUser, OpenLoopUser
+from loadgen.load.compose import compose
+from loadgen.load.distributed import FLUSH_S
+from loadgen.load.runtime import RunState, bind, quiet_gc
+from loadgen.load.selfwatch import SelfWatch
+from loadgen.load.shape import RampShape
+from loadgen.load.user import LLMUser, OpenLoopUser
+from loadgen.rundir.clock import ANCHOR
+from loadgen.rundir.records import JsonlAppender
+from loadgen.spec.options import RampOptions, StepPlan
 
 
 def _load_label(plan: StepPlan) -> str:
@@ -190,7 +182,7 @@ class KneeSearch:
 
     def __call__(self, ended_index: int) -> StepPlan | None:
         from loadgen.analysis.knee import search_state
-        from loadgen.pipeline import summarise
+        from loadgen.report.pipeline import summarise
 
         _, summary = summarise(self.run_dir, dict(self.budget.slo) if self.budget.slo else None)
         self.state = search_state(summary["steps"], self.budget, time.monotonic() - self.started)
@@ -219,27 +211,9 @@ def start_telemetry(run_dir: Path, options: Any, out: TextIO) -> Any:
 
 def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
     """Run the ramp to the end (or Ctrl-C), write the report; return the run directory."""
-    base = base_workload(opts)
-    plan = build_ramp_plan(opts, base)
-    run_dir = create_run_dir(opts.out, opts.label)
-    write_manifest(run_dir, run_manifest("ramp", run_dir.name, opts, plan, base))
-    target = TargetOptions(
-        url=opts.url,
-        model=opts.model,
-        api_key=opts.api_key,
-        transport=opts.transport,
-        timeouts=opts.timeouts,
-        stream=opts.stream,
-    )
     distributed = opts.workers > 0
-    state = RunState(
-        run_dir,
-        target,
-        workload_factory(base),
-        worker="master" if distributed else "w0",
-        record_sink=(lambda line: None) if distributed else None,  # the master sends nothing itself
-    )
-    state.token_counter = output_token_counter(opts, base)
+    run = compose(opts, "ramp", worker="master" if distributed else "w0", records_elsewhere=distributed)
+    plan, run_dir, state = run.plan, run.run_dir, run.state
     search = None
     if opts.find_knee:
         plan = plan[:1]  # the search starts from the first step and chooses the rest
@@ -267,7 +241,7 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
     watcher = None
     workers: list[Any] = []
     if distributed:
-        from loadgen.distributed import MasterLink, free_port, master_config, start_local_workers
+        from loadgen.load.distributed import MasterLink, free_port, master_config, start_local_workers
 
         port = free_port()
         runner: Any = env.create_master_runner(master_bind_host="127.0.0.1", master_bind_port=port)
@@ -335,7 +309,7 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
                 proc.kill()
     if interrupted:
         out.write("interrupted: writing a partial report\n")
-    from loadgen.pipeline import rebuild
+    from loadgen.report.pipeline import rebuild
 
     rebuild(run_dir)
     return run_dir

@@ -19,16 +19,16 @@ from typing import Any
 import gevent
 import orjson
 
-from loadgen.client import CallResult, Transport, make_transport
-from loadgen.clock import ANCHOR
-from loadgen.errors import classify_stream_error, short
-from loadgen.options import StepPlan, Timeouts
-from loadgen.records import JsonlAppender, RequestRecord
-from loadgen.request import ENDPOINT_PATHS, RequestSpec
-from loadgen.rundir import StepLog
-from loadgen.shape import StepSink
-from loadgen.stream import TOKENS_CHUNKS, distribute_tokens
-from loadgen.turns import WorkTurns
+from loadgen.load.client import CallResult, Transport, make_transport
+from loadgen.load.shape import StepSink
+from loadgen.load.turns import WorkTurns
+from loadgen.parse.errors import classify_stream_error, short
+from loadgen.parse.stream import TOKENS_CHUNKS, distribute_tokens
+from loadgen.rundir.clock import ANCHOR
+from loadgen.rundir.layout import StepLog
+from loadgen.rundir.records import JsonlAppender, RequestRecord
+from loadgen.spec.options import StepPlan, Timeouts
+from loadgen.spec.request import ENDPOINT_PATHS, RequestSpec
 
 
 @dataclass(slots=True)

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import gevent
 
-from loadgen.clock import ANCHOR
-from loadgen.records import LAG_EDGES_MS, JsonlAppender
+from loadgen.rundir.clock import ANCHOR
+from loadgen.rundir.records import LAG_EDGES_MS, JsonlAppender
 
 
 class SelfWatch:

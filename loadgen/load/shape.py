@@ -16,8 +16,8 @@ from typing import Any
 
 from locust import LoadTestShape
 
-from loadgen.clock import ANCHOR
-from loadgen.options import StepPlan
+from loadgen.rundir.clock import ANCHOR
+from loadgen.spec.options import StepPlan
 
 
 class StepSink:

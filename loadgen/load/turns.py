@@ -30,7 +30,7 @@ from typing import Any
 import gevent
 from gevent.hub import Waiter
 
-from loadgen.clock import perf_ns
+from loadgen.rundir.clock import perf_ns
 
 DEFAULT_BUDGET_NS = 1_000_000  # bulk work per loop iteration before the loop polls for reads again
 _LOWEST_PRIORITY = -2  # libev's EV_MINPRI: after every I/O and timer callback of the iteration

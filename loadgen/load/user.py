@@ -22,10 +22,10 @@ import gevent
 from gevent.pool import Pool
 from locust import User, constant, task
 
-from loadgen.client import Transport
-from loadgen.clock import ANCHOR
-from loadgen.request import RequestSpec
-from loadgen.runtime import RunState, state_of
+from loadgen.load.client import Transport
+from loadgen.load.runtime import RunState, state_of
+from loadgen.rundir.clock import ANCHOR
+from loadgen.spec.request import RequestSpec
 
 FAILURE_PAUSE_S = 0.1
 

@@ -1,4 +1,4 @@
-"""``python -m loadgen.worker --master-host H --master-port P``: one load-generating worker process.
+"""``python -m loadgen.load.worker --master-host H --master-port P``: one load-generating worker process.
 
 Started by ``loadgen ramp --workers N`` on the master's machine, or by hand on other machines
 (then the worker needs the same scenario files at the same paths, and ``OPENAI_API_KEY`` in its
@@ -12,13 +12,13 @@ import sys
 
 from locust.env import Environment
 
-from loadgen.distributed import WorkerLink
-from loadgen.runtime import quiet_gc
-from loadgen.user import LLMUser, OpenLoopUser
+from loadgen.load.distributed import WorkerLink
+from loadgen.load.runtime import quiet_gc
+from loadgen.load.user import LLMUser, OpenLoopUser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadgen.worker")
+    parser = argparse.ArgumentParser(prog="python -m loadgen.load.worker")
     parser.add_argument("--master-host", default="127.0.0.1")
     parser.add_argument("--master-port", type=int, default=5557)
     ns = parser.parse_args(argv)

@@ -14,10 +14,11 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
-from loadgen.analysis.values import number
-from loadgen.records import RunDirError
+from loadgen.analysis.contracts import AxisLoad, LoadAxis, RunSummary, StepSummary
+from loadgen.analysis.values import at_axis, load_axis, number, stat
+from loadgen.rundir.records import RunDirError
 
 # (key, sub-key or None, column title, higher is better)
 METRICS: tuple[tuple[str, str | None, str, bool], ...] = (
@@ -29,7 +30,36 @@ METRICS: tuple[tuple[str, str | None, str, bool], ...] = (
 )
 
 
-def load_summary(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
+class Metric(TypedDict):
+    key: str
+    stat: str | None
+    title: str
+    higher_is_better: bool
+
+
+class _RowRequired(TypedDict):
+    context_tokens: int | None
+    valid: dict[str, bool]  # run label -> its step is valid
+    values: dict[str, dict[str, float | None]]  # run label -> metric key -> value
+    ratios: dict[str, dict[str, float | None]]  # later run's label -> metric key -> its value / baseline's
+
+
+class CompareRow(_RowRequired, AxisLoad):
+    """One load measured in every run."""
+
+
+class Comparison(TypedDict):
+    """What ``compare_runs`` returns (compare.json)."""
+
+    labels: list[str]
+    baseline: str
+    axis: LoadAxis
+    metrics: list[Metric]
+    rows: list[CompareRow]
+    unmatched: dict[str, list[list[Any]]]  # label -> [context_tokens, load] of its steps no other run has
+
+
+def load_summary(run_dir: str | os.PathLike[str]) -> RunSummary:
     """Read ``run_dir/summary.json``; :class:`RunDirError` names the file and what to do."""
     path = Path(run_dir) / "summary.json"
     if not Path(run_dir).is_dir():
@@ -41,7 +71,7 @@ def load_summary(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     except OSError as exc:
         raise RunDirError(f"cannot read {path}: {exc.strerror}") from exc
     try:
-        data = json.loads(text)
+        data: Any = json.loads(text)
     except json.JSONDecodeError as exc:
         raise RunDirError(
             f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
@@ -49,10 +79,10 @@ def load_summary(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
         ) from None
     if not isinstance(data, dict) or not isinstance(data.get("steps"), list):
         raise RunDirError(f"{path} has no 'steps' list; rebuild it with `loadgen report {run_dir}`")
-    return data
+    return cast(RunSummary, data)  # of any version: its readers take what does not match as missing
 
 
-def _steps(summary: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def _steps(summary: RunSummary | Sequence[StepSummary]) -> list[StepSummary]:
     if isinstance(summary, Mapping):
         steps = summary.get("steps")
         return list(steps) if isinstance(steps, list) else []
@@ -60,13 +90,10 @@ def _steps(summary: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> list[Map
 
 
 def _value(step: Mapping[str, Any], key: str, sub: str | None) -> float | None:
-    v = step.get(key)
-    if sub is not None:
-        return number(v.get(sub)) if isinstance(v, Mapping) else None
-    return number(v)
+    return stat(step, key, sub) if sub is not None else number(step.get(key))
 
 
-def _key(step: Mapping[str, Any], axis: str) -> tuple[Any, float] | None:
+def _key(step: StepSummary, axis: LoadAxis) -> tuple[int | None, float] | None:
     load = number(step.get(axis))
     if load is None:
         return None
@@ -74,8 +101,8 @@ def _key(step: Mapping[str, Any], axis: str) -> tuple[Any, float] | None:
 
 
 def compare_runs(
-    summaries: Sequence[Mapping[str, Any] | Sequence[Mapping[str, Any]]], labels: Sequence[str] | None = None
-) -> dict[str, Any]:
+    summaries: Sequence[RunSummary | Sequence[StepSummary]], labels: Sequence[str] | None = None
+) -> Comparison:
     """Match steps across runs and compute each run's ratio to the first, per step and metric."""
     if len(summaries) < 2:
         raise ValueError(f"compare needs at least two runs, got {len(summaries)}")
@@ -90,11 +117,11 @@ def compare_runs(
         raise ValueError(f"labels must be distinct, got {list(labels)}")
     runs = [_steps(s) for s in summaries]
     all_steps = [s for run in runs for s in run]
-    axis = "concurrency" if all(number(s.get("concurrency")) is not None for s in all_steps) else "rate"
+    axis = load_axis(all_steps)
 
-    indexed: list[dict[tuple[Any, float], Mapping[str, Any]]] = []
+    indexed: list[dict[tuple[int | None, float], StepSummary]] = []
     for run in runs:
-        idx: dict[tuple[Any, float], Mapping[str, Any]] = {}
+        idx: dict[tuple[int | None, float], StepSummary] = {}
         for s in run:
             k = _key(s, axis)
             if k is not None:
@@ -111,7 +138,7 @@ def compare_runs(
     }
 
     base = labels[0]
-    rows = []
+    rows: list[CompareRow] = []
     for k in everywhere:
         values: dict[str, dict[str, float | None]] = {}
         valid: dict[str, bool] = {}
@@ -127,7 +154,7 @@ def compare_runs(
                 ok = valid[base] and valid[label] and a is not None and b is not None and a > 0
                 r[m] = b / a if ok and a is not None and b is not None else None
             ratios[label] = r
-        rows.append({"context_tokens": k[0], axis: k[1], "valid": valid, "values": values, "ratios": ratios})
+        rows.append({"context_tokens": k[0], **at_axis(axis, k[1]), "valid": valid, "values": values, "ratios": ratios})
     return {
         "labels": list(labels),
         "baseline": base,
@@ -150,7 +177,7 @@ def _load(v: float) -> str:
     return str(int(v)) if v == int(v) else f"{v:g}"
 
 
-def render_compare_md(cmp: Mapping[str, Any], metrics: Sequence[str] = ("output_tok_s", "tpot_ms")) -> str:
+def render_compare_md(cmp: Comparison, metrics: Sequence[str] = ("output_tok_s", "tpot_ms")) -> str:
     """A Markdown table of ``compare_runs``'s result: values per run, then ratios to the baseline."""
     labels: list[str] = list(cmp["labels"])
     base = cmp["baseline"]
@@ -187,7 +214,7 @@ def _esc(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def render_compare_html(cmp: Mapping[str, Any], metrics: Sequence[str] = ("output_tok_s", "tpot_ms")) -> str:
+def render_compare_html(cmp: Comparison, metrics: Sequence[str] = ("output_tok_s", "tpot_ms")) -> str:
     """The same table as :func:`render_compare_md` as an HTML ``<table>`` fragment; all text escaped."""
     labels: list[str] = list(cmp["labels"])
     base = cmp["baseline"]

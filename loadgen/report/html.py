@@ -9,7 +9,7 @@ The page needs nothing from outside: styles inline, no scripts, no fonts, no net
 that came from a server, a prompt, a log or a manifest is escaped (``svg.esc``). ``write_html``
 also writes each plot as ``plots/<slug>.svg`` beside the page.
 
-Inputs: the summary dict (``summary.json``; any per-step key may be absent or None) and the run
+Inputs: the summary (``summary.json``; any per-step key may be absent or None) and the run
 directory, from which ``manifest.json``, ``samples.jsonl`` and ``events.jsonl`` are read (each may
 be missing). Pass an already loaded ``Run`` to reuse its lines and to mark failed requests on the
 time plots (the request records are not re-read without it).
@@ -25,13 +25,14 @@ from typing import Any
 
 import numpy as np
 
+from loadgen.analysis.contracts import LatencyKey, RunSummary, StepSummary
 from loadgen.analysis.load import MISSING, Run, RunLoadError
 from loadgen.analysis.steps import failure_class_names, ok_mask
-from loadgen.analysis.values import as_dict, as_list, number, stat, steps_of, summary_axis
-from loadgen.records import read_jsonl
+from loadgen.analysis.values import as_axis, as_dict, as_list, number, stat, steps_of, summary_axis
 from loadgen.report.plots import Failure, Plot, build_plots, knee_load, load_label
 from loadgen.report.svg import esc, format_value
-from loadgen.rundir import read_manifest
+from loadgen.rundir.layout import read_manifest
+from loadgen.rundir.records import read_jsonl
 
 MAX_LOG_LINES = 400
 MAX_MESSAGE_CHARS = 2000
@@ -93,7 +94,7 @@ footer{color:var(--faint);font-size:12px;margin-top:40px}
 _n = number
 
 
-def _num(v: Any, digits: int | None = None) -> str:
+def _num(v: float | None, digits: int | None = None) -> str:
     f = _n(v)
     if f is None:
         return "–"
@@ -104,12 +105,12 @@ def _num(v: Any, digits: int | None = None) -> str:
     return format_value(f)
 
 
-def _pct(v: Any) -> str:
+def _pct(v: float | None) -> str:
     f = _n(v)
     return "–" if f is None else f"{f * 100:.0f}%"
 
 
-def _clip(text: Any, limit: int = MAX_MESSAGE_CHARS) -> str:
+def _clip(text: object, limit: int = MAX_MESSAGE_CHARS) -> str:
     s = str(text)
     return s if len(s) <= limit else s[: limit - 1] + "…"
 
@@ -160,7 +161,7 @@ def _inputs(
 # ----------------------------------------------------------------------------------- sections
 
 
-def _header(summary: dict[str, Any]) -> str:
+def _header(summary: RunSummary) -> str:
     title = summary.get("label") or summary.get("run_id") or "run"
     facts = [
         ("run", summary.get("run_id")),
@@ -173,7 +174,7 @@ def _header(summary: dict[str, Any]) -> str:
     return f"<h1>Load test report: {esc(title)}</h1>\n<p class=meta>{meta}</p>"
 
 
-def _verdict(summary: dict[str, Any]) -> str:
+def _verdict(summary: RunSummary) -> str:
     knee = summary.get("knee")
     axis = summary_axis(summary)
     if not isinstance(knee, dict):
@@ -214,7 +215,7 @@ def _verdict(summary: dict[str, Any]) -> str:
     )
 
 
-def _figures(summary: dict[str, Any]) -> str:
+def _figures(summary: RunSummary) -> str:
     totals = as_dict(summary.get("totals"))
     steps = steps_of(summary)
     axis = summary_axis(summary)
@@ -227,8 +228,8 @@ def _figures(summary: dict[str, Any]) -> str:
     failed = totals.get("requests_failed", 0)
     items.append((_num(failed), "failed requests"))
     items.append((f"{_num(totals.get('valid_steps', 0))} / {_num(totals.get('steps', len(steps)))}", "valid steps"))
-    if _n(totals.get("duration_s")) is not None:
-        items.append((f"{float(totals['duration_s']):,.0f} s", "duration"))
+    if (duration_s := _n(totals.get("duration_s"))) is not None:
+        items.append((f"{duration_s:,.0f} s", "duration"))
     energies = [e for s in steps if (e := _n(s.get("energy_j"))) is not None]
     if energies:
         items.append((f"{sum(energies) / 3.6e6 * 1000:,.1f} Wh", "GPU energy in steady windows"))
@@ -244,7 +245,7 @@ def _figures(summary: dict[str, Any]) -> str:
     return f'<div class=figures id="figures">{body}</div>'
 
 
-def _detectors(summary: dict[str, Any]) -> str:
+def _detectors(summary: RunSummary) -> str:
     knee = summary.get("knee")
     if not isinstance(knee, dict) or not isinstance(knee.get("detectors"), dict) or not knee["detectors"]:
         return ""
@@ -285,11 +286,11 @@ def _detectors(summary: dict[str, Any]) -> str:
     )
 
 
-def _plan(summary: dict[str, Any]) -> str:
+def _plan(summary: RunSummary) -> str:
     plan = summary.get("plan")
     if not isinstance(plan, dict):
         return ""
-    axis = str(plan.get("axis") or summary_axis(summary))
+    axis = as_axis(plan.get("axis")) or summary_axis(summary)
     op = plan.get("operating_point")
     out = ["<h2 id=plan>Capacity plan</h2>"]
     if not isinstance(op, dict):
@@ -344,7 +345,7 @@ def _plots(plots: Sequence[Plot]) -> str:
     return f"<h2 id=plots>Plots</h2><div class=plots>{''.join(figs)}</div>"
 
 
-def _steps_table(summary: dict[str, Any]) -> str:
+def _steps_table(summary: RunSummary) -> str:
     steps = steps_of(summary)
     if not steps:
         return "<h2 id=steps>Steps</h2><p>No steps were recorded.</p>"
@@ -364,7 +365,7 @@ def _steps_table(summary: dict[str, Any]) -> str:
     text_cols = {"status", "log events"}
     ths = "".join(f"<th{'' if h in text_cols else ' class=n'}>{esc(h)}</th>" for h in head)
 
-    def pair(s: dict[str, Any], key: str) -> str:
+    def pair(s: StepSummary, key: LatencyKey) -> str:
         return f"{_num(stat(s, key, 'p50'))} / {_num(stat(s, key, 'p99'))}"
 
     rows = []
@@ -376,7 +377,7 @@ def _steps_table(summary: dict[str, Any]) -> str:
             else "<span class='tag bad'>INVALID</span>"
             f"<small>{esc(s.get('invalid_reason') or 'no reason given')}</small>"
         )
-        timing = s.get("timing") or {}
+        timing = as_dict(s.get("timing"))
         if timing.get("uncertain"):
             status += f"<span class='tag bad'>TIMING</span><small>{esc(timing.get('reason') or '')}</small>"
         cells = [f"<td class=n>{esc(s.get('step', '?'))}</td>"]
@@ -418,7 +419,7 @@ def _steps_table(summary: dict[str, Any]) -> str:
     )
 
 
-def _errors(summary: dict[str, Any]) -> str:
+def _errors(summary: RunSummary) -> str:
     totals = as_dict(summary.get("totals"))
     errors = as_dict(totals.get("errors"))
     samples = as_dict(totals.get("error_samples"))
@@ -445,7 +446,7 @@ def _errors(summary: dict[str, Any]) -> str:
     )
 
 
-def _step_at(steps: Sequence[dict[str, Any]], t_ns: float) -> Any:
+def _step_at(steps: Sequence[StepSummary], t_ns: float) -> int | None:
     for s in steps:
         a, b = _n(s.get("start_ns")), _n(s.get("end_ns"))
         if a is not None and b is not None and a <= t_ns < b:
@@ -453,7 +454,7 @@ def _step_at(steps: Sequence[dict[str, Any]], t_ns: float) -> Any:
     return None
 
 
-def _logs(summary: dict[str, Any], events: Sequence[dict[str, Any]]) -> str:
+def _logs(summary: RunSummary, events: Sequence[dict[str, Any]]) -> str:
     steps = steps_of(summary)
     starts = [v for s in steps if (v := _n(s.get("start_ns"))) is not None]
     t0 = min(starts) if starts else None
@@ -504,7 +505,7 @@ def _logs(summary: dict[str, Any], events: Sequence[dict[str, Any]]) -> str:
     return "".join(out)
 
 
-def _json_block(title: str, data: Any, anchor: str, open_: bool = False) -> str:
+def _json_block(title: str, data: object, anchor: str, open_: bool = False) -> str:
     text = json.dumps(data, indent=2, sort_keys=False, default=str, ensure_ascii=False)
     attrs = f"id={anchor}" + (" open" if open_ else "")
     return f"<details {attrs}><summary>{esc(title)}</summary><pre>{esc(text)}</pre></details>"
@@ -551,7 +552,7 @@ def _scenario_env(manifest: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------------------------- API
 
 
-def render_html(run_dir: Path, summary: dict[str, Any], *, run: Run | None = None) -> str:
+def render_html(run_dir: Path, summary: RunSummary, *, run: Run | None = None) -> str:
     """The report page of a run as one HTML string (inline SVG plots, inline CSS, no scripts).
 
     ``run_dir``: the run directory (``manifest.json``, ``samples.jsonl``, ``events.jsonl`` are read
@@ -562,7 +563,7 @@ def render_html(run_dir: Path, summary: dict[str, Any], *, run: Run | None = Non
 
 
 def _page(
-    summary: dict[str, Any], manifest: dict[str, Any], events: Sequence[dict[str, Any]], plots: Sequence[Plot]
+    summary: RunSummary, manifest: dict[str, Any], events: Sequence[dict[str, Any]], plots: Sequence[Plot]
 ) -> str:
     title = summary.get("label") or summary.get("run_id") or "run"
     version = (
@@ -597,7 +598,7 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_html(run_dir: Path, summary: dict[str, Any], *, run: Run | None = None) -> list[Path]:
+def write_html(run_dir: Path, summary: RunSummary, *, run: Run | None = None) -> list[Path]:
     """Write ``report.html`` and ``plots/<slug>.svg`` (one per plot, no-data panels included)
     into ``run_dir``; returns their paths, the page first.
 

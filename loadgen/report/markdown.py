@@ -1,4 +1,4 @@
-"""report.md: the human report of one run, rendered from its summary dict alone.
+"""report.md: the human report of one run, rendered from its summary alone.
 
 Title with the label; the run's server URL, model, transport and date; the step table (the
 matrix-benchmark layout: context, concurrency, aggregate and per-request tok/s, wall time, prompt
@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
 
-Section = Callable[[dict[str, Any]], "str | None"]
+from loadgen.analysis.contracts import LatencyStats, RunSummary, StepSummary
+
+Section = Callable[[RunSummary], "str | None"]
 """An extra report section: summary -> Markdown text (with its own heading), or None to skip."""
 
 MAX_MESSAGE_CHARS = 300
@@ -20,7 +21,7 @@ _ENTITY = re.compile(r"&(?=#?\w+;)")
 _TAG_START = re.compile(r"<(?=[A-Za-z/!?])")
 
 
-def escape_cell(text: Any) -> str:
+def escape_cell(text: object) -> str:
     """One-line text safe inside a Markdown table cell: pipes escaped, newlines and runs of white
     space made one space, HTML tags and entities neutralised, cut at MAX_MESSAGE_CHARS."""
     s = str(text)
@@ -33,7 +34,7 @@ def escape_cell(text: Any) -> str:
     return s
 
 
-def _num(value: Any, digits: int = 1) -> str:
+def _num(value: float | str | None, digits: int = 1) -> str:
     if value is None:
         return "–"
     if isinstance(value, float):
@@ -41,19 +42,19 @@ def _num(value: Any, digits: int = 1) -> str:
     return f"{value:,}" if isinstance(value, int) else escape_cell(value)
 
 
-def _ms(value: Any) -> str:
+def _ms(value: float | None) -> str:
     if value is None:
         return "–"
     return f"{value:,.2f}" if abs(value) < 10 else f"{value:,.1f}"
 
 
-def _pair(dist: Any) -> str:
+def _pair(dist: LatencyStats | None) -> str:
     if not isinstance(dist, dict):
         return "–"
     return f"{_ms(dist.get('p50'))} / {_ms(dist.get('p99'))}"
 
 
-def _load(step: dict[str, Any]) -> str:
+def _load(step: StepSummary) -> str:
     if step.get("concurrency") is not None:
         return _num(step["concurrency"])
     if step.get("rate") is not None:
@@ -61,7 +62,7 @@ def _load(step: dict[str, Any]) -> str:
     return "–"
 
 
-def _header(summary: dict[str, Any]) -> list[str]:
+def _header(summary: RunSummary) -> list[str]:
     title = summary.get("label") or summary.get("run_id") or "run"
     lines = [f"# Load test report: {escape_cell(title)}", ""]
     facts = [
@@ -111,7 +112,7 @@ _STEP_COLUMNS = (
 )
 
 
-def _step_table(steps: Sequence[dict[str, Any]]) -> list[str]:
+def _step_table(steps: Sequence[StepSummary]) -> list[str]:
     lines = ["## Steps", ""]
     lines.append("| " + " | ".join(_STEP_COLUMNS) + " |")
     lines.append("|" + "|".join("---" if i < 1 else "---:" for i in range(len(_STEP_COLUMNS))) + "|")
@@ -154,7 +155,7 @@ def _step_table(steps: Sequence[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def _errors(summary: dict[str, Any]) -> list[str]:
+def _errors(summary: RunSummary) -> list[str]:
     totals = summary.get("totals", {})
     errors: dict[str, int] = totals.get("errors") or {}
     if not errors:
@@ -175,12 +176,12 @@ def _errors(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _where(s: dict[str, Any]) -> str:
+def _where(s: StepSummary) -> str:
     where = f"C={s['concurrency']}" if s.get("concurrency") is not None else _load(s)
     return where + (f", context {s['context_tokens']}" if s.get("context_tokens") is not None else "")
 
 
-def _invalid(steps: Sequence[dict[str, Any]]) -> list[str]:
+def _invalid(steps: Sequence[StepSummary]) -> list[str]:
     bad = [s for s in steps if not s.get("valid")]
     if not bad:
         return []
@@ -191,7 +192,7 @@ def _invalid(steps: Sequence[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def _timing(steps: Sequence[dict[str, Any]]) -> list[str]:
+def _timing(steps: Sequence[StepSummary]) -> list[str]:
     """Steps whose latency figures the load generator cannot vouch for (they stay valid)."""
     marked = [s for s in steps if (s.get("timing") or {}).get("uncertain")]
     if not marked:
@@ -210,7 +211,7 @@ def _timing(steps: Sequence[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def render_markdown(summary: dict[str, Any], sections: Sequence[Section] = (), lead: Sequence[Section] = ()) -> str:
+def render_markdown(summary: RunSummary, sections: Sequence[Section] = (), lead: Sequence[Section] = ()) -> str:
     """The report.md text for ``summary`` (from ``build_summary``): ``lead`` sections right after
     the header (the verdict comes first), the step table, errors, invalid steps, then ``sections``."""
     lines = _header(summary)
@@ -218,7 +219,7 @@ def render_markdown(summary: dict[str, Any], sections: Sequence[Section] = (), l
         text = section(summary)
         if text:
             lines += [text.rstrip("\n"), ""]
-    steps: list[dict[str, Any]] = summary.get("steps", [])
+    steps = summary.get("steps", [])
     totals = summary.get("totals", {})
     if totals.get("empty", not steps):
         lines += [

@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import orjson
 
+from loadgen.analysis.contracts import RunSummary
 from loadgen.analysis.load import Run, RunLoadError, load_run
 from loadgen.analysis.steps import DEFAULT_MIN_OK_REQUESTS
 from loadgen.analysis.summary import StepEnricher, build_summary
@@ -32,12 +32,12 @@ def _write_atomic(path: Path, data: bytes) -> None:
         raise RunLoadError(f"cannot write {path}: {exc.strerror}; check the folder's permissions") from exc
 
 
-def summary_json(summary: dict[str, Any]) -> bytes:
+def summary_json(summary: RunSummary) -> bytes:
     return orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY, default=str) + b"\n"
 
 
 def write_run_outputs(
-    run: Run, summary: dict[str, Any], sections: Sequence[Section] = (), lead: Sequence[Section] = ()
+    run: Run, summary: RunSummary, sections: Sequence[Section] = (), lead: Sequence[Section] = ()
 ) -> list[Path]:
     """Write summary.json, steps.csv, report.md and report.html (with plots/*.svg) of an already
     summarised run; their paths."""
@@ -57,7 +57,7 @@ def write_outputs(
     *,
     sections: Sequence[Section] = (),
     min_ok_requests: int = DEFAULT_MIN_OK_REQUESTS,
-) -> dict[str, Any]:
+) -> RunSummary:
     """Load ``run_dir``, summarise it (with ``enrichers``), write the outputs, return the summary.
 
     Raises RunLoadError (message names the path and what to do) when the directory cannot be read

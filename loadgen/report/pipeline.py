@@ -10,23 +10,24 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
 from loadgen.analysis.client_load import client_load_enricher
+from loadgen.analysis.contracts import CapacityPlan, RunEvent, RunSummary
 from loadgen.analysis.knee import knee_verdict
-from loadgen.analysis.load import load_run
+from loadgen.analysis.load import Run, load_run
 from loadgen.analysis.plan import capacity_plan
 from loadgen.analysis.server_down import server_down_enricher
 from loadgen.analysis.summary import build_summary
 from loadgen.analysis.telemetry import telemetry_enricher
 from loadgen.report.outputs import write_run_outputs
 from loadgen.report.sections import LEAD_SECTIONS, TRAILING_SECTIONS
-from loadgen.rundir import read_manifest
+from loadgen.rundir.layout import read_manifest
 
 
-def summarise(run_dir: str | os.PathLike[str], slo: dict[str, float] | None = None) -> tuple[Any, dict[str, Any]]:
+def summarise(run_dir: str | os.PathLike[str], slo: dict[str, float] | None = None) -> tuple[Run, RunSummary]:
     """Load and summarise ``run_dir``; ``slo`` (or the manifest's) feeds the knee verdict."""
     run = load_run(Path(run_dir))
     summary = build_summary(run, [telemetry_enricher, client_load_enricher, server_down_enricher])
@@ -35,7 +36,7 @@ def summarise(run_dir: str | os.PathLike[str], slo: dict[str, float] | None = No
     if slo:
         summary["slo"] = dict(slo)
     summary["knee"] = knee_verdict(summary["steps"], slo)
-    summary["run_events"] = [e for e in run.events if e.get("src") == "loadgen"]
+    summary["run_events"] = [cast(RunEvent, e) for e in run.events if e.get("src") == "loadgen"]
     plan_request = Path(run_dir) / PLAN_FILE
     if plan_request.exists():
         summary["plan"] = make_plan(summary, orjson.loads(plan_request.read_bytes()).get("request", {}))
@@ -45,7 +46,7 @@ def summarise(run_dir: str | os.PathLike[str], slo: dict[str, float] | None = No
 PLAN_FILE = "plan.json"
 
 
-def make_plan(summary: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
+def make_plan(summary: RunSummary, request: dict[str, Any]) -> CapacityPlan:
     """``capacity_plan`` over the summary's steps; ``request`` holds the ``loadgen plan`` options."""
     return capacity_plan(
         summary["steps"],
@@ -59,18 +60,16 @@ def make_plan(summary: dict[str, Any], request: dict[str, Any]) -> dict[str, Any
     )
 
 
-def write_plan(run_dir: str | os.PathLike[str], request: dict[str, Any]) -> dict[str, Any]:
+def write_plan(run_dir: str | os.PathLike[str], request: dict[str, Any]) -> CapacityPlan:
     """Plan ``run_dir`` with ``request``, keep both in plan.json, re-render the report with it."""
-    summary = rebuild(run_dir, write_plan_request=request)
-    plan: dict[str, Any] = summary["plan"]
-    return plan
+    return rebuild(run_dir, write_plan_request=request)["plan"]
 
 
 def rebuild(
     run_dir: str | os.PathLike[str],
     slo: dict[str, float] | None = None,
     write_plan_request: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+) -> RunSummary:
     """Summarise ``run_dir`` and write its outputs; return the summary.
 
     ``write_plan_request``: options of ``loadgen plan``; the plan is computed, stored in plan.json

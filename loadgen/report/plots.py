@@ -1,4 +1,4 @@
-"""The report's plots, built from a run's summary dict and its telemetry lines.
+"""The report's plots, built from a run's summary and its telemetry lines.
 
 Load plots (x = concurrency on a log2 axis, or request rate for open-loop ramps), one series per
 context length: aggregate output tok/s with the USL curve and the knee, per-request tok/s, latency
@@ -16,12 +16,13 @@ may be absent or None. Time series are thinned to about 1,200 points per line be
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
+from loadgen.analysis.contracts import LatencyKey, LoadAxis, RunSummary, StepSummary
 from loadgen.analysis.telemetry import as_of, gpu_stale_ns
 from loadgen.analysis.usl import fit_usl
 from loadgen.analysis.values import as_dict, number, stat, steps_of, summary_axis
@@ -46,7 +47,7 @@ from loadgen.report.svg import (
 MAX_POINTS = 1200
 MAX_MARKS = 240
 KV_FULL_FRAC = 0.95
-LATENCIES = (
+LATENCIES: tuple[tuple[LatencyKey, str, str], ...] = (
     ("ttft_ms", "TTFT", "time to first token"),
     ("tpot_ms", "TPOT", "time per output token"),
     ("e2e_ms", "E2E", "end-to-end latency"),
@@ -82,7 +83,7 @@ def load_label(value: float | None, axis: str) -> str:
     return f"C={value:g}" if float(value).is_integer() else f"C≈{format_value(value)}"
 
 
-def knee_load(summary: dict[str, Any]) -> float | None:
+def knee_load(summary: RunSummary) -> float | None:
     knee = summary.get("knee")
     if not isinstance(knee, dict):
         return None
@@ -93,27 +94,37 @@ def knee_load(summary: dict[str, Any]) -> float | None:
     )
 
 
-def _groups(steps: Sequence[dict[str, Any]], axis: str) -> list[tuple[Any, list[dict[str, Any]]]]:
+_Group = tuple[int | float | str | None, list[StepSummary]]
+
+
+def _load_of(step: StepSummary, axis: LoadAxis) -> float:
+    """The load of a step that ``_groups`` kept (a positive number)."""
+    load = number(step.get(axis))
+    assert load is not None
+    return load
+
+
+def _groups(steps: Sequence[StepSummary], axis: LoadAxis) -> list[_Group]:
     """Steps with a positive load, grouped by context length, each sorted by load."""
-    groups: dict[Any, list[dict[str, Any]]] = {}
+    groups: dict[int | float | str | None, list[StepSummary]] = {}
     for s in steps:
         load = number(s.get(axis))
         if load is None or load <= 0:
             continue
         ctx = s.get("context_tokens")
         groups.setdefault(ctx if ctx is None or isinstance(ctx, (int, float, str)) else str(ctx), []).append(s)
-    out = [(k, sorted(v, key=lambda s: float(s[axis]))) for k, v in groups.items()]
+    out = [(k, sorted(v, key=lambda s: _load_of(s, axis))) for k, v in groups.items()]
     out.sort(key=lambda kv: (kv[0] is not None, kv[0] or 0))
     return out
 
 
-def _group_name(ctx: Any, n_groups: int, what: str) -> str:
+def _group_name(ctx: object, n_groups: int, what: str) -> str:
     if n_groups == 1 or ctx is None:
         return what
     return f"{what}, {ctx:,} ctx" if isinstance(ctx, int) else f"{what}, ctx {ctx}"
 
 
-def _x_axis(axis: str, steps: Sequence[dict[str, Any]]) -> tuple[str, str]:
+def _x_axis(axis: LoadAxis, steps: Sequence[StepSummary]) -> tuple[str, str]:
     """(x label, scale): concurrency on log2; rates on log2 when they span a factor of 4."""
     if axis == "concurrency":
         return "concurrent users (log2 scale)", "log2"
@@ -123,15 +134,15 @@ def _x_axis(axis: str, steps: Sequence[dict[str, Any]]) -> tuple[str, str]:
     return "request rate, req/s", "linear"
 
 
-def _knee_ref(summary: dict[str, Any], axis: str) -> list[RefLine]:
+def _knee_ref(summary: RunSummary, axis: LoadAxis) -> list[RefLine]:
     k = knee_load(summary)
     if k is None:
         return []
-    knee = summary.get("knee") or {}
+    knee = as_dict(summary.get("knee"))
     return [RefLine("x", k, f"knee {load_label(k, axis)}", KNEE_COLOR, "6 3", tip=str(knee.get("reason") or ""))]
 
 
-def _step_tip(step: dict[str, Any], axis: str, metric: str, value: float | None) -> str:
+def _step_tip(step: StepSummary, axis: LoadAxis, metric: str, value: float | None) -> str:
     load = load_label(number(step.get(axis)), axis)
     ctx = step.get("context_tokens")
     where = f"{load}" + (f", {ctx} ctx" if ctx is not None else "")
@@ -141,16 +152,16 @@ def _step_tip(step: dict[str, Any], axis: str, metric: str, value: float | None)
 
 
 def _load_chart(
-    summary: dict[str, Any],
+    summary: RunSummary,
     slug: str,
     title: str,
     y_label: str,
-    metric_of: Sequence[tuple[str, Any, str | None]],
+    metric_of: Sequence[tuple[str, Callable[[StepSummary], float | None], str | None]],
     *,
     why_empty: str,
     caption: str,
-    valid_key: str = "valid",
-    reason_key: str = "invalid_reason",
+    valid_key: Literal["valid", "power_valid"] = "valid",
+    reason_key: Literal["invalid_reason", "power_invalid_reason"] = "invalid_reason",
     extra_series: Sequence[Series] = (),
     extra_refs: Sequence[RefLine] = (),
 ) -> Plot:
@@ -169,7 +180,7 @@ def _load_chart(
                 chart.refs.append(
                     RefLine(
                         "x",
-                        float(s[axis]),
+                        _load_of(s, axis),
                         "INVALID",
                         FAINT,
                         "2 3",
@@ -178,7 +189,7 @@ def _load_chart(
                     )
                 )
         for name, get, dash in metric_of:
-            xs = [float(s[axis]) for s in group]
+            xs = [_load_of(s, axis) for s in group]
             ys = [get(s) for s in group]
             if all(v is None for v in ys):
                 continue
@@ -213,10 +224,10 @@ def _load_chart(
 # --------------------------------------------------------------------------------- load plots
 
 
-def _usl_params(summary: dict[str, Any], xs: Sequence[float], ys: Sequence[float]) -> dict[str, float] | None:
+def _usl_params(summary: RunSummary, xs: Sequence[float], ys: Sequence[float]) -> dict[str, float] | None:
     """lambda/sigma/kappa/r_squared/peak from the knee's USL detector, else fitted here."""
     knee = summary.get("knee")
-    numbers: Any = None
+    numbers: dict[str, Any] | None = None
     if isinstance(knee, dict):
         det = as_dict(knee.get("detectors")).get("usl")
         if isinstance(det, dict):
@@ -234,7 +245,7 @@ def _usl_params(summary: dict[str, Any], xs: Sequence[float], ys: Sequence[float
     }
 
 
-def _usl_curve(summary: dict[str, Any]) -> tuple[list[Series], list[RefLine], str]:
+def _usl_curve(summary: RunSummary) -> tuple[list[Series], list[RefLine], str]:
     """The USL fit drawn over a single-context concurrency ramp: (series, refs, caption text)."""
     axis = summary_axis(summary)
     groups = _groups(steps_of(summary), axis)
@@ -243,12 +254,12 @@ def _usl_curve(summary: dict[str, Any]) -> tuple[list[Series], list[RefLine], st
     if len(groups) != 1:
         return [], [], " The USL curve is drawn for a single context length only."
     group = groups[0][1]
-    pts = [(float(s[axis]), v) for s in group if s.get("valid", True) and (v := number(s.get("output_tok_s")))]
+    pts = [(_load_of(s, axis), v) for s in group if s.get("valid", True) and (v := number(s.get("output_tok_s")))]
     params = _usl_params(summary, [p[0] for p in pts], [p[1] for p in pts]) if len(pts) >= 3 else None
     if not params:
         return [], [], " No USL curve: it needs at least three valid steps with throughput."
     lam, sigma, kappa = params["lambda"], params["sigma"], params["kappa"]
-    xs = [float(s[axis]) for s in group]
+    xs = [_load_of(s, axis) for s in group]
     hi = max(xs) * 2
     grid = np.exp2(np.linspace(math.log2(min(xs)), math.log2(hi), 120))
     curve = lam * grid / (1 + sigma * (grid - 1) + kappa * grid * (grid - 1))
@@ -273,7 +284,7 @@ def _usl_curve(summary: dict[str, Any]) -> tuple[list[Series], list[RefLine], st
     return [series], refs, caption
 
 
-def throughput_plot(summary: dict[str, Any]) -> Plot:
+def throughput_plot(summary: RunSummary) -> Plot:
     series, refs, usl_caption = _usl_curve(summary)
     return _load_chart(
         summary,
@@ -289,7 +300,7 @@ def throughput_plot(summary: dict[str, Any]) -> Plot:
     )
 
 
-def per_request_plot(summary: dict[str, Any]) -> Plot:
+def per_request_plot(summary: RunSummary) -> Plot:
     return _load_chart(
         summary,
         "per_request",
@@ -301,7 +312,7 @@ def per_request_plot(summary: dict[str, Any]) -> Plot:
     )
 
 
-def _slo_refs(summary: dict[str, Any], metric: str, data_max: float) -> tuple[list[RefLine], list[str]]:
+def _slo_refs(summary: RunSummary, metric: str, data_max: float) -> tuple[list[RefLine], list[str]]:
     slo = summary.get("slo")
     refs: list[RefLine] = []
     off: list[str] = []
@@ -321,7 +332,11 @@ def _slo_refs(summary: dict[str, Any], metric: str, data_max: float) -> tuple[li
     return refs, off
 
 
-def latency_plots(summary: dict[str, Any]) -> list[Plot]:
+def _stat_of(key: LatencyKey, part: str) -> Callable[[StepSummary], float | None]:
+    return lambda s: stat(s, key, part)
+
+
+def latency_plots(summary: RunSummary) -> list[Plot]:
     plots: list[Plot] = []
     steps = steps_of(summary)
     for key, short, long in LATENCIES:
@@ -339,8 +354,8 @@ def latency_plots(summary: dict[str, Any]) -> list[Plot]:
                 f"{short} ({long})",
                 f"{short}, ms",
                 [
-                    ("p99", lambda s, k=key: stat(s, k, "p99"), None),
-                    ("p50", lambda s, k=key: stat(s, k, "p50"), "5 3"),
+                    ("p99", _stat_of(key, "p99"), None),
+                    ("p50", _stat_of(key, "p50"), "5 3"),
                 ],
                 why_empty=f"no step has {short} percentiles (no successful requests)",
                 caption=caption,
@@ -350,7 +365,7 @@ def latency_plots(summary: dict[str, Any]) -> list[Plot]:
     return plots
 
 
-def tokens_per_joule_plot(summary: dict[str, Any]) -> Plot:
+def tokens_per_joule_plot(summary: RunSummary) -> Plot:
     return _load_chart(
         summary,
         "tokens_per_joule",
@@ -377,7 +392,7 @@ class _TimeAxis:
         return (t_ns - self.t0_ns) / 1e9 / self.unit_s
 
 
-def _time_axis(summary: dict[str, Any], samples: Sequence[dict[str, Any]]) -> _TimeAxis | None:
+def _time_axis(summary: RunSummary, samples: Sequence[dict[str, Any]]) -> _TimeAxis | None:
     starts = [v for s in steps_of(summary) if (v := number(s.get("start_ns"))) is not None]
     ends = [v for s in steps_of(summary) if (v := number(s.get("end_ns"))) is not None]
     t0 = min(starts) if starts else None
@@ -396,7 +411,7 @@ def _time_axis(summary: dict[str, Any], samples: Sequence[dict[str, Any]]) -> _T
     return _TimeAxis(int(t0), 1.0, "time since the first step, s")
 
 
-def _bands(summary: dict[str, Any], ta: _TimeAxis) -> list[Band]:
+def _bands(summary: RunSummary, ta: _TimeAxis) -> list[Band]:
     axis = summary_axis(summary)
     bands: list[Band] = []
     for s in steps_of(summary):
@@ -566,7 +581,7 @@ def _total_power(
 
 
 def power_plots(
-    summary: dict[str, Any],
+    summary: RunSummary,
     samples: Sequence[dict[str, Any]],
     events: Sequence[dict[str, Any]],
     failures: Sequence[Failure],
@@ -620,7 +635,7 @@ def power_plots(
 
 
 def server_plots(
-    summary: dict[str, Any],
+    summary: RunSummary,
     samples: Sequence[dict[str, Any]],
     events: Sequence[dict[str, Any]],
     failures: Sequence[Failure],
@@ -677,7 +692,7 @@ def server_plots(
 
 
 def build_plots(
-    summary: dict[str, Any],
+    summary: RunSummary,
     samples: Sequence[dict[str, Any]] = (),
     events: Sequence[dict[str, Any]] = (),
     failures: Sequence[Failure] = (),

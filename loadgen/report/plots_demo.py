@@ -1,7 +1,7 @@
 """A synthetic run with every signal the HTML report can show, for tests and design previews.
 
 ``write_demo_run(run_dir)`` writes ``manifest.json``, ``samples.jsonl`` and ``events.jsonl`` and
-returns the matching summary dict: a closed-loop ramp C = 1, 2, 4, ... 256 whose throughput
+returns the matching ``RunSummary``: a closed-loop ramp C = 1, 2, 4, ... 256 whose throughput
 follows the USL (lambda 60 tok/s, sigma 0.02, kappa 1e-4: peak near C = 99), latencies that grow
 with load, an SLO, a knee verdict and a capacity plan from the real analysis code, 8 GPUs sampled
 at ``gpu_hz`` with power that follows load, server KV fill and queue at 1 Hz, server log matches,
@@ -19,8 +19,10 @@ from typing import Any
 import numpy as np
 import orjson
 
+from loadgen.analysis.contracts import LatencyStats, RunSummary, StepSummary
 from loadgen.analysis.knee import knee_verdict
 from loadgen.analysis.plan import capacity_plan
+from loadgen.analysis.steps import DEFAULT_MIN_OK_REQUESTS, PERCENTILE_METHOD
 
 T0_NS = 1_700_000_000_000_000_000
 STEP_S = 20.0
@@ -38,12 +40,16 @@ def usl(n: float) -> float:
     return LAMBDA * n / (1 + SIGMA * (n - 1) + KAPPA * n * (n - 1))
 
 
-def _dist(p50: float, spread: float) -> dict[str, float]:
+def _dist(p50: float, spread: float) -> LatencyStats:
     return {"mean": p50 * 1.05, "p50": p50, "p90": p50 * (1 + spread * 0.6), "p99": p50 * (1 + spread)}
 
 
-def _steps(rng: np.random.Generator, telemetry: bool) -> list[dict[str, Any]]:
-    steps: list[dict[str, Any]] = []
+def _no_latency() -> LatencyStats:
+    return {"mean": None, "p50": None, "p90": None, "p99": None}
+
+
+def _steps(rng: np.random.Generator, telemetry: bool) -> list[StepSummary]:
+    steps: list[StepSummary] = []
     for i, c in enumerate(LOADS):
         start = T0_NS + int(i * STEP_S * 1e9)
         down = c == LOADS[-1]
@@ -53,7 +59,7 @@ def _steps(rng: np.random.Generator, telemetry: bool) -> list[dict[str, Any]]:
         ttft = 45.0 * (1 + (c / 40.0) ** 2)
         e2e = ttft + tpot * 256
         ok = 0 if down else max(6, int(STEP_S - WARMUP_S) * int(x / 256 + 1))
-        step: dict[str, Any] = {
+        step: StepSummary = {
             "step": i,
             "concurrency": c,
             "context_tokens": None,
@@ -68,11 +74,31 @@ def _steps(rng: np.random.Generator, telemetry: bool) -> list[dict[str, Any]]:
             "per_request_tok_s": None if down else per_req,
             "requests_ok": ok,
             "requests_failed": 340 if down else 0,
+            "requests_cancelled": 0,
+            "requests_warmup": 0 if down else int(WARMUP_S * x / 256),
             "errors": {"connection_refused": 340} if down else {},
-            "ttft_ms": None if down else _dist(ttft, 0.8),
-            "itl_ms": None if down else _dist(tpot * 0.9, 1.5),
-            "tpot_ms": None if down else _dist(tpot, 0.5),
-            "e2e_ms": None if down else _dist(e2e, 0.6),
+            "ttft_ms": _no_latency() if down else _dist(ttft, 0.8),
+            "itl_ms": _no_latency() if down else _dist(tpot * 0.9, 1.5),
+            "tpot_ms": _no_latency() if down else _dist(tpot, 0.5),
+            "e2e_ms": _no_latency() if down else _dist(e2e, 0.6),
+            "tokens_per_chunk_mean": None if down else 1.0,
+            "prompt_tokens_mean": None if down else 512.0,
+            "prompt_tokens_requested_mean": None if down else 512.0,
+            "prefix_cached_frac": None,
+            "output_tokens_total": ok * 256,
+            "output_tokens_mean": None if down else 256.0,
+            "output_tokens_in_window": 0.0 if down else x * (STEP_S - WARMUP_S),
+            "output_tokens_source": {} if down else {"usage": ok},
+            "timing": {
+                "tolerance_ms": 1.0,
+                "ttft_late_share": None if down else 0.0,
+                "itl_late_share": None if down else 0.0,
+                "ttft_late_max_ms": None if down else 0.0,
+                "read_clock_requests": 0,
+                "uncertain": False,
+                "reason": None,
+            },
+            "schedule_lag_ms": {"mean": 0.2, "max": 2.5},
             "valid": not down,
             "invalid_reason": "server served nothing" if down else None,
         }
@@ -98,11 +124,10 @@ def _steps(rng: np.random.Generator, telemetry: bool) -> list[dict[str, Any]]:
     return steps
 
 
-def _samples(steps: list[dict[str, Any]], rng: np.random.Generator, gpu_hz: float) -> list[dict[str, Any]]:
+def _samples(steps: list[StepSummary], rng: np.random.Generator, gpu_hz: float) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     dt = int(1e9 / gpu_hz)
-    for s in steps:
-        c = s["concurrency"]
+    for s, c in zip(steps, LOADS, strict=True):
         down = not s["valid"]
         util = 0.0 if down else min(1.0, usl(c) / usl(99))
         for t in range(s["start_ns"], s["end_ns"], dt):
@@ -137,7 +162,7 @@ def _samples(steps: list[dict[str, Any]], rng: np.random.Generator, gpu_hz: floa
     return out
 
 
-def _events(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _events(steps: list[StepSummary]) -> list[dict[str, Any]]:
     s128 = next(s for s in steps if s["concurrency"] == 128)
     down = steps[-1]
     ev: list[dict[str, Any]] = [
@@ -173,7 +198,7 @@ def _events(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return ev
 
 
-def write_demo_run(run_dir: Path, *, telemetry: bool = True, knee: bool = True, gpu_hz: float = 2.0) -> dict[str, Any]:
+def write_demo_run(run_dir: Path, *, telemetry: bool = True, knee: bool = True, gpu_hz: float = 2.0) -> RunSummary:
     """Write the demo run's manifest, samples and events into ``run_dir``; return its summary."""
     rng = np.random.default_rng(7)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -202,8 +227,8 @@ def write_demo_run(run_dir: Path, *, telemetry: bool = True, knee: bool = True, 
     ok = sum(s["requests_ok"] for s in steps)
     failed = sum(s["requests_failed"] for s in steps)
     valid = [s for s in steps if s["valid"]]
-    peak = max(valid, key=lambda s: s["output_tok_s"])
-    summary: dict[str, Any] = {
+    peak = max(valid, key=lambda s: s["output_tok_s"] or 0.0)
+    summary: RunSummary = {
         "schema_version": 1,
         "label": manifest["label"],
         "run_id": manifest["run_id"],
@@ -211,6 +236,9 @@ def write_demo_run(run_dir: Path, *, telemetry: bool = True, knee: bool = True, 
         "model": manifest["options"]["model"],
         "transport": "fast",
         "created": "2023-11-14T22:13:20Z",
+        "request_files": [],
+        "percentile_method": PERCENTILE_METHOD,
+        "min_ok_requests": DEFAULT_MIN_OK_REQUESTS,
         "steps": steps,
         "slo": dict(SLO),
         "totals": {
@@ -219,12 +247,15 @@ def write_demo_run(run_dir: Path, *, telemetry: bool = True, knee: bool = True, 
             "requests_failed": failed,
             "errors": {"connection_refused": failed},
             "error_samples": {"connection_refused": MARKUP_ERROR},
+            "output_tokens_total": sum(s["output_tokens_total"] for s in steps),
             "steps": len(steps),
             "valid_steps": len(valid),
             "peak_output_tok_s": peak["output_tok_s"],
             "peak_step": peak["step"],
             "peak_concurrency": peak["concurrency"],
             "duration_s": len(steps) * STEP_S,
+            "skipped_lines": 0,
+            "empty": False,
         },
     }
     if knee:

@@ -7,12 +7,13 @@ nothing when the data is absent.
 from __future__ import annotations
 
 import time
-from typing import Any
 
+from loadgen.analysis.contracts import CapacityPlan, RunSummary, StepSummary
+from loadgen.analysis.values import as_dict
 from loadgen.report.markdown import escape_cell
 
 
-def _f(value: Any, digits: int = 1, pct: bool = False) -> str:
+def _f(value: float | str | None, digits: int = 1, pct: bool = False) -> str:
     if value is None:
         return "–"
     if pct:
@@ -22,7 +23,7 @@ def _f(value: Any, digits: int = 1, pct: bool = False) -> str:
     return f"{value:,}" if isinstance(value, int) else escape_cell(value)
 
 
-def _load(step: dict[str, Any]) -> str:
+def _load(step: StepSummary) -> str:
     if step.get("concurrency") is not None:
         return f"C={step['concurrency']}"
     if step.get("rate") is not None:
@@ -30,7 +31,7 @@ def _load(step: dict[str, Any]) -> str:
     return "–"
 
 
-def knee_section(summary: dict[str, Any]) -> str | None:
+def knee_section(summary: RunSummary) -> str | None:
     knee = summary.get("knee")
     if not isinstance(knee, dict):
         return None
@@ -60,7 +61,7 @@ def knee_section(summary: dict[str, Any]) -> str | None:
     return "\n".join(lines)
 
 
-def telemetry_section(summary: dict[str, Any]) -> str | None:
+def telemetry_section(summary: RunSummary) -> str | None:
     steps = summary.get("steps") or []
     keys = ("gpu_power_w", "kv_usage", "queue_len", "preemptions", "spec_accept_len", "energy_j")
     if not any(s.get(k) is not None for s in steps for k in keys):
@@ -73,9 +74,9 @@ def telemetry_section(summary: dict[str, Any]) -> str | None:
         "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---|",
     ]
     for s in steps:
-        pw = s.get("gpu_power_w") or {}
-        kv = s.get("kv_usage") or {}
-        q = s.get("queue_len") or {}
+        pw = as_dict(s.get("gpu_power_w"))
+        kv = as_dict(s.get("kv_usage"))
+        q = as_dict(s.get("queue_len"))
         valid = "yes" if s.get("power_valid") else f"no: {escape_cell(s.get('power_invalid_reason') or '')}"
         if s.get("gpu_power_w") is None:
             valid = "–"
@@ -98,7 +99,7 @@ def telemetry_section(summary: dict[str, Any]) -> str | None:
     return "\n".join(lines)
 
 
-def render_plan_md(plan: dict[str, Any]) -> str:
+def render_plan_md(plan: CapacityPlan) -> str:
     """The capacity plan in words and numbers (``loadgen plan``, and the report's plan section)."""
     slo = plan.get("slo") or {}
     lines = ["## Capacity plan", "", "SLO: " + (", ".join(f"{k} ≤ {v:g}" for k, v in slo.items()) or "–"), ""]
@@ -120,7 +121,7 @@ def render_plan_md(plan: dict[str, Any]) -> str:
         if isinstance(nxt, dict):
             why = "; ".join(escape_cell(w) for w in nxt.get("why", []))
             lines += [f"The next step fails: {why}.", ""]
-        per = plan.get("per_replica") or {}
+        per = as_dict(plan.get("per_replica"))
         headroom = plan.get("headroom")
         lines.append(
             f"- Per replica with {_f(headroom, 0, pct=True)} headroom: {_f(per.get('req_s'), 2)} req/s, "
@@ -136,13 +137,13 @@ def render_plan_md(plan: dict[str, Any]) -> str:
                 f"- For {target}: **{plan['replicas']} replicas, {plan.get('gpus')} GPUs** "
                 f"({plan.get('gpus_per_replica')} per replica)"
             )
-        energy = plan.get("energy") or {}
+        energy = as_dict(plan.get("energy"))
         if energy.get("tokens_per_joule") is not None:
             lines.append(
                 f"- Energy: {_f(energy.get('tokens_per_joule'), 3)} tokens/J, "
                 f"{_f(energy.get('kwh_per_million_tokens'), 3)} kWh per million tokens"
             )
-        cost = plan.get("cost") or {}
+        cost = as_dict(plan.get("cost"))
         if cost.get("per_million_tokens") is not None:
             lines.append(
                 f"- Cost: {_f(cost.get('per_million_tokens'), 3)} per million tokens at "
@@ -155,12 +156,12 @@ def render_plan_md(plan: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def plan_section(summary: dict[str, Any]) -> str | None:
+def plan_section(summary: RunSummary) -> str | None:
     plan = summary.get("plan")
     return render_plan_md(plan) if isinstance(plan, dict) else None
 
 
-def run_events_section(summary: dict[str, Any]) -> str | None:
+def run_events_section(summary: RunSummary) -> str | None:
     """What happened to the run itself: server down and back, workers lost."""
     events = summary.get("run_events") or []
     if not events:

@@ -11,12 +11,13 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 import orjson
 
+from loadgen.analysis.contracts import StepSummary
 
-def _flatten(key: str, value: Any) -> Iterator[tuple[str, Any]]:
+
+def _flatten(key: str, value: object) -> Iterator[tuple[str, object]]:
     if isinstance(value, dict):
         for sub, v in value.items():
             yield from _flatten(f"{key}_{sub}", v)
@@ -26,12 +27,13 @@ def _flatten(key: str, value: Any) -> Iterator[tuple[str, Any]]:
         yield key, value
 
 
-def flat_rows(steps: Sequence[dict[str, Any]]) -> tuple[list[str], list[dict[str, Any]]]:
-    """(columns, rows) for the step dicts; each row maps column -> cell value."""
+def flat_rows(steps: Sequence[StepSummary]) -> tuple[list[str], list[dict[str, object]]]:
+    """(columns, rows) for the step dicts, whatever keys they carry; each row maps column -> cell
+    value."""
     groups: dict[str, list[str]] = {}
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, object]] = []
     for step in steps:
-        row: dict[str, Any] = {}
+        row: dict[str, object] = {}
         for top, value in step.items():
             cols = groups.setdefault(top, [])
             for col, v in _flatten(top, value):
@@ -46,7 +48,7 @@ def flat_rows(steps: Sequence[dict[str, Any]]) -> tuple[list[str], list[dict[str
     return columns, rows
 
 
-def _cell(value: Any) -> str:
+def _cell(value: object) -> str:
     if value is None:
         return ""
     if isinstance(value, bool):
@@ -69,7 +71,7 @@ EMPTY_HEADER = (
 )
 
 
-def steps_csv(steps: Sequence[dict[str, Any]]) -> str:
+def steps_csv(steps: Sequence[StepSummary]) -> str:
     """The text of steps.csv (header line, then one line per step; a short header for no steps)."""
     columns, rows = flat_rows(steps)
     if not columns:

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loadgen.records import JsonlAppender, RunDirError
+from loadgen.rundir.records import JsonlAppender, RunDirError
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from loadgen.request import Endpoint
+    from loadgen.spec.request import Endpoint
     from loadgen.telemetry.options import TelemetryOptions
-    from loadgen.workload.tokens import TokenCounter
     from loadgen.workload.traffic import Workload
 
 
@@ -32,6 +31,17 @@ def parse_int_list(flag: str, text: str) -> list[int]:
         raise OptionError(f"{flag} {text!r}: expected comma-separated whole numbers, e.g. 1,8,32") from None
     if not values or any(v <= 0 for v in values):
         raise OptionError(f"{flag} {text!r}: every value must be a whole number above 0")
+    return values
+
+
+def parse_float_list(flag: str, text: str) -> list[float]:
+    """``0.5,1,2``: numbers above 0 (``--rate``)."""
+    try:
+        values = [float(v) for v in text.replace(" ", "").split(",") if v]
+    except ValueError:
+        raise OptionError(f"{flag} {text!r}: expected comma-separated numbers, e.g. 0.5,1,2") from None
+    if not values or any(not v > 0 for v in values):
+        raise OptionError(f"{flag} {text!r}: every value must be above 0")
     return values
 
 
@@ -125,6 +135,14 @@ class RampOptions:
     search_max_load: float = 4096
     argv: list[str] = field(default_factory=list)
 
+    @classmethod
+    def from_manifest(cls, data: dict[str, Any]) -> RampOptions:
+        """Options back from ``manifest()`` (what a master sends its workers): no secrets, no
+        telemetry (a worker samples nothing)."""
+        fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__ and k != "telemetry"}
+        fields["timeouts"] = Timeouts(**fields.get("timeouts", {}))
+        return cls(**fields)
+
     def manifest(self) -> dict[str, Any]:
         telemetry = self.telemetry
         self.telemetry = None
@@ -137,46 +155,6 @@ class RampOptions:
         data.pop("api_key", None)  # secrets never reach the run directory
         data["api_key_set"] = self.api_key is not None
         return data
-
-
-def base_workload(opts: RampOptions) -> Workload:
-    """The scenario's workload, or chat prompts of a fixed length built from the ramp's flags."""
-    from loadgen.workload import Workload
-    from loadgen.workload.scenario import load_scenario
-
-    if opts.scenario:
-        return Workload(load_scenario(opts.scenario))
-    return Workload.simple(
-        context_tokens=DEFAULT_CONTEXT_TOKENS,
-        max_tokens=opts.max_tokens,
-        endpoint=opts.endpoint,
-        extra=dict(opts.extra_body),
-        seed=opts.seed,
-    )
-
-
-def output_token_counter(opts: RampOptions, base: Workload) -> TokenCounter | None:
-    """The tokenizer that counts output tokens when a server sends no usage: ``--tokenizer``, else
-    the scenario's; None (count chunks) when neither names one."""
-    if opts.tokenizer:
-        from loadgen.workload.tokens import load_counter
-
-        return load_counter(opts.tokenizer)
-    counter = getattr(base, "counter", None)
-    return counter if counter is not None and getattr(counter, "name", "estimate") != "estimate" else None
-
-
-def workload_factory(base: Workload) -> Callable[[StepPlan | None], Workload]:
-    """The workload of a step (one per context length, built once)."""
-    cache: dict[int | None, Workload] = {}
-
-    def workload_for(plan: StepPlan | None) -> Workload:
-        ctx = plan.context_tokens if plan is not None else None
-        if ctx not in cache:
-            cache[ctx] = base.for_context(ctx) if ctx else base
-        return cache[ctx]
-
-    return workload_for
 
 
 def scenario_manifest(base: Workload | None) -> dict[str, Any] | None:

@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from loadgen.records import JsonlAppender
+from loadgen.rundir.records import JsonlAppender
 from loadgen.telemetry.base import Emit, Record, Sampler, SamplerDone, SamplerUnavailable, event
 from loadgen.telemetry.logscan import LogScanner
 from loadgen.telemetry.options import TelemetryOptions

@@ -25,11 +25,12 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import orjson
 
-from loadgen.analysis.values import per_request_tok_s
+from loadgen.analysis.contracts import KneeRule, KneeVerdict, LoadAxis, RunSummary
+from loadgen.analysis.values import as_dict, per_request_tok_s
 
 SERIES_POINTS = 1800  # points kept per time series (30 min at one a second)
 KNEE_EVERY_S = 10.0
@@ -115,6 +116,42 @@ def percentile(values: list[float], q: float) -> float | None:
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
+class _LiveKneeRequired(TypedDict):
+    concurrency: float | None
+    rate: float | None
+    reason: str | None
+
+
+class LiveKnee(_LiveKneeRequired, total=False):
+    """The knee the tab shows: the verdict's load and reason, or only a reason it has none yet."""
+
+    axis: LoadAxis | None
+    rule: KneeRule | None
+
+
+class LiveStep(TypedDict):
+    """One step as the tab draws it, over what has arrived so far (tok/s; latencies in ms)."""
+
+    step: int
+    concurrency: int | None
+    rate: float | None
+    context_tokens: int | None
+    phase: str  # "warm-up", "steady" or "ended"
+    window_s: float
+    ok: int
+    failed: int
+    window_requests: int
+    tok_s: float
+    req_tok_s: float | None
+    ttft_p50: float | None
+    ttft_p90: float | None
+    ttft_p99: float | None
+    itl_p50: float | None
+    itl_p90: float | None
+    itl_p99: float | None
+    errors: dict[str, int]
+
+
 @dataclass(slots=True)
 class _Req:
     sent_ns: int
@@ -143,7 +180,7 @@ class StepLive:
             return False
         return self.end_ns is None or r.sent_ns < self.end_ns
 
-    def row(self, now_ns: int) -> dict[str, Any]:
+    def row(self, now_ns: int) -> LiveStep:
         steady = self.steady_ns is not None and now_ns >= self.steady_ns
         if self.end_ns is not None:
             phase = "ended"
@@ -192,7 +229,7 @@ class LiveRun:
         self,
         run_dir: Path,
         now_ns: Callable[[], int] = time.time_ns,
-        knee: Callable[[Path], dict[str, Any] | None] | None = None,
+        knee: Callable[[Path], LiveKnee | None] | None = None,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.now_ns = now_ns
@@ -204,7 +241,7 @@ class LiveRun:
         self._sample_tail = JsonlTail(self.run_dir / "samples.jsonl")
         self._records = RecordTail(self.run_dir)
         self._knee_fn = knee if knee is not None else knee_from_run_dir
-        self._knee: dict[str, Any] | None = None
+        self._knee: LiveKnee | None = None
         self._knee_at = 0.0
         self._knee_seen = -1
 
@@ -275,7 +312,7 @@ class LiveRun:
             _append_thinned(self.kv, t / 1e9, float(s["kv_usage"]))
 
     # -- the knee -------------------------------------------------------------------------------
-    def knee(self) -> dict[str, Any] | None:
+    def knee(self) -> LiveKnee | None:
         """The current verdict, recomputed when a step ended since the last time, at most every
         ``KNEE_EVERY_S`` seconds (it reads the whole run directory)."""
         final = self._final_knee()
@@ -289,7 +326,7 @@ class LiveRun:
             self._knee = self._knee_fn(self.run_dir) if ended else None
         return self._knee
 
-    def _final_knee(self) -> dict[str, Any] | None:
+    def _final_knee(self) -> LiveKnee | None:
         """The written report's verdict once the run has finished (summary.json after the last step)."""
         path = self.run_dir / "summary.json"
         if not self.steps or any(s.end_ns is None for s in self.steps.values()):
@@ -302,10 +339,10 @@ class LiveRun:
         if mtime_ns < last_end:
             return None  # a summary from before the last step: the knee is recomputed instead
         try:
-            knee = orjson.loads(path.read_bytes()).get("knee") or {}
+            summary: RunSummary = orjson.loads(path.read_bytes())
         except (OSError, orjson.JSONDecodeError):
             return None
-        return _knee_fields(knee)
+        return _knee_fields(as_dict(summary.get("knee")))
 
     # -- output ---------------------------------------------------------------------------------
     def payload(self) -> dict[str, Any]:
@@ -344,18 +381,18 @@ def _append_thinned(series: deque[tuple[float, float]], t: float, v: float) -> N
     series.append((t, v))
 
 
-def knee_from_run_dir(run_dir: Path) -> dict[str, Any] | None:
+def knee_from_run_dir(run_dir: Path) -> LiveKnee | None:
     """The knee verdict of the run so far (as the report will compute it), or a reason it has none."""
-    from loadgen.pipeline import summarise
+    from loadgen.report.pipeline import summarise
 
     try:
         _, summary = summarise(run_dir)
     except Exception as exc:  # a run directory mid-write: say why, try again after the next step
         return {"concurrency": None, "rate": None, "reason": f"not available yet: {exc}"}
-    return _knee_fields(summary.get("knee") or {})
+    return _knee_fields(as_dict(summary.get("knee")))
 
 
-def _knee_fields(knee: dict[str, Any]) -> dict[str, Any]:
+def _knee_fields(knee: KneeVerdict) -> LiveKnee:
     return {
         "concurrency": knee.get("concurrency"),
         "rate": knee.get("rate"),

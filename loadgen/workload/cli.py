@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from loadgen.request import RequestSpec
+from loadgen.spec.request import RequestSpec
 from loadgen.workload.errors import WorkloadError
 from loadgen.workload.scenario import Scenario, load_scenario
 from loadgen.workload.traffic import TraceReplay, Workload

@@ -27,7 +27,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-from loadgen.request import Endpoint
+from loadgen.spec.request import Endpoint
 from loadgen.workload.corpus import CORPUS_NAMES
 from loadgen.workload.datasets import PROMPT_FORMATS, TRACE_FORMATS, PromptRow, Trace, load_prompts, load_trace
 from loadgen.workload.errors import DatasetError, SpecError, WorkloadError

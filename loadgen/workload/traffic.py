@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from loadgen.request import Endpoint, RequestSpec
+from loadgen.spec.request import Endpoint, RequestSpec
 from loadgen.workload.arrivals import gamma_offsets, poisson_offsets, schedule_ns, trace_offsets
 from loadgen.workload.corpus import get_corpus
 from loadgen.workload.datasets import MOONCAKE_BLOCK_TOKENS, Trace, TraceRow

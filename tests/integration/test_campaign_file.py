@@ -96,7 +96,7 @@ def test_command_must_be_strings() -> None:
 
 
 def test_ramp_command_line_is_built_from_the_file(tmp_path: Path) -> None:
-    from loadgen.campaign import _ramp_argv
+    from loadgen.campaign.runner import _ramp_argv
 
     c = parse_campaign(GOOD.replace('mode = "knee"', 'mode = "knee"\nargs = ["--server-log-file", "{log_file}"]'))
     b = c.variants[1]

@@ -114,7 +114,7 @@ def test_a_worker_that_dies_is_reported_and_the_run_completes(sim_factory: Any, 
             files = list(tmp_path.glob("*/requests-w*.jsonl"))
             if len(files) == 2 and all(len(f.read_bytes().splitlines()) > 10 for f in files):
                 kids = psutil.Process(proc.pid).children()
-                workers = [k for k in kids if "loadgen.worker" in " ".join(k.cmdline())]
+                workers = [k for k in kids if "loadgen.load.worker" in " ".join(k.cmdline())]
                 victim = workers[0]
             time.sleep(0.1)
         assert victim is not None, "the workers recorded nothing"

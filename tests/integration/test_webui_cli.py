@@ -28,7 +28,7 @@ def test_ui_flags_become_form_defaults_and_unknown_flags_go_to_locust(tmp_path: 
     assert args[:4] == ["-f", str(LOCUSTFILE), "--host", "http://h:1"]
     assert Path(args[1]).name == "locustfile.py" and Path(args[1]).exists()
     assert _value(args, "--lg-steps") == "1,8,32"
-    assert _value(args, "--lg-step-seconds") == "20.0"
+    assert _value(args, "--lg-step-seconds") == "20"
     assert _value(args, "--lg-slo") == "ttft_p99=2s"
     assert _value(args, "--metrics-url") == "http://h:1/metrics"
     assert args[-3:] == ["--master", "--expect-workers", "2"]
@@ -37,9 +37,16 @@ def test_ui_flags_become_form_defaults_and_unknown_flags_go_to_locust(tmp_path: 
 
 def test_ui_takes_the_body_and_context_flags_as_loadgen_ramp_does() -> None:
     """One syntax for both commands: repeatable KEY=VALUE (or a JSON object), a list of lengths."""
-    from loadgen.cli import _extra_body
-    from loadgen.locustfile import _contexts
-    from loadgen.locustfile import _extra_body as form_extra_body
+    from loadgen.spec.flags import BY_DEST, parse_value
+
+    def _extra_body(items: list[str]) -> object:  # what loadgen ramp makes of its --extra-body items
+        return parse_value(BY_DEST["extra_body"], items, "--extra-body")
+
+    def form_extra_body(text: str) -> object:  # what the locustfile makes of its form field
+        return parse_value(BY_DEST["extra_body"], text, "--lg-extra-body")
+
+    def _contexts(text: str) -> object:
+        return parse_value(BY_DEST["context_tokens"], text, "--lg-context-tokens")
 
     flags = ["--extra-body", "temperature=0", "--extra-body", "ignore_eos=true", "--extra-body", '{"top_p": 0.9}']
     args = locust_argv(["--url", "http://h:1", "--concurrency", "1,8", "--context-tokens", "60, 4000", *flags])
@@ -61,7 +68,7 @@ def test_a_scenario_supplies_the_ramp_steps(tmp_path: Path) -> None:
     args = locust_argv(["--url", "http://h:1", "--scenario", str(scen)])
     assert _value(args, "--lg-scenario") == str(scen)
     assert _value(args, "--lg-steps") == "2,4"
-    assert _value(args, "--lg-step-seconds") == "7.0" and _value(args, "--lg-warmup-seconds") == "1.0"
+    assert _value(args, "--lg-step-seconds") == "7" and _value(args, "--lg-warmup-seconds") == "1"
     explicit = locust_argv(["--url", "http://h:1", "--scenario", str(scen), "--concurrency", "16"])
     assert _value(explicit, "--lg-steps") == "16"
 
@@ -86,7 +93,7 @@ def test_headless_ramp_walks_the_steps_and_exports_metrics(sim_factory: Any, tmp
     assert [s["requests_ok"] > 0 for s in summary["steps"]] == [True, True]
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["kind"] == "locust-ramp"
-    # the one manifest shape, as loadgen ramp writes it (loadgen.options.run_manifest)
+    # the one manifest shape, as loadgen ramp writes it (loadgen.spec.options.run_manifest)
     assert {"kind", "label", "run_id", "options", "plan", "scenario", "slo", "argv"} <= set(manifest)
     opts = manifest["options"]
     assert opts["url"] == sim.url and opts["concurrency"] == [1, 3] and opts["max_tokens"] == 16

@@ -22,8 +22,8 @@ import pytest
 from gevent import monkey
 from gevent.server import StreamServer
 
-from loadgen.client import FastTransport
-from loadgen.options import Timeouts
+from loadgen.load.client import FastTransport
+from loadgen.spec.options import Timeouts
 
 Script = Callable[[Any, int], None]  # (socket, request number on this server) -> None
 

@@ -70,7 +70,7 @@ def _timed_run(tmp_path: Path, late_every: int, lag_hist: list[int], cpu: float 
     """40 requests of 10 chunks; every ``late_every``-th one has its first chunk marked as an upper
     bound 30 ms wide (``chunk_late_ns``), as the transport writes it after a merged read."""
     from loadgen.analysis.synthetic import make_record
-    from loadgen.pipeline import rebuild
+    from loadgen.report.pipeline import rebuild
 
     recs = []
     for i in range(40):

@@ -19,8 +19,8 @@ from typing import Any
 import gevent
 import pytest
 
-from loadgen.client import KERNEL_RX_TIMESTAMPS, FastTransport
-from loadgen.options import Timeouts
+from loadgen.load.client import KERNEL_RX_TIMESTAMPS, FastTransport
+from loadgen.spec.options import Timeouts
 
 N_STREAMS = 8
 N_CHUNKS = 40

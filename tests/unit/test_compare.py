@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from loadgen.analysis.knee import knee_verdict
-from loadgen.records import RunDirError
 from loadgen.report.compare import compare_runs, load_summary, render_compare_html, render_compare_md
+from loadgen.rundir.records import RunDirError
 
 
 def step(c: int, tok_s: float, tpot_p50: float, ctx: int = 1024, valid: bool = True) -> dict[str, Any]:

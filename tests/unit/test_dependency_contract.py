@@ -1,4 +1,4 @@
-"""The private parts of gevent and geventhttpclient that ``loadgen.client.FastTransport`` relies on.
+"""The private parts of gevent and geventhttpclient that ``loadgen.load.client.FastTransport`` relies on.
 
 The fast transport reads the kernel socket under gevent's socket, waits on gevent's own read
 watcher, takes the response body from geventhttpclient's parser buffer and replaces two methods of
@@ -20,7 +20,7 @@ from geventhttpclient import HTTPClient
 from geventhttpclient.connectionpool import ConnectionPool
 from geventhttpclient.response import HTTPSocketPoolResponse
 
-from loadgen.client import _RxSocket
+from loadgen.load.client import _RxSocket
 
 
 def test_the_pool_calls_the_two_methods_the_transport_replaces() -> None:

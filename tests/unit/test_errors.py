@@ -12,7 +12,7 @@ import pytest
 
 openai = pytest.importorskip("openai")  # an optional extra (in [dev])
 
-from loadgen.errors import classify_exception, classify_http, classify_stream_error, short  # noqa: E402
+from loadgen.parse.errors import classify_exception, classify_http, classify_stream_error, short  # noqa: E402
 
 # (status, body, class): bodies as SGLang and vLLM send them (research notes, failure-message table)
 BODIES = [

@@ -20,7 +20,7 @@ PKG = ROOT / "loadgen"
 EVENT_LOOP = ("gevent", "geventhttpclient", "locust", "greenlet")
 IO = ("socket", "subprocess", "threading", "selectors", "asyncio", "urllib.request", "http")
 # the pure incremental decoders: bytes or lines in, values out, nothing else
-PARSERS = ("loadgen.sse", "loadgen.stream", "loadgen.telemetry.prom", "loadgen.telemetry.logscan")
+PARSERS = ("loadgen.parse.sse", "loadgen.parse.stream", "loadgen.telemetry.prom", "loadgen.telemetry.logscan")
 
 
 def _module_name(path: Path) -> str:
@@ -149,10 +149,10 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_is_read() -> None:
     # the reader itself: known edges must be found, or every rule below would pass vacuously
-    assert "loadgen.options" in internal_deps("loadgen.ramp")
-    assert "gevent" in imported("loadgen.client") and "locust" in closure("loadgen.ramp")
+    assert "loadgen.spec.options" in internal_deps("loadgen.load.ramp")
+    assert "gevent" in imported("loadgen.load.client") and "locust" in closure("loadgen.load.ramp")
     assert "loadgen.telemetry.runner" in internal_deps("loadgen.telemetry.monitor")
-    assert "loadgen.stream.builder" in internal_deps("loadgen.stream.fastpath")
+    assert "loadgen.parse.stream.builder" in internal_deps("loadgen.parse.stream.fastpath")
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
@@ -173,6 +173,19 @@ def test_no_import_cycles_between_parts() -> None:
     assert _cycles(graph) == []
 
 
+def test_every_module_lives_in_a_part() -> None:
+    """The folder tree names the parts: only the entry points and lifecycle stand at the top."""
+    top = {m for m in MODULES if m.count(".") == 1 and not (PKG / m.split(".")[1]).is_dir()}
+    assert top == {"loadgen.cli", "loadgen.locustfile", "loadgen.lifecycle"}
+
+
+def test_the_option_table_imports_nothing_of_the_rest() -> None:
+    for m in MODULES:
+        if m.startswith("loadgen.spec"):
+            outside = {d for d in internal_deps(m) if not d.startswith("loadgen.spec")}
+            assert not outside - {"loadgen.analysis.plan"}, f"{m} imports {sorted(outside)}"
+
+
 def test_the_simulator_imports_nothing_of_the_load_generator() -> None:
     for m in MODULES:
         if m.startswith("loadgen.sim"):
@@ -187,9 +200,15 @@ def test_analysis_report_telemetry_and_workloads_never_reach_the_event_loop(part
             assert not _hits(closure(m), EVENT_LOOP), f"{m} reaches {sorted(_hits(closure(m), EVENT_LOOP))}"
 
 
-@pytest.mark.parametrize("module", ["loadgen.lifecycle", "loadgen.campaign", "loadgen.options", "loadgen.request"])
+@pytest.mark.parametrize(
+    "module",
+    ["loadgen.lifecycle", "loadgen.campaign", "loadgen.spec.options", "loadgen.spec.flags", "loadgen.spec.request"],
+)
 def test_lifecycle_campaign_and_options_never_pull_gevent(module: str) -> None:
-    assert not _hits(closure(module), EVENT_LOOP), sorted(_hits(closure(module), EVENT_LOOP))
+    modules = [m for m in MODULES if m == module or m.startswith(module + ".")]  # a package: all of it
+    assert modules
+    for m in modules:
+        assert not _hits(closure(m), EVENT_LOOP), f"{m} reaches {sorted(_hits(closure(m), EVENT_LOOP))}"
 
 
 @pytest.mark.parametrize("parser", PARSERS)
@@ -209,7 +228,7 @@ def test_pynvml_only_in_the_nvml_module() -> None:
 def test_a_campaign_process_really_stays_free_of_gevent() -> None:
     """What the interpreter loads, not only what the source says (a plugin's side effect, say)."""
     code = (
-        "import sys, loadgen.campaign, loadgen.lifecycle, loadgen.options;"
+        "import sys, loadgen.campaign, loadgen.lifecycle, loadgen.spec.options;"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('gevent', 'locust', 'geventhttpclient'));"
         "print(bad); sys.exit(1 if bad else 0)"
     )

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import orjson
 import pytest
 
-from loadgen.records import RequestRecord
+from loadgen.rundir.records import RequestRecord
 from loadgen.webui.live import LiveRun
 from loadgen.webui.promexport import CONTENT_TYPE, LoadgenMetrics, start_exporter
 
@@ -163,7 +163,7 @@ def test_live_view_splits_warmup_from_the_steady_window(tmp_path: Path) -> None:
 
 def test_live_view_and_report_agree_on_an_ended_step(tmp_path: Path) -> None:
     """One definition of each figure: the live tab reads what the report will say."""
-    from loadgen.pipeline import summarise
+    from loadgen.report.pipeline import summarise
 
     write_run(tmp_path)
     (tmp_path / "manifest.json").write_bytes(orjson.dumps({"kind": "ramp", "run_id": "t"}))

@@ -75,8 +75,8 @@ def test_a_run_with_nothing_but_a_manifest(tmp_path: Path) -> None:
 
 WRITER = r"""
 import sys, time
-from loadgen.records import JsonlAppender
-from loadgen.rundir import StepLog, write_manifest
+from loadgen.rundir.records import JsonlAppender
+from loadgen.rundir.layout import StepLog, write_manifest
 from loadgen.analysis.synthetic import make_record
 from pathlib import Path
 run = Path(sys.argv[1])

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import orjson
 
-from loadgen.client import CallResult
-from loadgen.request import RequestSpec
-from loadgen.runtime import RunState, TargetOptions
-from loadgen.stream import ChunkAccumulator
+from loadgen.load.client import CallResult
+from loadgen.load.runtime import RunState, TargetOptions
+from loadgen.parse.stream import ChunkAccumulator
+from loadgen.spec.request import RequestSpec
 
 T0 = 1_000_000_000
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from loadgen.options import StepPlan, build_plan
-from loadgen.shape import RampShape, StepSink
+from loadgen.load.shape import RampShape, StepSink
+from loadgen.spec.options import StepPlan, build_plan
 
 S = 1_000_000_000
 

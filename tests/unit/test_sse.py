@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from loadgen.sse import SSEDecoder
+from loadgen.parse.sse import SSEDecoder
 
 
 @dataclass

@@ -18,8 +18,8 @@ from typing import Any
 import orjson
 import pytest
 
-from loadgen.sse import SSEDecoder
-from loadgen.stream import (
+from loadgen.parse.sse import SSEDecoder
+from loadgen.parse.stream import (
     TOKENS_CHUNKS,
     TOKENS_PER_CHUNK_USAGE,
     TOKENS_USAGE,

@@ -1,4 +1,4 @@
-"""The fast path of ``ChunkAccumulator.finish`` (``loadgen/stream/fastpath.py``) against the full
+"""The fast path of ``ChunkAccumulator.finish`` (``loadgen/parse/stream/fastpath.py``) against the full
 decode: template chunks, blocks of them and usage in every chunk must give exactly what decoding
 each payload alone with orjson gives, and fall back wherever the bytes are not what they seem."""
 
@@ -11,8 +11,8 @@ import orjson
 import pytest
 from test_stream import TEXTS, chat_stream, check, feed
 
-from loadgen.stream import ChunkAccumulator, StreamResult
-from loadgen.stream.fastpath import _decode_strings
+from loadgen.parse.stream import ChunkAccumulator, StreamResult
+from loadgen.parse.stream.fastpath import _decode_strings
 
 
 def test_template_path_equals_full_decoding() -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 import pytest
 
-from loadgen.records import read_jsonl
+from loadgen.rundir.records import read_jsonl
 from loadgen.telemetry import TelemetryOptions, start_side_process
 from loadgen.telemetry.monitor import main, parse_bind, read_since, serve
 from loadgen.telemetry.remote import RemoteSampler, pull

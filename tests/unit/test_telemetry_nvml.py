@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from loadgen.analysis.telemetry import step_telemetry
-from loadgen.records import read_jsonl
+from loadgen.rundir.records import read_jsonl
 from loadgen.telemetry import TelemetryOptions, start_side_process
 
 _BUILD = Path(__file__).resolve().parents[1] / "fakenvml" / "build.py"

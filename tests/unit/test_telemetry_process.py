@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from loadgen.records import read_jsonl
+from loadgen.rundir.records import read_jsonl
 from loadgen.telemetry import SideProcess, TelemetryOptions, start_side_process
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from loadgen.analysis.telemetry import step_telemetry
-from loadgen.records import read_jsonl
+from loadgen.rundir.records import read_jsonl
 from loadgen.telemetry import TelemetryOptions, start_side_process
 
 ROOT = Path(__file__).resolve().parents[2]

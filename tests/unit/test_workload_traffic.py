@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.request import RequestSpec
+from loadgen.spec.request import RequestSpec
 from loadgen.workload import TraceReplay, Workload
 from loadgen.workload.datasets import load_trace
 from loadgen.workload.prompts import estimate_tokens

@@ -35,9 +35,15 @@ on them); ``text`` holds the content of choice 0 only.
 
 from __future__ import annotations
 
-from loadgen.stream.builder import _DONE, _Builder
-from loadgen.stream.fastpath import _Pass
-from loadgen.stream.result import TOKENS_CHUNKS, TOKENS_PER_CHUNK_USAGE, TOKENS_USAGE, StreamResult, distribute_tokens
+from loadgen.parse.stream.builder import _DONE, _Builder
+from loadgen.parse.stream.fastpath import _Pass
+from loadgen.parse.stream.result import (
+    TOKENS_CHUNKS,
+    TOKENS_PER_CHUNK_USAGE,
+    TOKENS_USAGE,
+    StreamResult,
+    distribute_tokens,
+)
 
 # Decode and drop stored payloads this often: bounds the raw bytes a long stream holds (a
 # 32k-token answer is ~8 MB of chunks; 1024 chunks ~250 KB).

@@ -1,5 +1,5 @@
 """The full decode of one response's payloads into a ``StreamResult`` (``_Builder``): the
-semantics of every shape ``loadgen.stream`` understands. Pure."""
+semantics of every shape ``loadgen.parse.stream`` understands. Pure."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from loadgen.stream.result import StreamResult
+from loadgen.parse.stream.result import StreamResult
 
 _DONE = b"[DONE]"
 _FIRST_MALFORMED_CHARS = 200

@@ -1,5 +1,5 @@
 """The fast path of ``ChunkAccumulator.finish``: template chunks decoded by their text alone,
-blocks of them with a few C-level operations (see ``loadgen.stream``'s docstring). It must give
+blocks of them with a few C-level operations (see ``loadgen.parse.stream``'s docstring). It must give
 exactly what the full decode (``_Builder``) gives; ``tests/unit/test_stream_fastpath.py`` checks that.
 Pure."""
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from loadgen.stream.builder import _DONE, _Builder
+from loadgen.parse.stream.builder import _DONE, _Builder
 
 _QUOTE = 34
 _BACKSLASH = 92

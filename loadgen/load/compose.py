@@ -1,0 +1,127 @@
+"""The composition root: one place that turns a run's options into the objects a load-generating
+process runs with.
+
+``loadgen ramp`` (``ramp.run_ramp``), the web UI's runs (``locustfile``), the distributed workers
+(``distributed.WorkerLink``) and, through ``loadgen ramp``, campaigns all call ``compose``: the
+workload (the scenario's, or chat prompts from the flags), the step plan, the run directory and
+its manifest, the target, the per-process ``RunState`` and the output-token counter are built here
+and nowhere else. Locust's Environment is wired to the state by ``runtime.bind``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from loadgen.load.runtime import RunState, TargetOptions
+from loadgen.rundir.layout import create_run_dir, write_manifest
+from loadgen.spec.options import DEFAULT_CONTEXT_TOKENS, RampOptions, StepPlan, build_ramp_plan, run_manifest
+from loadgen.workload import Workload
+from loadgen.workload.scenario import load_scenario
+from loadgen.workload.tokens import TokenCounter, load_counter
+
+
+@dataclass(slots=True)
+class ComposedRun:
+    """What one process runs with: its options, the workload it was built from, its steps (empty
+    when Locust's own user count drives the load, and on a worker, which follows the master's),
+    its run directory and its state."""
+
+    opts: RampOptions
+    base: Workload
+    plan: list[StepPlan]
+    run_dir: Path
+    state: RunState
+
+
+def base_workload(opts: RampOptions) -> Workload:
+    """The scenario's workload, or chat prompts of a fixed length built from the ramp's flags."""
+    if opts.scenario:
+        return Workload(load_scenario(opts.scenario))
+    return Workload.simple(
+        context_tokens=DEFAULT_CONTEXT_TOKENS,
+        max_tokens=opts.max_tokens,
+        endpoint=opts.endpoint,
+        extra=dict(opts.extra_body),
+        seed=opts.seed,
+    )
+
+
+def output_token_counter(opts: RampOptions, base: Workload) -> TokenCounter | None:
+    """The tokenizer that counts output tokens when a server sends no usage: ``--tokenizer``, else
+    the scenario's; None (count chunks) when neither names one."""
+    if opts.tokenizer:
+        return load_counter(opts.tokenizer)
+    counter = getattr(base, "counter", None)
+    return counter if counter is not None and getattr(counter, "name", "estimate") != "estimate" else None
+
+
+def workload_factory(base: Workload, default_context: int | None = None) -> Callable[[StepPlan | None], Workload]:
+    """The workload of a step, one per context length, built once (``default_context``: the length
+    when no step plan says, as in the web UI's runs driven by Locust's user count)."""
+    cache: dict[int | None, Workload] = {}
+
+    def workload_for(plan: StepPlan | None) -> Workload:
+        ctx = plan.context_tokens if plan is not None else default_context
+        if ctx not in cache:
+            cache[ctx] = base.for_context(ctx) if ctx else base
+        return cache[ctx]
+
+    return workload_for
+
+
+def target_of(opts: RampOptions) -> TargetOptions:
+    return TargetOptions(
+        url=opts.url,
+        model=opts.model,
+        api_key=opts.api_key,
+        transport=opts.transport,
+        timeouts=opts.timeouts,
+        stream=opts.stream,
+    )
+
+
+def compose(
+    opts: RampOptions,
+    kind: str,
+    *,
+    plan: Sequence[StepPlan] | None = None,
+    run_dir: Path | None = None,
+    worker: str = "w0",
+    records_elsewhere: bool = False,
+    record_sink: Callable[[bytes], None] | None = None,
+    step_log: bool = True,
+    user_offset: int = 0,
+    default_context: int | None = None,
+    dir_label: str | None = None,
+    manifest_extra: dict[str, Any] | None = None,
+) -> ComposedRun:
+    """Build one process's run.
+
+    ``kind``: the manifest's (``ramp``, ``locust-ramp``, ``locust``) or ``worker``; ``plan``: the
+    steps (default: from the options and the scenario, as ``loadgen ramp`` plans them); ``run_dir``:
+    an existing run directory to join (a worker: no directory is created and no manifest written),
+    else a new one under ``opts.out``; ``records_elsewhere``: this process sends no requests itself (a
+    master: its workers write the records); ``record_sink``: where each record's line goes instead of
+    the process's own requests file (a remote worker's batches to the master); ``dir_label``: the run
+    directory's name when the options have no label.
+    """
+    base = base_workload(opts)
+    steps = list(plan) if plan is not None else build_ramp_plan(opts, base)
+    if run_dir is None:
+        run_dir = create_run_dir(opts.out, opts.label or dir_label)
+        write_manifest(run_dir, run_manifest(kind, run_dir.name, opts, steps, base, **(manifest_extra or {})))
+    sink = (lambda line: None) if records_elsewhere else record_sink
+    state = RunState(
+        run_dir,
+        target_of(opts),
+        workload_factory(base, default_context),
+        worker=worker,
+        record_sink=sink,
+        step_log=step_log,
+        user_offset=user_offset,
+    )
+    state.token_counter = output_token_counter(opts, base)
+    return ComposedRun(opts, base, steps, run_dir, state)

@@ -1,0 +1,97 @@
+"""The one flag table: every front end is generated from it and reads the same values back."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any
+
+import pytest
+
+from loadgen.spec import flags
+from loadgen.spec.options import OptionError, RampOptions, Timeouts
+
+# RampOptions fields no user types: the run's own bookkeeping and what other flag groups set
+NOT_FLAGS = {"telemetry", "argv", "stream"}
+
+
+def test_every_option_of_a_run_has_one_row() -> None:
+    fields = {f.name for f in dataclasses.fields(RampOptions)} - NOT_FLAGS - {"timeouts"}
+    fields |= {f"timeouts.{f.name}" for f in dataclasses.fields(Timeouts)}
+    dests = [f.dest for f in flags.FLAGS]
+    assert len(dests) == len(set(dests)), "a dest defined twice"
+    assert fields - set(dests) == set(), "RampOptions fields without a flag"
+    assert set(dests) - fields == {"no_stream", "no_telemetry"}  # the two switches the builders read
+
+
+def _parser(surface: Any) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser()
+    flags.add_arguments(p, surface)
+    return p
+
+
+def test_ramp_and_ui_parse_the_same_text_to_the_same_values() -> None:
+    argv = ["--url", "http://h:1", "--concurrency", "1, 8,32", "--context-tokens", "60,4000", "--max-tokens", "64",
+            "--extra-body", "temperature=0", "--extra-body", '{"top_p": 0.5}', "--slo", "ttft_p99=2s"]  # fmt: skip
+    got = {}
+    for surface in ("ramp", "ui"):
+        raw = flags.raw_values(_parser(surface).parse_args(argv), surface)
+        got[surface] = {d: flags.parse_value(flags.BY_DEST[d], v, "--x") for d, v in raw.items() if d in raw}
+    for dest in ("concurrency", "context_tokens", "max_tokens", "extra_body", "slo"):
+        assert got["ramp"][dest] == got["ui"][dest], dest
+    assert got["ramp"]["concurrency"] == [1, 8, 32]
+    assert got["ramp"]["extra_body"] == {"temperature": 0, "top_p": 0.5}
+    assert got["ramp"]["slo"] == {"ttft_p99_ms": 2000.0}
+
+
+def test_ui_leaves_what_is_not_given_to_the_form() -> None:
+    raw = flags.raw_values(_parser("ui").parse_args(["--url", "http://h:1"]), "ui")
+    assert flags.to_argv({d: v for d, v in raw.items() if d != "url"}, "lg") == []
+
+
+def test_values_written_as_flags_read_back_the_same() -> None:
+    values = {"concurrency": [1, 8], "rates": [0.5, 2.0], "step_seconds": 7.5, "max_tokens": 16,
+              "extra_body": {"ignore_eos": True, "stop": ["\n"]}, "scenario": "s.toml", "find_knee": True,
+              "no_stream": False}  # fmt: skip
+    argv = flags.to_argv(values, "ramp")
+    assert "--no-stream" not in argv and "--find-knee" in argv
+    ns = _parser("ramp").parse_args(["--url", "http://h:1", *argv])
+    raw = flags.raw_values(ns, "ramp")
+    for dest, want in values.items():
+        f = flags.BY_DEST[dest]
+        got = flags.parse_value(f, raw[dest], f.flag("ramp"))
+        assert (got or False) == want, dest
+
+
+def test_locust_options_match_the_table() -> None:
+    form = argparse.ArgumentParser()
+    hidden = argparse.ArgumentParser()
+    flags.add_locust_arguments(form, hidden)
+    shown = {a.option_strings[0] for a in form._actions if a.option_strings and a.dest != "help"}
+    cli_only = {a.option_strings[0] for a in hidden._actions if a.option_strings and a.dest != "help"}
+    assert "--lg-steps" in shown and "--lg-extra-body" in shown and "--lg-slo" in shown
+    assert {"--lg-out", "--lg-stall-timeout", "--lg-request-timeout", "--no-telemetry"} <= cli_only
+    assert not shown & cli_only
+    ns = form.parse_args(["--lg-steps", "1,4", "--lg-extra-body", "temperature=0 ignore_eos=true"])
+    raw = flags.raw_values(ns, "lg")
+    assert flags.parse_value(flags.BY_DEST["concurrency"], raw["concurrency"], "--lg-steps") == [1, 4]
+    assert flags.parse_value(flags.BY_DEST["extra_body"], raw["extra_body"], "--lg-extra-body") == {
+        "temperature": 0,
+        "ignore_eos": True,
+    }
+
+
+@pytest.mark.parametrize(
+    ("dest", "text", "message"),
+    [
+        ("concurrency", "1,0", "--lg-steps '1,0': every value must be a whole number above 0"),
+        ("rates", "fast", "--rate 'fast': expected comma-separated numbers"),
+        ("extra_body", "[1]", "--extra-body '[1]': expected a JSON object"),
+        ("max_tokens", "many", "--lg-max-tokens 'many': expected a whole number"),
+    ],
+)
+def test_bad_values_name_the_flag_as_typed(dest: str, text: str, message: str) -> None:
+    f = flags.BY_DEST[dest]
+    flag = "--lg-" + (f.lg or f.name) if message.startswith("--lg") else f.flag("ramp")
+    with pytest.raises(OptionError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        flags.parse_value(f, text, flag)
