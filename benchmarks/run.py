@@ -52,6 +52,7 @@ every point ``--reps`` times (interleaved) and prints medians with (min-max) ran
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import math
@@ -69,6 +70,8 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+import wire  # benchmarks/wire.py, beside this file
 
 REPO = Path(__file__).resolve().parents[1]
 PEERS = REPO.parent / "shared" / "bench-peers"
@@ -419,7 +422,7 @@ def errors(reported: Row, truth: Any) -> Row:
 
 
 def ours_accuracy(server: Server, conc: int, args: argparse.Namespace, work: Path) -> Row:
-    from loadgen.records import read_jsonl
+    from loadgen.rundir.records import read_jsonl
 
     out = work / f"acc-{conc}-{time.monotonic_ns()}"
     out.mkdir()
@@ -465,7 +468,7 @@ def truth_sim(conc: int, args: argparse.Namespace, work: Path) -> Row:
     ignore_eos); for every request sent in the steady window, the first chunk's arrival (the
     record's sent_ns + first offset) minus the simulator's stamp just before it wrote that chunk.
     The harness never stands between the two clocks: both are the same machine's wall clock."""
-    from loadgen.records import read_jsonl
+    from loadgen.rundir.records import read_jsonl
 
     out = work / f"truth-{conc}-{time.monotonic_ns()}"
     out.mkdir()
@@ -653,19 +656,62 @@ def run_peers(args: argparse.Namespace, work: Path) -> tuple[list[str], str]:
         cmd += ["--tokenizer", args.peers_tokenizer]
     if args.sglang_script:
         cmd += ["--sglang-script", args.sglang_script]
-    try:
-        subprocess.run(cmd, cwd=PEERS, timeout=7200, env=dict(os.environ, LOADGEN_BIN=str(loadgen_bin)))
-    finally:
-        for m in mocks:
-            m.terminate()
-            m.wait(timeout=5)
+    pcap = work / "paced.pcap"
+    with contextlib.ExitStack() as stack:
+        no_wire = stack.enter_context(wire.capture(PEER_PORTS[1][0], pcap, args.server_cpu)) if args.wire else None
+        try:
+            subprocess.run(cmd, cwd=PEERS, timeout=7200, env=dict(os.environ, LOADGEN_BIN=str(loadgen_bin)))
+        finally:
+            for m in mocks:
+                m.terminate()
+                m.wait(timeout=5)
     table = subprocess.run([sys.executable, str(PEERS / "runner.py"), "--table", str(res)], cwd=PEERS,
                            capture_output=True, text=True).stdout  # fmt: skip
     kept = res
     if args.json_out and res.exists():  # the raw rows beside the other results (work is deleted)
         kept = args.json_out.with_name(args.json_out.stem + "-peers.jsonl")
         shutil.copy(res, kept)
-    return table.splitlines(), f"peers: {', '.join(have)} through {PEERS / 'runner.py'} (raw rows: {kept})"
+    lines = table.splitlines()
+    if args.wire:
+        lines += [""] + (wire_table(res, work / "peers", pcap) if no_wire is None else [f"wire: skipped ({no_wire})"])
+    return lines, f"peers: {', '.join(have)} through {PEERS / 'runner.py'} (raw rows: {kept})"
+
+
+WIRE_HEAD = (
+    "### The wire as a second truth (paced server, llm-loadgen's accuracy runs; ms)\n\n"
+    "mock truth: the server's own stamps, from when it had read the request; wire: loopback packets, from the\n"
+    "request's first packet to the first response packet; per request: our TTFT minus the wire's, matched by\n"
+    "X-Request-Id; server read delay: wire minus mock truth (what the server's truth cannot see).\n\n"
+    "| run | requests | TTFT err vs mock truth mean / p99 | vs wire, per request: mean / p99 / max | "
+    "send stamp to request packet p99 | server read delay mean / p99 |\n"
+    "|---|---:|---:|---:|---:|---:|"
+)
+
+
+def wire_table(rows_file: Path, runs: Path, pcap: Path) -> list[str]:
+    """One line per llm-loadgen accuracy run of the peers' harness: its error against the mock's
+    truth, against the wire per request, and the server's own read delay (wire - truth)."""
+    if not rows_file.exists() or not pcap.exists():
+        return ["wire: skipped (no harness rows or no capture)"]
+    calls = wire.read_calls(pcap, PEER_PORTS[1][0])
+    out = [WIRE_HEAD]
+    for line in rows_file.read_text().splitlines():
+        r = json.loads(line)
+        if r.get("client") != "llm-loadgen" or r.get("mode") != "accuracy" or "reported" not in r:
+            continue
+        run_dirs = sorted((runs / r["work"]).glob("runs/*"))
+        if not run_dirs:
+            continue
+        c = wire.compare_run(run_dirs[-1], calls)
+        truth, rep = r["truth"]["ttft_ms"], r["reported"]
+        out.append(
+            f"| c={r['conc']} rep {r['rep']} | {c['error']['n']:,} | "
+            f"{rep['ttft_mean'] - truth['mean']:+.2f} / {rep['ttft_p99'] - truth['p99']:+.2f} | "
+            f"{c['error']['mean']:+.3f} / {c['error']['p99']:+.3f} / {c['error']['max']:+.3f} | "
+            f"{c['send_lag']['p99']:+.3f} | "
+            f"{c['wire']['mean'] - truth['mean']:+.2f} / {c['wire']['p99'] - truth['p99']:+.2f} |"
+        )
+    return out
 
 
 PEER_PORTS = ((8000, 0.0, 0.0), (8001, TTFT_MS, ITL_MS))  # runner.py's UNPACED_PORT and PACED_PORT
@@ -834,6 +880,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--peers-acc-conc", default="1,256", help="peers' harness accuracy concurrencies")
     ap.add_argument("--peers-reps", type=int, help="peers' harness repetitions (default --reps)")
     ap.add_argument("--peers-only", action="store_true", help="run only the peers' harness (needs --peers-venvs)")
+    ap.add_argument(
+        "--wire",
+        action="store_true",
+        help="peers: capture the paced server's loopback packets (tcpdump) and compare every llm-loadgen TTFT with "
+        "the wire's, and the server's truth with the wire (benchmarks/wire.py)",
+    )
     ap.add_argument(
         "--truth-sim",
         action="store_true",
