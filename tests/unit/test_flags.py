@@ -95,3 +95,11 @@ def test_bad_values_name_the_flag_as_typed(dest: str, text: str, message: str) -
     flag = "--lg-" + (f.lg or f.name) if message.startswith("--lg") else f.flag("ramp")
     with pytest.raises(OptionError, match=message.replace("[", r"\[").replace("]", r"\]")):
         flags.parse_value(f, text, flag)
+
+
+def test_the_readme_documents_every_flag_of_loadgen_ramp() -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    missing = [f.flag("ramp") for f in flags.FLAGS if "ramp" in f.surfaces and f"`{f.flag('ramp')}" not in readme]
+    assert not missing, f"README.md's option table lacks {missing}"
