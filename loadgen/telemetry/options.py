@@ -114,3 +114,25 @@ def add_source_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-from-start", action="store_true", help="read the log file from its start, not its end")
     p.add_argument("--monitor-url", default=None, help="pull samples from a remote `loadgen monitor --serve`")
     p.add_argument("--monitor-hz", type=_positive, default=2.0, help="remote pulls per second (default 2)")
+
+
+def source_argv(ns: argparse.Namespace) -> list[str]:
+    """The telemetry flags of ``ns`` that differ from their defaults, written back as
+    ``add_source_args`` reads them (``loadgen ui`` hands them on to Locust this way)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_source_args(parser)
+    out: list[str] = []
+    for action in parser._actions:
+        flag, value = action.option_strings[0], getattr(ns, action.dest, action.default)
+        if value == action.default or value is None:
+            continue
+        if isinstance(action, argparse._StoreTrueAction):
+            out.append(flag)
+        elif isinstance(action, argparse._AppendAction):
+            for fld, metric in value:
+                out += [flag, f"{fld}={metric}"]
+        elif isinstance(value, list):
+            out += [flag, ",".join(str(v) for v in value)]
+        else:
+            out += [flag, repr(value) if isinstance(value, float) else str(value)]
+    return out

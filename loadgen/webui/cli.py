@@ -17,13 +17,12 @@ from typing import Any
 
 from loadgen.spec import flags
 from loadgen.spec.options import OptionError
+from loadgen.telemetry.options import add_source_args, source_argv
 
 LOCUSTFILE = Path(__file__).resolve().parents[1] / "locustfile.py"
 
 
 def _parser() -> argparse.ArgumentParser:
-    from loadgen.telemetry.options import add_source_args
-
     p = argparse.ArgumentParser(
         prog="loadgen ui",
         description="Locust's web UI with the LLM tab; flags become the form's defaults. "
@@ -73,23 +72,7 @@ def locust_argv(argv: list[str]) -> list[str]:
             "give --concurrency too (or one length)"
         )
     out += flags.to_argv(values, "lg")
-    out += ["--gpu-source", ns.gpu_source, "--gpu-hz", repr(ns.gpu_hz), "--metrics-hz", repr(ns.metrics_hz)]
-    if ns.gpus is not None:
-        out += ["--gpus", ",".join(str(g) for g in ns.gpus)]
-    for flag, value in (
-        ("--metrics-url", ns.metrics_url),
-        ("--server-logs", ns.server_logs),
-        ("--server-log-file", ns.server_log_file),
-        ("--monitor-url", ns.monitor_url),
-    ):
-        if value:
-            out += [flag, value]
-    for fld, metric in ns.metrics_map:
-        out += ["--metrics-map", f"{fld}={metric}"]
-    if ns.log_from_start:
-        out.append("--log-from-start")
-    if ns.monitor_url:
-        out += ["--monitor-hz", repr(ns.monitor_hz)]
+    out += source_argv(ns)  # the telemetry sources, as loadgen ramp's
     return out + rest
 
 

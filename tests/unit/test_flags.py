@@ -103,3 +103,16 @@ def test_the_readme_documents_every_flag_of_loadgen_ramp() -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     missing = [f.flag("ramp") for f in flags.FLAGS if "ramp" in f.surfaces and f"`{f.flag('ramp')}" not in readme]
     assert not missing, f"README.md's option table lacks {missing}"
+
+
+def test_telemetry_sources_written_back_read_the_same() -> None:
+    from loadgen.telemetry.options import add_source_args, source_argv
+
+    parser = argparse.ArgumentParser()
+    add_source_args(parser)
+    argv = ["--gpu-source", "http://h:9400/metrics", "--gpu-hz", "4", "--gpus", "0,2", "--metrics-map",
+            "kv_usage_frac=my_kv", "--log-from-start", "--monitor-url", "http://m:9500", "--monitor-hz", "0.5"]  # fmt: skip
+    first = parser.parse_args(argv)
+    again = parser.parse_args(source_argv(first))
+    assert vars(again) == vars(first)
+    assert source_argv(parser.parse_args([])) == []  # defaults are left to the other side's defaults
