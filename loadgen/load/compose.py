@@ -37,25 +37,27 @@ class ComposedRun:
 
 
 def base_workload(opts: RampOptions) -> Workload:
-    """The scenario's workload, or chat prompts of a fixed length built from the ramp's flags."""
+    """The scenario's workload, or chat prompts of a fixed length built from the ramp's flags; with
+    ``--tokenizer``, prompts are cut to exact lengths by it (else by the scenario's, or the ratio the
+    workload learns from the server's usage)."""
+    counter = load_counter(opts.tokenizer) if opts.tokenizer else None  # exact prompt lengths by it
     if opts.scenario:
-        return Workload(load_scenario(opts.scenario))
+        return Workload(load_scenario(opts.scenario), counter=counter)
     return Workload.simple(
         context_tokens=DEFAULT_CONTEXT_TOKENS,
         max_tokens=opts.max_tokens,
         endpoint=opts.endpoint,
         extra=dict(opts.extra_body),
         seed=opts.seed,
+        counter=counter,
     )
 
 
-def output_token_counter(opts: RampOptions, base: Workload) -> TokenCounter | None:
-    """The tokenizer that counts output tokens when a server sends no usage: ``--tokenizer``, else
-    the scenario's; None (count chunks) when neither names one."""
-    if opts.tokenizer:
-        return load_counter(opts.tokenizer)
-    counter = getattr(base, "counter", None)
-    return counter if counter is not None and getattr(counter, "name", "estimate") != "estimate" else None
+def output_token_counter(base: Workload) -> TokenCounter | None:
+    """The tokenizer that counts output tokens when a server sends no usage: the workload's
+    (``--tokenizer``, else the scenario's); None (count chunks) when neither names one."""
+    counter = base.counter
+    return counter if getattr(counter, "name", "estimate") != "estimate" else None
 
 
 def workload_factory(base: Workload, default_context: int | None = None) -> Callable[[StepPlan | None], Workload]:
@@ -123,5 +125,5 @@ def compose(
         step_log=step_log,
         user_offset=user_offset,
     )
-    state.token_counter = output_token_counter(opts, base)
+    state.token_counter = output_token_counter(base)
     return ComposedRun(opts, base, steps, run_dir, state)

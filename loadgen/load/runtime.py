@@ -29,6 +29,7 @@ from loadgen.rundir.layout import StepLog
 from loadgen.rundir.records import JsonlAppender, RequestRecord
 from loadgen.spec.options import StepPlan, Timeouts
 from loadgen.spec.request import ENDPOINT_PATHS, RequestSpec
+from loadgen.workload.calibration import LengthFeedback
 
 
 @dataclass(slots=True)
@@ -107,6 +108,9 @@ class RunState(StepSink):
         self.on_count: Callable[[int, str | None, int, int], None] | None = None  # a worker reports counts
         # a local tokenizer (anything with count(text) -> int) for servers that send no usage
         self.token_counter: Any = None
+        # the workload learns the server's prompt token count from each response (one calibrator
+        # shared by every step's workload: they all talk to this server)
+        self.lengths: LengthFeedback | None = getattr(workload_for(None), "lengths", None)
         self.steady_ns: int | None = None
         self.counters: list[StepCounters] = []
         self.started_ns = ANCHOR.now_wall_ns()
@@ -222,6 +226,9 @@ class RunState(StepSink):
         self.in_flight -= 1
         rec = self._record(rid, step, spec, result, user)
         self.record_sink(rec.to_json())
+        if self.lengths is not None and rec.prompt_tokens and rec.error_class is None:
+            chars, messages = prompt_size(spec)
+            self.lengths.observe(chars, messages, rec.prompt_tokens)
         self._report(rec, spec)
         text = result.stream.text if result.stream is not None else None
         return rec, text
@@ -366,6 +373,21 @@ def plan_to_dict(plan: StepPlan) -> dict[str, Any]:
 
 def plan_from_dict(data: dict[str, Any]) -> StepPlan:
     return StepPlan(**data)
+
+
+def prompt_size(spec: RequestSpec) -> tuple[int, int]:
+    """Characters of the prompt as sent (message contents, or the completions prompt) and the number
+    of chat messages (1 for a completions prompt): what :class:`LengthFeedback` is told."""
+    if spec.endpoint == "chat" and spec.messages:
+        chars = 0
+        for m in spec.messages:
+            content = m.get("content")
+            if isinstance(content, str):
+                chars += len(content)
+        return chars, len(spec.messages)
+    if spec.prompt is not None:
+        return len(spec.prompt), 1
+    return len(_flatten(spec.messages)), 1
 
 
 def _flatten(messages: list[dict[str, Any]] | None) -> str:

@@ -28,7 +28,9 @@ prompt is matched against cached blocks (:mod:`loadgen.sim.prefix`) when it is f
 at most up to the last full block before its final token (one token is always computed). Matched
 blocks are locked and only the rest is prefilled, so the prefill step is shorter (its attention
 still reads the cached prefix). When the prompt has been prefilled its full blocks join the cache;
-when the request ends they stay there, evictable. Cached blocks share the KV pool with running
+when the request ends they stay there, evictable, followed by the blocks of its output (named by
+content through the request's ``continued_block_hashes`` hook, so the next turn of a conversation
+hits them). Cached blocks share the KV pool with running
 requests: free = pool - private request tokens - cached tokens; admission counts evictable blocks
 as free (SGLang's ``available_size() + evictable_size()``) and allocation evicts least recently used
 unlocked blocks when the free part is short. ``used_tokens`` (token usage, ``#token``) is SGLang's
@@ -49,7 +51,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from loadgen.sim.model import MemoryPlan, StepCost, StepModel
+from loadgen.sim.memory import MemoryPlan, memory_plan
+from loadgen.sim.model import StepCost, StepModel
 from loadgen.sim.prefix import Block, PrefixCache
 from loadgen.sim.profile import FixedTiming, Profile
 
@@ -101,6 +104,9 @@ class SimRequest:
     block_hashes: list[int] = field(default_factory=list)  # chained prompt block hashes (prefix cache)
     cached_tokens: int = 0  # prompt tokens found in the prefix cache at first scheduling (usage)
     locked: list[Block] = field(default_factory=list)  # cached blocks this request holds
+    # (n output tokens) -> chained hashes of every full block of the prompt continued by its first n
+    # output tokens (loadgen.sim.continuation); None: the output is not cached when the request ends
+    continued_block_hashes: Callable[[int], list[int]] | None = None
 
     @property
     def recompute_len(self) -> int:
@@ -281,7 +287,7 @@ class Engine:
         self.timing: StepModel | FixedStepModel = (
             FixedStepModel(profile.timing, self.model) if profile.timing else self.model
         )
-        self.plan: MemoryPlan = self.model.memory_plan()
+        self.plan: MemoryPlan = memory_plan(profile)
         self.pool_tokens = self.plan.kv_pool_tokens if profile.timing is None else max(self.plan.kv_pool_tokens, 1)
         self.rng = np.random.default_rng(seed)
         self.log = log or (lambda line: None)
@@ -371,6 +377,7 @@ class Engine:
                 self.running.remove(req)
             except ValueError:
                 pass
+            self._cache_output(req)  # what it generated so far stays cached, as SGLang does
         self._free(req)
         req.state = ABORTED
         req.finish_reason = "abort"
@@ -639,6 +646,36 @@ class Engine:
             self._private -= size
             parent = block
 
+    def _cache_output(self, req: SimRequest) -> None:
+        """A prefilled request ends: the full blocks of its prompt + output join the cache.
+
+        As SGLang's ``cache_finished_req``: the KV of the prompt and of all output tokens but the
+        last (whose KV was never computed) is kept, as the continuation of the request's prompt
+        path. The request's private KV is released first; each new block then takes one block of
+        the pool (evicting least recently used unlocked blocks if the free part is short) and
+        insertion stops at the first block that finds no room. Blocks already cached are shared.
+        The blocks stay locked by ``req`` until :meth:`_free` unlocks them with its prompt path.
+        """
+        cache, hook = self.cache, req.continued_block_hashes
+        if cache is None or hook is None or req.prefilled < req.prompt_tokens:
+            return
+        keys = hook(max(0, req.generated - 1))
+        held = len(req.locked)
+        if len(keys) <= held or (held and keys[held - 1] != req.locked[-1].key):
+            return  # nothing beyond the prompt path (or a hook that disagrees with it: cache nothing)
+        self._private -= req.kv_tokens
+        req.kv_tokens = 0
+        size = cache.block_tokens
+        parent = req.locked[-1] if held else None
+        for key in keys[held:]:
+            if key not in cache.blocks:  # then neither is any later key (a block's parent is cached)
+                self._make_room(size)
+                if self.free_tokens < size:
+                    break
+            block, _ = cache.insert(key, parent)
+            req.locked.append(block)
+            parent = block
+
     # -- step completion ------------------------------------------------------------------------
 
     def _complete(self, step: _Step) -> list[Emission]:
@@ -742,6 +779,7 @@ class Engine:
         req.finish_reason = req.stop_reason
         req.finish_s = t
         self.running.remove(req)
+        self._cache_output(req)
         self._free(req)
         self.requests.pop(req.rid, None)
         self.counters.finished += 1

@@ -1,4 +1,4 @@
-"""Step-time, memory and power model of a tensor-parallel inference server.
+"""Step-time and power model of a tensor-parallel inference server (start-up memory: memory.py).
 
 The decode (or draft+verify) step of ``C`` requests, each verifying ``n_v`` tokens (1 without
 speculative decoding), processes ``N = C * n_v`` tokens:
@@ -7,10 +7,17 @@ speculative decoding), processes ``N = C * n_v`` tokens:
     W_gpu  = [dense + moe_layers * E*(1-(1-k/E)**n_eff) * expert_bytes (+ drafter)] / TP
     KV_gpu = sum(ctx) * kv_bytes_per_token        (/ TP unless the cache is replicated, as MLA is)
     t_mem  = W_gpu / (eta_bw * BW) + KV_gpu / (eta_attn * BW)
-    t_cmp  = [2 * P_active * N + attn_flops * layers * sum(n_v * ctx)] / TP / (eta_c * F)
+    t_cmp  = [2 * P_active * N + attn_flops * layers * sum(n_v * ctx) + pad] / TP / (eta_c * F)
+    pad    = 2 * 3*hidden*moe_intermediate * moe_layers * E*(1-(1-k/E)**n_eff) * moe_block_tokens/2
     t_ar   = 2 * layers * N * hidden * 2 B / allreduce_bw   (ring or NVLS; 0 below the small-message size)
     t_ag   = N * vocab * 2 B * (TP-1)/TP / (0.78 * NVLink)  (logits all-gather)
     T      = t_fix + max(t_mem, t_cmp) + t_ar + t_ag + drafter_ms
+
+``pad`` is the fused-MoE kernel's row padding: SGLang's ``fused_moe`` sorts the tokens by expert
+and pads each expert's rows to a multiple of ``BLOCK_SIZE_M`` (``moe_align_block_size``), so every
+expert a step touches computes on average half a block of zero rows. It is what makes a verify
+pass of C=128 cheaper per token than one of C=64: the padding is a fixed cost once every expert is
+touched, while the useful rows grow with C (the seed's +18 % from C=64 to C=128 needs it).
 
 A prefill step is the same forward over the new prompt tokens (its attention sees each token's
 prefix) plus ``t_fix_prefill``. Power per GPU is ``idle + P_hbm*u_bw + P_tc*u_tc + P_nvl*u_nvl``
@@ -36,27 +43,8 @@ class StepCost:
     power_w: float
 
 
-@dataclass(frozen=True)
-class MemoryPlan:
-    """How a GPU's memory is split at start-up, SGLang style; bytes are per GPU."""
-
-    total_bytes: float
-    weight_bytes: float
-    static_bytes: float  # mem_fraction_static * total: weights + KV pool
-    kv_pool_bytes: float
-    kv_pool_tokens: int
-    headroom_bytes: float  # outside the static fraction: activations, graphs, NCCL buffers
-    graph_bytes: float  # persistent CUDA-graph buffers for the largest captured batch
-    graph_tokens: int
-    req_to_token_bytes: float
-
-    @property
-    def graph_fits(self) -> bool:
-        return self.graph_bytes <= self.headroom_bytes
-
-
 class StepModel:
-    """Pure functions of a profile: step durations, power, memory plan."""
+    """Pure functions of a profile: step durations and power."""
 
     def __init__(self, profile: Profile) -> None:
         self.p = profile
@@ -71,18 +59,26 @@ class StepModel:
         self.drafter_s = sp.drafter_ms / 1e3 if sp.enabled else 0.0
         self.kv_div = 1 if m.kv_replicated else self.tp
         self.drafter_bytes = sp.drafter_bytes if sp.enabled else 0.0
-        self.weights_gpu = (m.weight_bytes + self.drafter_bytes) / self.tp
         self.miss = 1.0 - m.experts_active / m.experts if m.experts > 0 else 1.0
 
     # -- step durations -------------------------------------------------------------------------
 
+    def _experts_touched(self, n_eff: float) -> float:
+        """Routed experts per MoE layer that ``n_eff`` independently routed tokens touch."""
+        m = self.p.model
+        return m.experts * (1.0 - self.miss**n_eff) if m.experts > 0 and n_eff > 0 else 0.0
+
     def _weights_read(self, n_eff: float) -> float:
         m = self.p.model
-        moe = 0.0
-        if m.experts > 0 and n_eff > 0:
-            covered = m.experts * (1.0 - self.miss**n_eff)
-            moe = m.moe_layers * covered * m.expert_bytes
+        moe = m.moe_layers * self._experts_touched(n_eff) * m.expert_bytes
         return (m.streamed_dense_bytes + moe + self.drafter_bytes) / self.tp
+
+    def _moe_pad_flops(self, n_eff: float) -> float:
+        """FLOPs per GPU spent on the fused-MoE kernel's padding rows (module docstring)."""
+        m = self.p.model
+        expert_params = 3.0 * m.hidden * m.moe_intermediate
+        rows = self._experts_touched(n_eff) * self.p.server.moe_block_tokens / 2.0
+        return 2.0 * expert_params * m.moe_layers * rows / self.tp
 
     def _collectives(self, n_tokens: float) -> tuple[float, float]:
         """All-reduce and logits all-gather seconds for a forward over ``n_tokens`` tokens."""
@@ -112,6 +108,7 @@ class StepModel:
         kv = ctx_sum * m.kv_bytes_per_token / self.kv_div
         t_mem = w / (s.eta_bw * self.bw) + kv / (s.eta_attn * self.bw)
         flops = (2.0 * m.active_params * n_tokens + m.attn_flops_per_ctx * m.layers * n_v * ctx_sum) / self.tp
+        flops += self._moe_pad_flops(n_eff)
         t_cmp = flops / (s.eta_c * self.flops)
         t_ar, t_ag = self._collectives(n_tokens)
         core = self.t_fix + max(t_mem, t_cmp) + self.drafter_s
@@ -124,6 +121,7 @@ class StepModel:
         w = self._weights_read(float(n_tokens))
         t_mem = w / (s.eta_bw * self.bw)
         flops = (2.0 * m.active_params * n_tokens + m.attn_flops_per_ctx * m.layers * attn_pairs) / self.tp
+        flops += self._moe_pad_flops(float(n_tokens))
         t_cmp = flops / (s.eta_c * self.flops)
         t_ar, t_ag = self._collectives(n_tokens)
         core = self.t_fix + self.t_fix_prefill + max(t_mem, t_cmp) + self.drafter_s
@@ -135,34 +133,3 @@ class StepModel:
         hw = self.p.hardware
         p = hw.idle_w + hw.p_hbm_w * u_bw + hw.p_tc_w * u_tc + hw.p_nvl_w * u_nvl
         return min(p, hw.power_limit_w)
-
-    # -- memory ---------------------------------------------------------------------------------
-
-    def memory_plan(self) -> MemoryPlan:
-        """SGLang's start-up accounting: KV pool from mem_fraction_static, CUDA graphs outside it.
-
-        The largest verify graph holds ``min(cuda_graph_max_bs, max_running_requests) * n_v`` tokens;
-        its persistent buffers are full-vocabulary fp32 logits plus ~6 BF16 hidden-size buffers per
-        token, on top of ``graph_headroom_gb`` for activations and communication buffers.
-        """
-        p, hw, m, s = self.p, self.p.hardware, self.p.model, self.p.server
-        total = hw.hbm_gb * 1e9
-        static = s.mem_fraction_static * total
-        kv_pool = static - self.weights_gpu
-        cell = m.kv_bytes_per_token / self.kv_div
-        tokens = int(kv_pool // cell) if kv_pool > 0 else 0
-        max_bs = min(s.cuda_graph_max_bs, p.max_running_requests)
-        graph_tokens = max_bs * p.verify_width
-        req_to_token = (p.max_running_requests + 1) * (p.context_length + 4 + p.verify_width) * 4.0
-        graph = s.graph_headroom_gb * 1e9 + graph_tokens * (m.vocab * 4.0 + 6 * m.hidden * 2.0) + req_to_token
-        return MemoryPlan(
-            total_bytes=total,
-            weight_bytes=self.weights_gpu,
-            static_bytes=static,
-            kv_pool_bytes=max(kv_pool, 0.0),
-            kv_pool_tokens=tokens,
-            headroom_bytes=total - static,
-            graph_bytes=graph,
-            graph_tokens=graph_tokens,
-            req_to_token_bytes=req_to_token,
-        )

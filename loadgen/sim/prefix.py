@@ -10,6 +10,9 @@ names a whole prefix. The cache is a tree of such blocks (a node's parent is the
 * when a request's prompt has been prefilled its full blocks are *inserted* (the request's own KV
   for them moves into the tree; a block another request inserted meanwhile is used instead and
   the duplicate KV freed, as SGLang does);
+* when a request finishes (or is aborted after its prefill) the blocks of its prompt continued by
+  its output are inserted too, below its prompt path (the engine asks the request for their
+  hashes: :mod:`loadgen.sim.continuation`), so a conversation's next turn hits the reply as well;
 * when the request finishes, is retracted or aborted it unlocks its blocks: they stay cached and
   become *evictable*; eviction takes the least recently used evictable leaf first, so a prefix is
   evicted from its tail, and never a block that a running request holds.

@@ -49,6 +49,7 @@ class Hardware:
     sm_clock_mhz: int = 1980
     sm_clock_idle_mhz: int = 345
     mem_clock_mhz: int = 2619
+    cuda_context_gb: float = 0.6  # per GPU before any weight: CUDA context, cuBLAS/NCCL handles
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,9 @@ class ModelConfig:
     kv_replicated: bool = False  # True for MLA under TP: each rank keeps the whole latent cache
     attn_flops_per_ctx: float = 16384.0  # attention FLOPs per (query token, context token, layer)
     context_length: int = 131072
+    replicated_weight_bytes: float = 0.0  # part of weight_bytes every TP rank holds whole
+    intermediate: int = 14336  # dense MLP intermediate size (0 = no dense layer)
+    moe_intermediate: int = 0  # intermediate size of one routed expert
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,9 @@ class SpecConfig:
     beta: float = 0.5  # expert overlap of one request's verify tokens: n_eff = C * width**beta
     drafter_ms: float = 0.0  # drafter forward + tree build per cycle
     drafter_bytes: float = 0.0  # drafter weights (node total)
+    drafter_kv_bytes_per_token: int = 0  # drafter KV cache per pooled token, all its layers (node total)
+    draft_block_tokens: int = 0  # tokens one drafter forward processes per request
+    target_hidden_layers: int = 0  # target layers whose hidden states the verify forward hands the drafter
 
     @property
     def enabled(self) -> bool:
@@ -117,7 +124,9 @@ class ServerConfig:
     eta_attn: float = 0.32  # share of peak HBM bandwidth reached streaming KV
     eta_c: float = 0.5  # share of peak BF16 FLOP/s reached by the forward
     small_allreduce_bytes: float = 1e6  # messages below this are folded into t_fix
-    graph_headroom_gb: float = 18.0  # activations, NCCL/NVLS buffers, misc outside the static pool
+    # fused-MoE kernel's token block (SGLang fused_moe BLOCK_SIZE_M): each routed expert a step
+    # touches computes half a block of padding rows on average; 0 = no padding
+    moe_block_tokens: int = 64
     decode_log_interval: int = 40  # decode steps between metric refreshes / Decode batch lines
     startup_s: float = 0.0  # simulated start-up time (weights load, graph capture), scaled down
     natural_len_median: int = 300  # output length when the request does not ask ignore_eos

@@ -159,7 +159,8 @@ class GpuTelemetry:
         self.uuids = [str(uuid.UUID(int=(seed * 1_000_003 + i + 1) & ((1 << 128) - 1))) for i in range(hw.gpus)]
         self.energy_base_mj = 10_000_000_000 + seed * 7919  # "since the driver was last reloaded"
         plan = engine.plan
-        used = plan.static_bytes + min(plan.graph_bytes, plan.headroom_bytes) * 0.5
+        # allocated once started: the static fraction (runtime, weights, KV pool) and the graphs' memory
+        used = plan.static_bytes + min(plan.graph_bytes, plan.headroom_bytes)
         self.fb_used_mib = int(min(used, plan.total_bytes) / 2**20)
         self.fb_free_mib = int(max(0.0, plan.total_bytes / 2**20 - self.fb_used_mib))
 

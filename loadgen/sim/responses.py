@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import IO
+from typing import IO, Any
 
 import orjson
 
@@ -35,6 +35,7 @@ from loadgen.sim.bodies import (
     usage_chunk,
     usage_json,
 )
+from loadgen.sim.continuation import PromptContinuation, continuation
 from loadgen.sim.engine import ABORTED, Emission, Engine, SimRequest
 from loadgen.sim.http import Connection
 from loadgen.sim.text import TextSource
@@ -45,7 +46,8 @@ class Response:
 
     __slots__ = (
         "chat", "chunks", "conn", "continuous_usage", "done", "error_at", "head", "id_json", "include_usage",
-        "malformed_at", "pieces", "prefix", "prompt_tokens", "req", "rid", "sent", "stall_at", "stream", "tail",
+        "keep_text", "malformed_at", "pending", "pieces", "prefix", "prompt_tokens", "req", "rid", "sent",
+        "stall_at", "stream", "tail",
     )  # fmt: skip
 
     conn: Connection
@@ -67,7 +69,9 @@ class Response:
     def __init__(self) -> None:
         self.chunks = 0
         self.done = False
-        self.pieces: list[bytes] = []
+        self.pieces: list[bytes] = []  # the text taken so far (non-streamed, or keep_text)
+        self.keep_text = False  # a stream keeps its text too (its output joins the prefix cache)
+        self.pending: bytes | None = None  # text taken at finish for tokens not sent yet: sent next
         self.sent = 0
 
 
@@ -125,6 +129,30 @@ class Responder:
         st.head, st.tail = content_template(st.prefix, chat)
         return st
 
+    def continuation(
+        self, st: Response, body: dict[str, Any], chars_per_token: float, block_tokens: int
+    ) -> PromptContinuation | None:
+        """The hook that names ``st``'s prompt + reply blocks for the prefix cache (None: not cached);
+        from now on ``st`` keeps the text it sends."""
+        hook = continuation(body, st.chat, chars_per_token, block_tokens, lambda n: self.reply_text(st, n))
+        st.keep_text = hook is not None
+        return hook
+
+    def reply_text(self, st: Response, n_tokens: int) -> str:
+        """The first ``n_tokens`` tokens of ``st``'s output text. Tokens the engine generated whose
+        text was not taken yet (the emission being finished, chunks held back by a fault) get their
+        text now; it is what their emission will carry."""
+        text = b"".join(st.pieces)
+        have = text.count(b" ")  # every token is one word with a leading space
+        missing = st.req.generated - have
+        if missing > 0:
+            st.pending = self.text.take(missing)
+            st.pieces = [text, st.pending]
+            text += st.pending
+        if n_tokens < have + max(0, missing):
+            text = b" ".join(text.split(b" ")[: n_tokens + 1])
+        return text.decode()
+
     def flush(self) -> None:
         if self._emlog is not None:
             self._emlog.flush()
@@ -143,7 +171,10 @@ class Responder:
                 continue
             if not st.stream:
                 if em.tokens:
-                    st.pieces.append(self.text.take(em.tokens))
+                    if st.pending is not None:
+                        st.pending = None  # already in pieces
+                    else:
+                        st.pieces.append(self.text.take(em.tokens))
                 if em.finished:
                     self._finish_plain(st, em.req)
                 continue
@@ -168,7 +199,12 @@ class Responder:
                     )
                     self.engine.abort(st.rid, self.clock(), "fault")
                     continue
-                text = self.text.take(em.tokens)
+                if st.pending is not None:
+                    text, st.pending = st.pending, None
+                else:
+                    text = self.text.take(em.tokens)
+                    if st.keep_text:
+                        st.pieces.append(text)
                 if st.malformed_at >= 0 and st.chunks == st.malformed_at + 1:
                     payload = malformed_chunk(st.id_json)
                 elif st.continuous_usage:

@@ -357,6 +357,9 @@ class SimServer:
         if engine.cache is not None:
             s = self.profile.server
             req.block_hashes = prompt_block_hashes(params.body, chat, s.chars_per_token, s.prefix_block_tokens)
+            req.continued_block_hashes = self.responder.continuation(
+                st, params.body, s.chars_per_token, s.prefix_block_tokens
+            )
         req.context = st
         st.req = req
         conn.active = st

@@ -5,9 +5,10 @@ journal framing of each line is :mod:`loadgen.sim.logsink`'s business).
 
 Start-up (:func:`start_up`) replays the real server's sequence over ``server.startup_s`` seconds:
 the arguments line, weight loading (60 % of the time), KV-cache allocation, CUDA-graph capture (the
-other 40 %), then readiness. Where the memory plan does not fit it fails where the real server
-does, with its messages: weights larger than the GPUs, no memory left for a KV pool, graphs larger
-than the headroom after the pool (``CUDA out of memory`` during capture).
+other 40 %), then readiness. Where the memory plan (:mod:`loadgen.sim.memory`) does not fit it
+fails where the real server does, with its messages: more TP ranks than GPUs, weights larger than
+the GPUs, no memory left for a KV pool, graphs larger than the headroom after the pool (``CUDA out
+of memory`` during capture).
 
 vLLM also writes a throughput line every few seconds (:class:`VllmStats`); SGLang's per-step
 lines come from the engine itself.
@@ -20,6 +21,7 @@ from collections.abc import Callable
 
 from loadgen.sim.engine import Engine
 from loadgen.sim.logsink import LogSink
+from loadgen.sim.memory import FAIL_DEVICES, FAIL_GRAPHS, FAIL_KV_POOL, FAIL_WEIGHTS
 from loadgen.sim.profile import Profile
 
 GRAPH_BS_LADDER = (1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 288, 320,
@@ -67,27 +69,39 @@ async def start_up(
         f"'tensor_parallel_size': {s.tp}, 'gpu_memory_utilization': {s.mem_fraction_static}, "
         f"'max_num_seqs': {p.max_running_requests}, 'max_model_len': {p.context_length}}}",
     )
-    avail = plan.total_bytes / gib
+    failure = plan.failure
+    if failure == FAIL_DEVICES:
+        say(
+            log,
+            "error",
+            "Scheduler hit an exception: RuntimeError: CUDA error: invalid device ordinal "
+            f"(tp_size={plan.tp}, {plan.gpus} GPU(s) visible)",
+            f"ValueError: World size ({plan.tp}) is larger than the number of available GPUs ({plan.gpus}) "
+            "in this node.",
+        )
+        return False
+    avail = (plan.total_bytes - plan.runtime_bytes) / gib
     say(log, "info", f"Load weight begin. avail mem={avail:.2f} GB", f"Starting to load model {name}...")
     await asyncio.sleep(total_s * 0.6)
-    if plan.weight_bytes > plan.total_bytes:
+    weights = plan.weight_bytes + plan.drafter_bytes
+    if failure == FAIL_WEIGHTS:
         oom = (
             "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
-            f"{(plan.weight_bytes - plan.total_bytes) / gib + 1:.2f} GiB. GPU 0 has a total capacity of "
-            f"{avail:.2f} GiB of which 0 bytes is free."
+            f"{(weights - avail * gib) / gib + 1:.2f} GiB. GPU 0 has a total capacity of "
+            f"{plan.total_bytes / gib:.2f} GiB of which 0 bytes is free."
         )
         say(log, "error", f"Scheduler hit an exception: {oom}", f"{oom}\nRuntimeError: Engine core "
             "initialization failed. See root cause above. Failed core proc(s): {}")  # fmt: skip
         return False
-    avail -= plan.weight_bytes / gib
+    avail -= weights / gib
     say(
         log,
         "info",
         f"Load weight end. type=SimulatedForCausalLM, dtype=torch.bfloat16, "
-        f"avail mem={avail:.2f} GB, mem usage={plan.weight_bytes / gib:.2f} GB.",
-        f"Model loading took {plan.weight_bytes / gib:.4f} GiB and {total_s * 0.6:.6f} seconds",
+        f"avail mem={avail:.2f} GB, mem usage={weights / gib:.2f} GB.",
+        f"Model loading took {weights / gib:.4f} GiB and {total_s * 0.6:.6f} seconds",
     )
-    if plan.kv_pool_tokens <= 0:
+    if failure == FAIL_KV_POOL:
         say(
             log,
             "error",
@@ -123,7 +137,7 @@ async def start_up(
         "Capturing CUDA graphs (mixed prefill-decode, PIECEWISE)",
     )
     say(log, "info", f"Capture cuda graph bs {ladder}", f"cudagraph sizes specified by model runner {ladder}")
-    if not plan.graph_fits:
+    if failure == FAIL_GRAPHS:
         await asyncio.sleep(total_s * 0.3)
         need = (plan.graph_bytes - plan.headroom_bytes) / gib
         oom = (
@@ -146,7 +160,7 @@ async def start_up(
         )
         return False
     await asyncio.sleep(total_s * 0.4)
-    graph_gb = (plan.graph_bytes - s.graph_headroom_gb * 1e9) / gib
+    graph_gb = plan.graph_bytes / gib
     say(
         log,
         "info",

@@ -137,8 +137,9 @@ FLAGS: tuple[Flag, ...] = (
     Flag("prometheus_port", "prometheus-port", "int", "serve the load generator's own metrics on this port",
          _s("ramp", "lg")),
     Flag("tokenizer", "tokenizer", "str",
-         "a local tokenizer.json or Hugging Face model folder: counts output tokens when the server "
-         "sends no usage (never downloaded; needs the tokenizers package)", RAMP),
+         "a local tokenizer.json or Hugging Face model folder: prompts of exactly the requested tokens by it, "
+         "and output tokens counted when the server sends no usage (never downloaded; needs the tokenizers "
+         "package: pip install 'llm-loadgen[tokenizers]')", RAMP),
     Flag("slo", "slo", "slo", "latency limits for the knee verdict, e.g. ttft_p99=2s,tpot_p99=50ms",
          _s("ramp", "ui", "form")),
     Flag("find_knee", "find-knee", "switch",

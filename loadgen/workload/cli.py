@@ -175,7 +175,7 @@ def _stats_line(name: str, values: Sequence[float]) -> str:
 def statistics(specs: Sequence[RequestSpec], times_ns: Sequence[int]) -> list[str]:
     """Length statistics of ``specs`` and, when given, arrival statistics of ``times_ns``."""
     lines = [f"{len(specs)} requests drawn"]
-    lines.append(_stats_line("prompt tokens (estimated)", [s.context_tokens or 0 for s in specs]))
+    lines.append(_stats_line("prompt tokens (requested)", [s.context_tokens or 0 for s in specs]))
     lines.append(_stats_line("max_tokens", [s.max_tokens for s in specs]))
     sources: dict[str, int] = {}
     for s in specs:

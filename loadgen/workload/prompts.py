@@ -14,8 +14,14 @@ Long prompts are made of excerpts of up to 1024 tokens from independent starts (
 chunks of a RAG context), so that two prompts share a prefix only where a scenario asks for it.
 
 Lengths are counted with the estimator unless a :class:`~loadgen.workload.tokens.TokenCounter`
-(a local tokenizer) is passed. With the estimator a prompt of ``n`` tokens estimates at ``n`` or
-at most two below it; with a tokenizer it has at most ``n`` tokens by that tokenizer.
+(a local tokenizer, or the ratio learned from the server's usage) is passed. With the estimator a
+prompt of ``n`` tokens estimates at ``n`` or at most two below it (no re-count: the estimator is
+additive over runs). With any other counter it has exactly ``n`` tokens by that counter
+(:func:`fit_text`): the text is over-drawn, cut with the counter's ``truncate``, and the cut then
+moved, a token and then a character at a time (starting a word later if no nearby end will do),
+until the assembled prompt (instruction frame included) counts ``n``. Should none count exactly
+``n`` (not seen with byte-level or SentencePiece-style BPE on these corpora) the closest is
+returned, and the count returned says so.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ __all__ = [
     "build_prompt",
     "chat_prompt_with_count",
     "estimate_tokens",
+    "fit_text",
     "prompt_with_count",
 ]
 
@@ -149,30 +156,115 @@ def chat_prompt_with_count(
     # Measure the frame around a one-word stand-in, so the runs either side of the excerpt are
     # counted as they will be once it is in place (the excerpt starts and ends like a word).
     overhead = counter.count(frame.replace("{doc}", "x")) - counter.count("x")
+    additive = isinstance(counter, EstimatorCounter)
     if n_tokens <= overhead:
-        text = counter.truncate(frame.replace("{doc}", ""), n_tokens)
-        return text, counter.count(text)
-    doc, doc_tokens = _excerpt(corpus, n_tokens - overhead, rng, counter)
-    text = frame.replace("{doc}", doc)
-    if isinstance(counter, EstimatorCounter):
-        return text, overhead + doc_tokens  # the estimator is additive over runs
-    return text, counter.count(text)
+        if additive:
+            text = counter.truncate(frame.replace("{doc}", ""), n_tokens)
+            return text, counter.count(text)
+        return fit_text("", frame.replace("{doc}", ""), "", n_tokens, counter)
+    if additive:
+        doc, doc_tokens = _segments(get_corpus(corpus), n_tokens - overhead, rng)
+        return frame.replace("{doc}", doc), overhead + doc_tokens  # the estimator is additive over runs
+    head, _, tail = frame.partition("{doc}")
+    return fit_text(head, _overdraw(get_corpus(corpus), n_tokens - overhead, rng, counter), tail, n_tokens, counter)
 
 
 def _excerpt(corpus_name: str, n_tokens: int, rng: random.Random, counter: TokenCounter | None) -> tuple[str, int]:
     corpus = get_corpus(corpus_name)
     if counter is None or isinstance(counter, EstimatorCounter):
         return _segments(corpus, n_tokens, rng)
-    # A real tokenizer: over-draw with the estimator, then cut at the tokenizer's boundary.
+    if n_tokens == 0:
+        return "", 0
+    return fit_text("", _overdraw(corpus, n_tokens, rng, counter), "", n_tokens, counter)
+
+
+def _overdraw(corpus: Corpus, n_tokens: int, rng: random.Random, counter: TokenCounter) -> str:
+    """Text from ``corpus`` of at least ``n_tokens`` by ``counter``, drawn with the estimator."""
     state = rng.getstate()
     budget = n_tokens + n_tokens // 4 + 16
     while True:
         rng.setstate(state)  # the same excerpt, longer
         text, _ = _segments(corpus, budget, rng)
         if counter.count(text) >= n_tokens:
-            cut = counter.truncate(text, n_tokens).rstrip()
-            return cut, counter.count(cut)
+            return text
         budget *= 2
+
+
+MAX_TOKEN_STEPS = 4
+CHAR_WINDOW = 32
+MAX_STARTS = 4
+
+
+def fit_text(head: str, long: str, tail: str, n_tokens: int, counter: TokenCounter) -> tuple[str, int]:
+    """``head + piece + tail`` counting ``n_tokens`` by ``counter``, ``piece`` a piece of ``long``.
+
+    The piece starts at the start of ``long`` and ends where :func:`_fit_end` finds; a tokenizer's
+    count can step over the target at every nearby end (a blank line before punctuation counts two
+    at once), and then the piece starts one word later (up to :data:`MAX_STARTS` words).
+    Returns the text and its count: ``n_tokens``, or the closest count found.
+    """
+    best_text, best_err = "", n_tokens + 1
+    for start in _word_starts(long, MAX_STARTS):
+        text, err = _fit_end(head, long[start:] if start else long, tail, n_tokens, counter)
+        if err == 0:
+            return text, n_tokens
+        if abs(err) < abs(best_err):
+            best_text, best_err = text, err
+    return best_text, n_tokens + best_err
+
+
+def _word_starts(text: str, n: int) -> list[int]:
+    """0 and the starts of the next ``n - 1`` words of ``text``."""
+    starts = [0]
+    i = 0
+    while len(starts) < n:
+        space = text.find(" ", i)
+        if space < 0 or space + 1 >= len(text):
+            break
+        i = space + 1
+        starts.append(i)
+    return starts
+
+
+def _fit_end(head: str, long: str, tail: str, n_tokens: int, counter: TokenCounter) -> tuple[str, int]:
+    """``head + long[:cut] + tail`` counting ``n_tokens``, and its error (0, or the smallest seen).
+
+    Starts from ``counter.truncate`` (one count of the excerpt), corrects by whole tokens (a cut in
+    the middle of a merge, the frame's text fusing with the excerpt's ends), then tries the cuts up
+    to :data:`CHAR_WINDOW` characters either side, nearest first (a count is not monotonic in the
+    cut: a character can complete a merge).
+    """
+
+    def count_at(cut: int) -> int:
+        return counter.count(head + long[:cut] + tail)
+
+    fixed = counter.count(head + "x" + tail) - counter.count("x")
+    want = max(0, n_tokens - fixed)
+    cut = len(counter.truncate(long, want))
+    best_cut, best_err = cut, n_tokens + 1
+    for _ in range(MAX_TOKEN_STEPS):
+        err = count_at(cut) - n_tokens
+        if abs(err) < abs(best_err):
+            best_cut, best_err = cut, err
+        if err == 0:
+            return head + long[:cut] + tail, 0
+        want = max(0, want - err)
+        moved = len(counter.truncate(long, want))
+        if moved == cut:
+            break
+        cut = moved
+    centre = best_cut
+    for distance in range(1, CHAR_WINDOW + 1):
+        # towards the target first: longer when short of it, shorter when over
+        for cut in (centre - distance, centre + distance) if best_err > 0 else (centre + distance, centre - distance):
+            if not 0 <= cut <= len(long):
+                continue
+            err = count_at(cut) - n_tokens
+            if abs(err) < abs(best_err):
+                best_cut, best_err = cut, err
+            if err == 0:
+                return head + long[:cut] + tail, 0
+    return head + long[:best_cut] + tail, best_err
 
 
 def _segments(corpus: Corpus, n_tokens: int, rng: random.Random) -> tuple[str, int]:

@@ -18,6 +18,15 @@ Reproducibility: every random stream is seeded from the scenario's seed and a st
 requests whatever the order in which users run. Multi-turn follow-ups carry the replies the server
 actually gave, so those are the same only for the same replies.
 
+Prompt lengths: with a tokenizer (``counter``, or the scenario's ``tokenizer``) each built part
+has exactly its target by that tokenizer. Without one, prompts are built with the estimator until
+the first response, then with the server's tokens per character learned from ``usage.prompt_tokens``
+(:attr:`Workload.lengths`, fed by the load side; see :mod:`loadgen.workload.calibration`), the chat
+template's tokens taken off the text. Either way ``RequestSpec.context_tokens`` (what the record calls
+requested) is the target: the sampled or trace length, plus the counted fixed parts around it (system
+prompt, shared prefix, the history of a conversation), never the corrected size of the text built.
+Follow-up turns count the template tokens of their earlier messages in neither.
+
 Warm-up (``load.warmup_prompts``): ``"separate"`` draws warm-up requests from their own streams and
 their own shared-prefix pool, so warm-up does not put the measured prompts into the server's prefix
 cache; ``"same"`` draws them from the measured streams (warm-up then primes the cache the way a
@@ -33,10 +42,11 @@ from typing import Any
 
 from loadgen.spec.request import Endpoint, RequestSpec
 from loadgen.workload.arrivals import gamma_offsets, poisson_offsets, schedule_ns, trace_offsets
+from loadgen.workload.calibration import LengthCalibrator
 from loadgen.workload.corpus import get_corpus
 from loadgen.workload.datasets import MOONCAKE_BLOCK_TOKENS, Trace, TraceRow
 from loadgen.workload.lengths import Fixed, sample_length
-from loadgen.workload.prompts import build_prompt, chat_prompt_with_count, prompt_with_count
+from loadgen.workload.prompts import build_prompt, chat_prompt_with_count, fit_text, prompt_with_count
 from loadgen.workload.scenario import (
     DEFAULT_CONTEXT_LIMIT,
     LoadSpec,
@@ -70,7 +80,7 @@ class _Turn:
 
     system: str | None
     user: str
-    prompt_tokens: int
+    prompt_tokens: int  # requested: the target (see the module docstring), not the size built
     max_tokens: int
     source: str
     # A dataset conversation's later user turns, with their reply lengths when known.
@@ -80,10 +90,21 @@ class _Turn:
 class Workload:
     """Requests for one scenario (and, for a matrix, one context length)."""
 
-    def __init__(self, scenario: Scenario, *, counter: TokenCounter | None = None, salt: str = "") -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        *,
+        counter: TokenCounter | None = None,
+        salt: str = "",
+        lengths: LengthCalibrator | None = None,
+    ) -> None:
+        """``counter``: a tokenizer (default: the scenario's, else the estimator); ``lengths``: the
+        calibrator to share (the cells of a matrix talk to one server)."""
         self.scenario = scenario
         self._salt = salt  # keeps the request streams of matrix cells apart
         self.counter = counter if counter is not None else load_counter(scenario.tokenizer)
+        # What the load side feeds with each response's usage; used only without a tokenizer.
+        self.lengths = lengths if lengths is not None else LengthCalibrator()
         self._prefix_pools: dict[str, list[tuple[str, int]]] = {}
         self._sessions_made: dict[tuple[int, int], int] = {}
         self._additive = isinstance(self.counter, EstimatorCounter)
@@ -102,8 +123,10 @@ class Workload:
         endpoint: Endpoint = "chat",
         extra: dict[str, Any] | None = None,
         seed: int = 0,
+        counter: TokenCounter | None = None,
     ) -> Workload:
-        """Chat-style requests of a fixed prompt length, for ``--context-tokens`` without a scenario."""
+        """Chat-style requests of a fixed prompt length, for ``--context-tokens`` without a scenario
+        (``counter``: ``--tokenizer``'s, else the estimator and the learned ratio)."""
         if context_tokens < 1 or max_tokens < 1:
             raise ValueError(f"context_tokens and max_tokens must be >= 1, got {context_tokens}, {max_tokens}")
         scenario = Scenario(
@@ -117,7 +140,7 @@ class Workload:
             load=LoadSpec(),
         )
         # Each context length its own streams: cells of a matrix must not share prompt prefixes.
-        return cls(scenario, salt=f"@{context_tokens}")
+        return cls(scenario, counter=counter, salt=f"@{context_tokens}")
 
     def for_context(self, context_tokens: int) -> Workload:
         """This workload with the per-request prompt length fixed (one cell row of a matrix)."""
@@ -127,6 +150,7 @@ class Workload:
             replace(s, prompt=prompt, name=f"{s.name}@{context_tokens}"),
             counter=self.counter,
             salt=f"{self._salt}@{context_tokens}",
+            lengths=self.lengths,
         )
 
     def session(self, user_index: int, step: int = 0) -> Session:
@@ -199,13 +223,22 @@ class Workload:
 
     # -- building requests -------------------------------------------------------------------
 
-    def _total(self, text: str, estimated: int) -> int:
+    def _builder(self) -> TokenCounter:
+        """The counter prompts are built with now: the tokenizer; without one, the server's learned
+        ratio once a response has taught it, the estimator before."""
+        if self._additive and self.lengths.ready:
+            return self.lengths.counter
+        return self.counter
+
+    @staticmethod
+    def _total(text: str, estimated: int, counter: TokenCounter) -> int:
         """Tokens of ``text`` whose parts add up to ``estimated`` by the estimator.
 
         The estimator is additive over runs, so the sum of the parts is exact and nothing is
-        re-counted on the request path; a real tokenizer counts the assembled text.
+        re-counted on the request path; any other counter counts the assembled text (the learned
+        ratio in O(1)).
         """
-        return estimated if self._additive else self.counter.count(text)
+        return estimated if isinstance(counter, EstimatorCounter) else counter.count(text)
 
     def _prefix_pool(self, warmup: bool) -> list[tuple[str, int]]:
         """The shared prefixes (system prompts or documents) and their tokens, built once per phase."""
@@ -222,25 +255,37 @@ class Workload:
             self._prefix_pools[key] = pool
         return pool
 
-    def _prefix(self, rng: random.Random, warmup: bool) -> tuple[str, int] | None:
+    def _prefix(self, rng: random.Random, warmup: bool, counter: TokenCounter) -> tuple[str, int] | None:
+        """A shared prefix (built once per phase with the tokenizer or estimator, so that its text
+        stays the same for the prefix cache; counted with ``counter``) or a unique one."""
         spec = self.scenario.shared_prefix
         if spec is None:
             return None
         if rng.random() < spec.ratio:
-            return self._prefix_pool(warmup)[rng.randrange(spec.pool)]
+            text, tokens = self._prefix_pool(warmup)[rng.randrange(spec.pool)]
+            return text, tokens if counter is self.counter else counter.count(text)
         # Not shared: a prefix of the same length distribution, unique to this request.
         n = sample_length(spec.tokens, rng, self.scenario.context_limit - 2)
-        return prompt_with_count(n, rng, spec.source, self.counter)
+        return prompt_with_count(n, _text_rng(rng), spec.source, counter)
 
     def _single(self, rng: random.Random, warmup: bool, row: TraceRow | None = None) -> _Turn:
         """A first (or only) turn: optional shared prefix, the prompt, and its output length."""
         s = self.scenario
         limit = s.context_limit
-        prefix = self._prefix(rng, warmup)
+        counter = self._builder()
+        calibrated = counter is self.lengths.counter
+        prefix = self._prefix(rng, warmup, counter)
         prefix_tokens = prefix[1] if prefix else 0
         system = s.prompt.system_prompt
         system_tokens = self._system_tokens
+        if system and counter is not self.counter:
+            system_tokens = counter.count(system)
         room = max(1, limit - prefix_tokens - system_tokens - 1)
+        # The chat template's tokens (learned; 0 before or with a tokenizer) come off the text built.
+        system_message = system is not None or (
+            prefix is not None and s.shared_prefix is not None and s.shared_prefix.kind == "system"
+        )
+        template = self.lengths.overhead(2 if system_message else 1) if calibrated else 0
         out_known: int | None = None
         followups: tuple[tuple[str, int | None], ...] = ()
         source = s.prompt.source
@@ -249,14 +294,15 @@ class Workload:
                 assert s.trace is not None
                 row = s.trace.trace.rows[rng.randrange(len(s.trace.trace.rows))]
             n_in = min(room, max(1, row.input_tokens))
-            text, text_tokens = self._trace_text(row, n_in)
+            text, text_tokens = self._trace_text(row, max(1, n_in - template), counter)
             out_known = row.output_tokens
             label = f"trace:{s.trace.format if s.trace else 'trace'}"
         elif source in ("sharegpt", "jsonl"):
             data = s.prompt.dataset
             pick = data[rng.randrange(len(data))]
             text = pick.prompt
-            text_tokens = self.counter.count(text)
+            text_tokens = counter.count(text)
+            n_in = text_tokens + template  # no target: what the text counts, as the server will
             out_known = pick.output_tokens[0] if pick.output_tokens else None
             later = pick.turns[1:]
             replies = [*pick.output_tokens[1:], *([None] * len(later))]
@@ -267,25 +313,30 @@ class Workload:
             if source == "chat":
                 task = rng.choice(s.prompt.tasks)
                 corpus = rng.choice(s.prompt.corpora)
-                text, text_tokens = chat_prompt_with_count(n_in, rng, task, corpus, self.counter)
+                text, text_tokens = chat_prompt_with_count(
+                    max(1, n_in - template), _text_rng(rng), task, corpus, counter
+                )
                 label = f"chat:{task}/{corpus}"
             else:
-                text, text_tokens = prompt_with_count(n_in, rng, source, self.counter)
+                text, text_tokens = prompt_with_count(max(1, n_in - template), _text_rng(rng), source, counter)
                 label = source
         max_tokens = self._max_tokens(rng, out_known)
+        part_tokens = text_tokens  # the part built to a length (n_in less the template's tokens)
         if prefix is not None:
             if s.shared_prefix is not None and s.shared_prefix.kind == "system":
                 if system is None:
                     system, system_tokens = prefix
                 else:
                     system = f"{system}\n\n{prefix[0]}"
-                    system_tokens = self._total(system, system_tokens + 1 + prefix_tokens)
+                    system_tokens = self._total(system, system_tokens + 1 + prefix_tokens, counter)
             else:
                 # The document first (the shared, cacheable part), then this request's task.
                 joined = f"{prefix[0]}\n\n{DOCUMENT_TASK}{text}"
-                text_tokens = self._total(joined, prefix_tokens + 1 + self._document_task_tokens + text_tokens)
+                task_tokens = self._document_task_tokens if counter is self.counter else counter.count(DOCUMENT_TASK)
+                text_tokens = self._total(joined, prefix_tokens + 1 + task_tokens + text_tokens, counter)
                 text = joined
-        prompt_tokens = system_tokens + text_tokens
+        # requested: the fixed parts as counted, and the target of the part built to a length
+        prompt_tokens = system_tokens + text_tokens - part_tokens + n_in
         max_tokens = max(1, min(max_tokens, limit - prompt_tokens))
         return _Turn(system, text, prompt_tokens, max_tokens, label, followups)
 
@@ -295,18 +346,24 @@ class Workload:
             return known
         return sample_length(out.max_tokens, rng, self.scenario.context_limit - 1)
 
-    def _trace_text(self, row: TraceRow, n_tokens: int) -> tuple[str, int]:
+    def _trace_text(self, row: TraceRow, n_tokens: int, counter: TokenCounter) -> tuple[str, int]:
         """Prompt text (and tokens) for a trace row; Mooncake ``hash_ids`` get one text per block.
 
         Block ``h`` is always the same excerpt (seeded by the scenario seed and ``h``), so rows
-        that share ids share those blocks byte for byte; the last block may be partial, and is then
-        a prefix of the full block's text.
+        that share ids share those blocks byte for byte. Full blocks are 511 tokens and a newline
+        by the tokenizer when there is one, else by the estimator (not by the learned ratio, which
+        moves: the blocks' text must not). The last block takes the rest of the length by
+        ``counter``: a prefix of that block's excerpt, which may run past the block's 512 tokens
+        when the counter counts less than the estimator (and which cannot be shorter than nothing:
+        full blocks that already count more than ``n_tokens`` leave the prompt over its target).
         """
         if not row.hash_ids:
             rng = random.Random(f"{self.scenario.seed}:row:{row.offset_s}")
-            return prompt_with_count(n_tokens, rng, "prose", self.counter)
+            return prompt_with_count(n_tokens, rng, "prose", counter)
+        additive = isinstance(counter, EstimatorCounter)
+        tokenizer = counter is self.counter and not additive
         corpus = get_corpus("prose")
-        parts = []
+        parts: list[str] = []
         tokens = 0
         left = n_tokens
         for i, h in enumerate(row.hash_ids):
@@ -314,6 +371,11 @@ class Workload:
                 break
             last = i == len(row.hash_ids) - 1 or left <= MOONCAKE_BLOCK_TOKENS
             start = corpus.random_start(random.Random(f"{self.scenario.seed}:block:{h}").random())
+            if last and not additive:
+                head = "".join(parts)
+                more = n_tokens - counter.count(head)
+                long, _ = corpus.excerpt_counted(start, 2 * max(more, 0) + 16)
+                return fit_text(head, long, "", n_tokens, counter)
             if last:
                 text, k = corpus.excerpt_counted(start, min(left, MOONCAKE_BLOCK_TOKENS))
                 parts.append(text)
@@ -321,23 +383,28 @@ class Workload:
                 break
             # A full block: 511 tokens of text and a newline, so blocks never merge into one word.
             text, k = corpus.excerpt_counted(start, MOONCAKE_BLOCK_TOKENS - 1)
+            if tokenizer:
+                longer, _ = corpus.excerpt_counted(start, 2 * MOONCAKE_BLOCK_TOKENS)
+                text, k = fit_text("", longer, "", MOONCAKE_BLOCK_TOKENS - 1, counter)
             parts.append(text + "\n")
             tokens += k + 1
             left -= MOONCAKE_BLOCK_TOKENS
         joined = "".join(parts)
-        return joined, self._total(joined, tokens)
+        return joined, self._total(joined, tokens, counter)
 
-    def _followup(self, rng: random.Random, room: int) -> tuple[str, int]:
-        """A follow-up user message built on a new excerpt, and its tokens."""
+    def _followup(self, rng: random.Random, room: int) -> tuple[str, int, int]:
+        """A follow-up user message built on a new excerpt: its text, its tokens and its target."""
         conv = self.scenario.conversation
         assert conv is not None
+        counter = self._builder()
         n = sample_length(conv.followup_tokens, rng, max(1, room))
         frame = rng.choice(FOLLOWUPS)
-        overhead = self.counter.count(frame.replace("{doc}", "x")) - self.counter.count("x")
+        overhead = counter.count(frame.replace("{doc}", "x")) - counter.count("x")
         corpus = rng.choice(self.scenario.prompt.corpora)
-        doc, doc_tokens = prompt_with_count(max(0, n - overhead), rng, corpus, self.counter)
+        doc, doc_tokens = prompt_with_count(max(0, n - overhead), _text_rng(rng), corpus, counter)
         text = frame.replace("{doc}", doc).rstrip()
-        return text, self._total(text, overhead + doc_tokens if doc else self.counter.count(text))
+        tokens = self._total(text, overhead + doc_tokens if doc else counter.count(text), counter)
+        return text, tokens, n if doc else tokens
 
     def _extra(self, max_tokens: int) -> dict[str, Any]:
         s = self.scenario
@@ -376,6 +443,12 @@ class Workload:
         else:
             spec.prompt = _transcript(messages)
         return spec
+
+
+def _text_rng(rng: random.Random) -> random.Random:
+    """The stream a prompt's text is drawn from: one draw of ``rng``, so the lengths, tasks and
+    output lengths ``rng`` gives next do not depend on how much text the counter needed."""
+    return random.Random(rng.getrandbits(64))
 
 
 def _corpora_used(s: Scenario) -> set[str]:
@@ -455,16 +528,16 @@ class Session:
                 if self._dataset_turns:
                     text, known = self._dataset_turns.pop(0)
                     label = f"{s.prompt.source}:followup"
-                    text_tokens = w.counter.count(text)
+                    text_tokens = target = w._builder().count(text)
                 else:
-                    text, text_tokens = w._followup(rng, room // 2)
+                    text, text_tokens, target = w._followup(rng, room // 2)
                     label = "followup"
                 max_tokens = w._max_tokens(rng, known)
-                max_tokens = min(max_tokens, s.context_limit - self._history_tokens - text_tokens)
+                max_tokens = min(max_tokens, s.context_limit - self._history_tokens - target)
                 if max_tokens >= 1:
                     if self._stand_in:
                         label += "+stand-in"
-                    turn = _Turn(None, text, self._history_tokens + text_tokens, max_tokens, label)
+                    turn = _Turn(None, text, self._history_tokens + target, max_tokens, label)
                     spec = w._render(turn, self._history, self._conversation, self._turn)
                     self._pending = spec
                     self._history.append({"role": "user", "content": text})
@@ -507,7 +580,7 @@ class Session:
             rng = random.Random(f"{self.workload.scenario.seed}:stand-in:{spec.conversation}:{spec.turn}")
             text = build_prompt(spec.max_tokens, rng, "prose", self.workload.counter)
         self._history.append({"role": "assistant", "content": text})
-        self._history_tokens += self.workload.counter.count(text)
+        self._history_tokens += self.workload._builder().count(text)
 
 
 def _chat_messages(turn: _Turn) -> list[dict[str, Any]]:

@@ -110,8 +110,8 @@ def test_telemetry_sources_written_back_read_the_same() -> None:
 
     parser = argparse.ArgumentParser()
     add_source_args(parser)
-    argv = ["--gpu-source", "http://h:9400/metrics", "--gpu-hz", "4", "--gpus", "0,2", "--metrics-map",
-            "kv_usage_frac=my_kv", "--log-from-start", "--monitor-url", "http://m:9500", "--monitor-hz", "0.5"]  # fmt: skip
+    argv = ["--gpu-source", "http://h:9400/metrics", "--gpu-hz", "4", "--gpus", "0,2", "--log-from-start",
+            "--metrics-map", "kv_usage_frac=kv", "--monitor-url", "http://m:9500", "--monitor-hz", "0.5"]  # fmt: skip
     first = parser.parse_args(argv)
     again = parser.parse_args(source_argv(first))
     assert vars(again) == vars(first)

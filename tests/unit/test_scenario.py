@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import io
+import sys
 from pathlib import Path
 
 import pytest
@@ -334,13 +335,8 @@ def test_check_summarises_a_valid_scenario() -> None:
     assert "shared prefix: document, uniform [8000, 32000], 80% of requests share one of 16" in text
 
 
-def test_tokenizer_without_the_package_is_a_clear_check_error(tmp_path: Path) -> None:
-    try:
-        import tokenizers  # noqa: F401
-    except ImportError:
-        pass
-    else:
-        pytest.skip("tokenizers is installed; the absence message cannot be shown here")
+def test_tokenizer_without_the_package_is_a_clear_check_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "tokenizers", None)  # what an installation without it sees
     model = tmp_path / "model"
     model.mkdir()
     (model / "tokenizer.json").write_text("{}")

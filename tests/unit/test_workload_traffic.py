@@ -101,7 +101,8 @@ def test_lengths_sampling_and_limits_reach_the_spec() -> None:
     for spec in specs:
         assert spec.extra == {"temperature": 0.5}
         assert 16 <= spec.max_tokens <= 128
-        assert spec.context_tokens == estimate_tokens(user_text(spec))
+        # requested is the target; the estimator builds to it or at most two tokens below
+        assert 0 <= spec.context_tokens - estimate_tokens(user_text(spec)) <= 2
         assert spec.source.startswith("chat:")
 
 
@@ -370,7 +371,7 @@ def test_real_mooncake_trace_shares_text_where_it_shares_blocks(tmp_path: Path) 
     w = Workload(dataclasses.replace(trace_scenario(MOONCAKE), context_limit=200_000))
     trace = load_trace(MOONCAKE)
     rows = [r for r in trace.rows[:300] if r.input_tokens <= 20_000]
-    texts = [w._trace_text(r, r.input_tokens)[0] for r in rows]
+    texts = [w._trace_text(r, r.input_tokens, w.counter)[0] for r in rows]
     checked = 0
     for i in range(len(rows)):
         for j in range(i + 1, min(len(rows), i + 20)):
@@ -422,7 +423,7 @@ def _all_text(spec: RequestSpec) -> int:
 
 
 @pytest.mark.parametrize("name", ["chat", "rag-long-context", "agentic-multi-turn", "code-completion"])
-def test_requested_prompt_tokens_are_the_estimate_of_what_is_sent(name: str) -> None:
+def test_requested_prompt_tokens_are_the_target_of_what_is_sent(name: str) -> None:
     from loadgen.workload.scenario import load_scenario
 
     s = load_scenario(Path(__file__).resolve().parents[2] / "scenarios" / f"{name}.toml")
@@ -430,7 +431,11 @@ def test_requested_prompt_tokens_are_the_estimate_of_what_is_sent(name: str) -> 
     session = w.session(0)
     for i in range(12):
         spec, _ = session.next()
-        expected = _all_text(spec)
-        # separators between system/history messages are not counted in either
-        assert spec.context_tokens == expected, (i, spec.source)
+        sent = _all_text(spec)
+        # separators between system/history messages are not counted in either; requested is the
+        # target, which the estimator builds to or at most two below, for the first turn (counted
+        # in the history) and for the new message
+        assert 0 <= spec.context_tokens - sent <= 4, (i, spec.source)
+        if spec.turn == 0:
+            assert spec.context_tokens - sent <= 2, (i, spec.source)
         session.record_reply("a short reply.", True)

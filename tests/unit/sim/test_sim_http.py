@@ -335,9 +335,9 @@ def test_server_info_reports_settings(sim: tuple[SimProc, Path]) -> None:
 
 def test_kv_pool_full_retracts_over_http_and_streams_still_complete(tmp_path: Path) -> None:
     log = tmp_path / "kv.log"
-    # pool = (0.8 * 1.3 GB - 1 GB) / 32 KiB = 1220 tokens: six 150-token answers do not fit at once
+    # pool = (0.5 * 2.08 GB - 1 GB) / 32 KiB = 1220 tokens: six 150-token answers do not fit at once
     proc = SimProc(
-        tmp_path, "--profile", "tiny", "--hw-hbm-gb", "1.3", "--graph-headroom-gb", "0.1", "--log-file", str(log)
+        tmp_path, "--profile", "tiny", "--hw-hbm-gb", "2.08", "--mem-fraction-static", "0.5", "--log-file", str(log)
     )
     try:
         results: list[int] = []

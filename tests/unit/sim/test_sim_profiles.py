@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from loadgen.sim.cli import build_parser, list_profiles, main
+from loadgen.sim.memory import memory_plan
 from loadgen.sim.model import StepModel
 from loadgen.sim.profile import ProfileError, apply_overrides, load_profile, part_names, profile_names
 
@@ -24,17 +25,16 @@ def test_shipped_profiles_and_parts() -> None:
 def test_every_profile_loads_and_its_memory_fits(name: str) -> None:
     p = load_profile(name)
     assert p.description and p.sources
-    plan = StepModel(p).memory_plan()
-    assert plan.kv_pool_tokens > 0 and plan.graph_fits
+    plan = memory_plan(p)
+    assert plan.kv_pool_tokens > 0 and plan.graph_fits and plan.failure is None
 
 
 def test_parts_combine_freely() -> None:
     p = load_profile("b300x8-kimi-k2.6-ddtree", hardware="b200x8", spec="none")
     assert p.hardware.name == "b200x8" and p.model.name == "kimi-k2.6" and not p.spec.enabled
-    m = StepModel(p)
     # same deployment on B200 (179 GB): smaller KV pool than on B300 (275 GB)
-    b300 = StepModel(load_profile("b300x8-kimi-k2.6-ddtree", spec="none")).memory_plan().kv_pool_tokens
-    assert 0 < m.memory_plan().kv_pool_tokens < b300
+    b300 = memory_plan(load_profile("b300x8-kimi-k2.6-ddtree", spec="none")).kv_pool_tokens
+    assert 0 < memory_plan(p).kv_pool_tokens < b300
 
 
 def test_overrides_parse_and_nvls_switches_allreduce() -> None:
