@@ -14,9 +14,12 @@ Scheduling follows SGLang's scheduler:
   (clipped at 4096) on top of what running requests reserve: ``new_token_ratio`` times their
   remaining ``max_tokens``. ``new_token_ratio`` starts at 0.7 and decays to 0.098 over 600
   decode steps, so admission is cautious after a retraction and then loosens.
-* A prefill commits one token (the first). A decode step commits one token per request, or
-  ``accepted + 1`` with speculative decoding, drawn per request from a truncated geometric
-  acceptance distribution whose mean is the profile's ``tau`` for the prompt's source class.
+* A prefill commits one token (the first), except for a ``prefill_only`` sequence (a pooling
+  request's input: an embedding, a rerank pair), which reserves no output tokens, finishes when
+  its prefill ends (no token, no TTFT sample, its KV freed) and never joins a decode batch.
+  A decode step commits one token per request, or ``accepted + 1`` with speculative decoding,
+  drawn per request from a truncated geometric acceptance distribution whose mean is the
+  profile's ``tau`` for the prompt's source class.
   The verify pass costs ``num_draft_tokens`` per request whatever is accepted.
 * Before a decode step the pool must hold the step's new tokens (``C * num_draft_tokens`` with
   speculative decoding). If it cannot, requests are retracted (fewest output tokens first), their
@@ -107,6 +110,7 @@ class SimRequest:
     # (n output tokens) -> chained hashes of every full block of the prompt continued by its first n
     # output tokens (loadgen.sim.continuation); None: the output is not cached when the request ends
     continued_block_hashes: Callable[[int], list[int]] | None = None
+    prefill_only: bool = False  # a pooling sequence (embeddings, rerank): done when its prefill ends
 
     @property
     def recompute_len(self) -> int:
@@ -698,6 +702,10 @@ class Engine:
                     self.waiting.appendleft(req)  # chunked: continue next step
                     continue
                 self._insert_prompt(req)
+                if req.prefill_only:
+                    self._finish_prefill_only(req, end)
+                    out.append(Emission(req, 0, True))
+                    continue
                 req.state = RUNNING
                 self.running.append(req)
                 out.append(self._commit(req, 1, end))
@@ -787,6 +795,17 @@ class Engine:
             self.counters.finished_stop += 1
         else:
             self.counters.finished_length += 1
+        self.e2e.observe(t - req.arrival_s)
+
+    def _finish_prefill_only(self, req: SimRequest, t: float) -> None:
+        """A pooling sequence ends with its prefill: nothing generated, no TTFT, its KV freed."""
+        req.state = FINISHED
+        req.finish_reason = req.stop_reason
+        req.finish_s = t
+        self._free(req)
+        self.requests.pop(req.rid, None)
+        self.counters.finished += 1
+        self.counters.finished_stop += 1
         self.e2e.observe(t - req.arrival_s)
 
     # -- gauges and log lines -------------------------------------------------------------------

@@ -12,6 +12,10 @@ chunks an error event ends the stream and the request is aborted.
 The emission log (``--emission-log``) gets one JSON line per chunk sent: ``request_id``, ``index``
 (per request, from 0), ``tokens``, ``emit_ns`` (wall clock, ns), ``kind`` (role, content, finish,
 usage, error). It is buffered; the owner flushes it.
+
+A pooling request (:class:`PooledResponse`: embeddings, rerank, score) spans several engine
+sequences and gets one whole JSON body when the last one finishes (a 500 if one is aborted), with
+one emission-log line of kind ``body`` (``error`` for the 500).
 """
 
 from __future__ import annotations
@@ -73,6 +77,20 @@ class Response:
         self.keep_text = False  # a stream keeps its text too (its output joins the prefix cache)
         self.pending: bytes | None = None  # text taken at finish for tokens not sent yet: sent next
         self.sent = 0
+
+
+class PooledResponse(Response):
+    """A pooling request (embeddings, rerank, score): several engine sequences, one JSON body when
+    the last of them ends. ``render`` builds that body; ``fault``: "" or the stream fault that hits
+    the body (a whole body counts as one chunk, so only a fault set to 0 chunks does):
+    "stall" (nothing is sent), "malformed" (the body cut short mid-JSON), "error" (a 500)."""
+
+    __slots__ = ("fault", "left", "render", "seqs")
+
+    render: Callable[[], bytes]
+    seqs: list[SimRequest]
+    left: int
+    fault: str
 
 
 class Responder:
@@ -263,6 +281,9 @@ class Responder:
         st.conn.end_response()
 
     def _finish_plain(self, st: Response, req: SimRequest) -> None:
+        if isinstance(st, PooledResponse):
+            self._finish_pooled(st, req)
+            return
         st.done = True
         if req.state == ABORTED:
             body = error_body(self.style, 500, req.abort_message or "aborted", "InternalServerError")
@@ -275,3 +296,34 @@ class Responder:
             req.cached_tokens,
         )  # fmt: skip
         st.conn.end_plain(200, body, extra=b"x-request-id: " + st.rid.encode("latin-1", "replace") + b"\r\n")
+
+    def _finish_pooled(self, st: PooledResponse, req: SimRequest) -> None:
+        """One sequence of a pooling request ended; the last one writes the body (and its log line)."""
+        if req.state == ABORTED:
+            st.done = True
+            now = self.clock()
+            for other in st.seqs:
+                self.engine.abort(other.rid, now, "another input of the request was aborted")
+            self._end_pooled(
+                st, 500, error_body(self.style, 500, req.abort_message or "aborted", "InternalServerError")
+            )
+            return
+        st.left -= 1
+        if st.left > 0:
+            return
+        st.done = True
+        if st.fault == "stall":
+            return
+        if st.fault == "error":
+            message = "Simulated internal error while computing the request (--error-after-chunks)."
+            self._end_pooled(st, 500, error_body(self.style, 500, message, "InternalServerError"))
+            return
+        body = st.render()
+        if st.fault == "malformed":
+            body = body[: len(body) // 2]
+        self._end_pooled(st, 200, body)
+
+    def _end_pooled(self, st: PooledResponse, status: int, body: bytes) -> None:
+        if self._emlog is not None:
+            self._emit_log(st, 0, "body" if status == 200 else "error")
+        st.conn.end_plain(status, body, extra=b"x-request-id: " + st.rid.encode("latin-1", "replace") + b"\r\n")

@@ -7,6 +7,8 @@ loop uses :class:`PreciseEpollSelector`, which waits on the epoll descriptor wit
 (microsecond timeout) before harvesting it.
 
 Routes: ``/v1/chat/completions`` and ``/v1/completions`` (POST; 503 until start-up is done),
+the pooling routes ``/v1/embeddings``, ``/v1/rerank`` and ``/v1/score`` (POST, :data:`POOLING_PATHS`;
+bodies :mod:`loadgen.sim.pooling`, each input one prefill-only engine sequence),
 ``/health`` and ``/health_generate`` (200 once ready, else 503), ``/v1/models``, ``/metrics``
 (SGLang's or vLLM's names), ``/gpu/metrics`` (DCGM's), ``/server_info``, and the simulator's own
 ``/sim/stats`` (step lateness) and ``/sim/stats/reset``. The ``X-Request-Id`` request header
@@ -17,7 +19,7 @@ log lines of the imitated server :mod:`loadgen.sim.serverlog`.
 Faults (:class:`Faults`, all off by default): a crash (exit 1 with the real server's last lines)
 after a time or a number of requests, 429/503 reject windows after ready, and for a ``fault_rate``
 share of requests a stream that stalls, carries one malformed chunk, or ends with an error event
-after K content chunks.
+after K content chunks (a pooling response's whole body counts as one chunk).
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ import signal
 import time
 import traceback
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -41,13 +45,32 @@ from loadgen.sim.engine import Engine, RejectError, SimRequest, natural_length
 from loadgen.sim.http import Connection
 from loadgen.sim.logsink import LogSink
 from loadgen.sim.params import BadRequest, read_params
+from loadgen.sim.pooling import (
+    MAX_EMBEDDING_DIM,
+    embeddings_body,
+    read_embeddings,
+    read_rerank,
+    read_score,
+    rerank_body,
+    score_body,
+)
 from loadgen.sim.profile import Profile
 from loadgen.sim.prom import GpuTelemetry, render_sglang, render_vllm
-from loadgen.sim.responses import Responder, Response
+from loadgen.sim.responses import PooledResponse, Responder, Response
 from loadgen.sim.serverlog import CHILD_FAILED, VllmStats, say, start_up
 from loadgen.sim.text import TextSource, classify_source, prompt_block_hashes
 
 PROM_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
+# pooling routes (vLLM serves each with and without /v1, rerank also as /v2) -> request kind
+POOLING_PATHS = {
+    "/v1/embeddings": "embeddings",
+    "/v1/rerank": "rerank",
+    "/rerank": "rerank",
+    "/v2/rerank": "rerank",
+    "/v1/score": "score",
+    "/score": "score",
+}
+RID_PREFIX = {"embeddings": "embd-", "rerank": "rerank-", "score": "score-"}
 
 
 class PreciseEpollSelector(selectors.EpollSelector):
@@ -243,6 +266,13 @@ class SimServer:
                 return
             self._generate(conn, path == "/v1/chat/completions", body, headers)
             return
+        kind = POOLING_PATHS.get(path)
+        if kind is not None:
+            if method != "POST":
+                conn.send_json(405, self._error_body(405, "Method Not Allowed", "BadRequestError"))
+                return
+            self._pool(conn, kind, body, headers)
+            return
         if method not in ("GET", "HEAD"):
             conn.send_json(405, self._error_body(405, "Method Not Allowed", "BadRequestError"))
             return
@@ -272,7 +302,11 @@ class SimServer:
         assert isinstance(response, Response)
         if not response.done and self.loop is not None:
             response.done = True
-            self.engine.abort(response.rid, self.loop.time(), "client disconnected")
+            if isinstance(response, PooledResponse):
+                for req in response.seqs:
+                    self.engine.abort(req.rid, self.loop.time(), "client disconnected")
+            else:
+                self.engine.abort(response.rid, self.loop.time(), "client disconnected")
 
     def _rejecting(self, now: float) -> bool:
         f = self.opts.faults
@@ -285,14 +319,14 @@ class SimServer:
             t = t % f.reject_period_s
         return t < f.reject_duration_s
 
-    def _generate(self, conn: Connection, chat: bool, body_raw: bytes, headers: dict[str, str]) -> None:
-        assert self.loop is not None
-        now = self.loop.time()
+    def _refused(self, conn: Connection, now: float) -> bool:
+        """Answer and return True if the server turns a request away before reading it (not ready,
+        a reject window); counts it towards ``--crash-after-requests``."""
         if not self.ready:
             conn.send_json(
                 503, self._error_body(503, "The server is not ready yet (starting up).", "ServiceUnavailableError")
             )
-            return
+            return True
         f = self.opts.faults
         self.requests_seen += 1
         if f.crash_after_requests and self.requests_seen > f.crash_after_requests:
@@ -309,7 +343,15 @@ class SimServer:
                     f.reject_status,
                     self._error_body(f.reject_status, "The request queue is full.", "ServiceUnavailableError"),
                 )
+            return True
+        return False
+
+    def _generate(self, conn: Connection, chat: bool, body_raw: bytes, headers: dict[str, str]) -> None:
+        assert self.loop is not None
+        now = self.loop.time()
+        if self._refused(conn, now):
             return
+        f = self.opts.faults
         try:
             params = read_params(body_raw, chat, self.profile.server.chars_per_token, self.opts.metrics_style)
         except BadRequest as exc:
@@ -367,6 +409,72 @@ class SimServer:
             conn.start_stream(rid)
         engine.submit(req, now)
         self.kick()
+
+    def _pool(self, conn: Connection, kind: str, body_raw: bytes, headers: dict[str, str]) -> None:
+        """A pooling request (``kind``: embeddings, rerank, score): each input is one prefill-only
+        engine sequence; the response is written when the last one ends."""
+        assert self.loop is not None
+        now = self.loop.time()
+        if self._refused(conn, now):
+            return
+        cpt = self.profile.server.chars_per_token
+        rid = headers.get("x-request-id") or RID_PREFIX[kind] + uuid.uuid4().hex
+        if rid in self.engine.requests or f"{rid}-0" in self.engine.requests:
+            rid = f"{rid}-{uuid.uuid4().hex[:8]}"
+        model, created = self.model_name, self.created
+        render: Callable[[], bytes]
+        try:
+            if kind == "embeddings":
+                full_dim = embedding_dim(self.profile)
+                emb = read_embeddings(body_raw, cpt, full_dim)
+                seqs = emb.inputs
+                render = partial(embeddings_body, rid, created, model, emb, full_dim)
+            elif kind == "rerank":
+                rr = read_rerank(body_raw, cpt)
+                seqs = rr.pairs
+                render = partial(rerank_body, rid, model, rr)
+            else:
+                sc = read_score(body_raw, cpt)
+                seqs = sc.sequences
+                render = partial(score_body, rid, created, model, sc)
+        except BadRequest as exc:
+            conn.send_json(400, self._error_body(400, exc.message, "BadRequestError"))
+            return
+        engine = self.engine
+        longest = max(range(len(seqs)), key=lambda i: seqs[i].tokens)
+        try:
+            engine.check(seqs[longest].tokens, 0)
+        except RejectError as exc:
+            where = f"input[{longest}]: " if len(seqs) > 1 else ""
+            conn.send_json(exc.status, self._error_body(exc.status, where + exc.message, exc.err_type))
+            return
+        f = self.opts.faults
+        faulty = f.fault_rate >= 1.0 or self.fault_rng.random() < f.fault_rate
+        st = PooledResponse()
+        st.conn, st.rid, st.chat, st.stream, st.render = conn, rid, False, False, render
+        st.prompt_tokens = sum(s.tokens for s in seqs)
+        st.fault = ""
+        if faulty:
+            if f.stall_after_chunks == 0:
+                st.fault = "stall"
+            elif f.error_after_chunks == 0:
+                st.fault = "error"
+            elif f.malformed_after_chunks == 0:
+                st.fault = "malformed"
+        st.seqs = [
+            SimRequest(f"{rid}-{i}", seq.tokens, 0, 0, "stop", prefill_only=True, context=st)
+            for i, seq in enumerate(seqs)
+        ]
+        st.left = len(st.seqs)
+        conn.active = st
+        for req in st.seqs:
+            engine.submit(req, now)
+        self.kick()
+
+
+def embedding_dim(profile: Profile) -> int:
+    """The simulated model's embedding size: its hidden size, at most MAX_EMBEDDING_DIM."""
+    return max(1, min(profile.model.hidden, MAX_EMBEDDING_DIM))
 
 
 def run_server(profile: Profile, options: ServerOptions) -> int:

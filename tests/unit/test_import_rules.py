@@ -20,7 +20,13 @@ PKG = ROOT / "loadgen"
 EVENT_LOOP = ("gevent", "geventhttpclient", "locust", "greenlet")
 IO = ("socket", "subprocess", "threading", "selectors", "asyncio", "urllib.request", "http")
 # the pure incremental decoders: bytes or lines in, values out, nothing else
-PARSERS = ("loadgen.parse.sse", "loadgen.parse.stream", "loadgen.telemetry.prom", "loadgen.telemetry.logscan")
+PARSERS = (
+    "loadgen.parse.sse",
+    "loadgen.parse.stream",
+    "loadgen.parse.responses",
+    "loadgen.telemetry.prom",
+    "loadgen.telemetry.logscan",
+)
 
 
 def _module_name(path: Path) -> str:
