@@ -16,13 +16,16 @@ usage, error). It is buffered; the owner flushes it.
 A pooling request (:class:`PooledResponse`: embeddings, rerank, score) spans several engine
 sequences and gets one whole JSON body when the last one finishes (a 500 if one is aborted), with
 one emission-log line of kind ``body`` (``error`` for the 500).
+
+A response with its own framing (``framing`` set: a Responses API call, :mod:`loadgen.sim.responses_api`)
+is marked not streamed here and handed every emission; the chat stream path never looks at it.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 import orjson
 
@@ -45,13 +48,20 @@ from loadgen.sim.http import Connection
 from loadgen.sim.text import TextSource
 
 
+class Framing(Protocol):
+    """Writes the emissions of responses that are not chat/completions (``Response.framing``)."""
+
+    def deliver(self, st: Response, em: Emission) -> None:
+        """One emission of ``st``'s request (tokens, and/or its end), taken and written."""
+
+
 class Response:
     """Per-request response state (the engine request's ``context``)."""
 
     __slots__ = (
-        "chat", "chunks", "conn", "continuous_usage", "done", "error_at", "head", "id_json", "include_usage",
-        "keep_text", "malformed_at", "pending", "pieces", "prefix", "prompt_tokens", "req", "rid", "sent",
-        "stall_at", "stream", "tail",
+        "chat", "chunks", "conn", "continuous_usage", "done", "error_at", "framing", "head", "id_json",
+        "include_usage", "keep_text", "malformed_at", "pending", "pieces", "prefix", "prompt_tokens", "req", "rid",
+        "sent", "stall_at", "stream", "tail",
     )  # fmt: skip
 
     conn: Connection
@@ -77,6 +87,7 @@ class Response:
         self.keep_text = False  # a stream keeps its text too (its output joins the prefix cache)
         self.pending: bytes | None = None  # text taken at finish for tokens not sent yet: sent next
         self.sent = 0
+        self.framing: Framing | None = None  # set (with stream False): not framed by the Responder
 
 
 class PooledResponse(Response):
@@ -188,6 +199,9 @@ class Responder:
             if st is None or st.done:
                 continue
             if not st.stream:
+                if st.framing is not None:
+                    st.framing.deliver(st, em)
+                    continue
                 if em.tokens:
                     if st.pending is not None:
                         st.pending = None  # already in pieces
@@ -245,6 +259,11 @@ class Responder:
                     conn.write_chunk(payload)
             if em.finished:
                 self._finish_stream(st, em.req)
+
+    def log_emission(self, st: Response, tokens: int, kind: str) -> None:
+        """One emission-log line for an event of ``st`` about to be written (nothing without a log)."""
+        if self._emlog is not None:
+            self._emit_log(st, tokens, kind)
 
     def _emit_log(self, st: Response, tokens: int, kind: str) -> None:
         assert self._emlog is not None

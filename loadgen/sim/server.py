@@ -7,6 +7,9 @@ loop uses :class:`PreciseEpollSelector`, which waits on the epoll descriptor wit
 (microsecond timeout) before harvesting it.
 
 Routes: ``/v1/chat/completions`` and ``/v1/completions`` (POST; 503 until start-up is done),
+``/v1/responses`` (POST; the Responses API, :mod:`loadgen.sim.responses_api`: the same engine
+request as a chat call with the same messages, its own events, earlier turns kept for
+``previous_response_id``),
 the pooling routes ``/v1/embeddings``, ``/v1/rerank`` and ``/v1/score`` (POST, :data:`POOLING_PATHS`;
 bodies :mod:`loadgen.sim.pooling`, each input one prefill-only engine sequence),
 ``/health`` and ``/health_generate`` (200 once ready, else 503), ``/v1/models``, ``/metrics``
@@ -57,6 +60,13 @@ from loadgen.sim.pooling import (
 from loadgen.sim.profile import Profile
 from loadgen.sim.prom import GpuTelemetry, render_sglang, render_vllm
 from loadgen.sim.responses import PooledResponse, Responder, Response
+from loadgen.sim.responses_api import (
+    ResponsesFraming,
+    ResponseStore,
+    UnknownResponse,
+    read_responses_request,
+    unknown_response_body,
+)
 from loadgen.sim.serverlog import CHILD_FAILED, VllmStats, say, start_up
 from loadgen.sim.text import TextSource, classify_source, prompt_block_hashes
 
@@ -141,6 +151,7 @@ class SimServer:
             self.engine, TextSource(options.seed + 3), self.model_name, self.created, options.metrics_style,
             options.emission_log, self._now,
         )  # fmt: skip
+        self.responses_api = ResponsesFraming(self.responder, ResponseStore())
         self._startup_task: asyncio.Task[None] | None = None
         self._vllm_stats_line = VllmStats(self.engine, self.log)
 
@@ -266,6 +277,12 @@ class SimServer:
                 return
             self._generate(conn, path == "/v1/chat/completions", body, headers)
             return
+        if path == "/v1/responses":
+            if method != "POST":
+                conn.send_json(405, self._error_body(405, "Method Not Allowed", "BadRequestError"))
+                return
+            self._respond(conn, body, headers)
+            return
         kind = POOLING_PATHS.get(path)
         if kind is not None:
             if method != "POST":
@@ -364,14 +381,7 @@ class SimServer:
         except RejectError as exc:
             conn.send_json(exc.status, self._error_body(exc.status, exc.message, exc.err_type))
             return
-        ctx = self.profile.context_length
-        limit = max_tokens if max_tokens is not None else ctx - prompt_tokens
-        if params.ignore_eos:
-            target, reason = limit, "length"
-        else:
-            s = self.profile.server
-            natural = max(natural_length(self.rng, s.natural_len_median, s.natural_len_sigma), params.min_tokens)
-            target, reason = (natural, "stop") if natural < limit else (limit, "length")
+        limit, target, reason = self._output_length(prompt_tokens, max_tokens, params.ignore_eos, params.min_tokens)
         rid = headers.get("x-request-id") or ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         if rid in engine.requests:
             rid = f"{rid}-{uuid.uuid4().hex[:8]}"
@@ -407,6 +417,73 @@ class SimServer:
         conn.active = st
         if params.stream:
             conn.start_stream(rid)
+        engine.submit(req, now)
+        self.kick()
+
+    def _output_length(
+        self, prompt_tokens: int, max_tokens: int | None, ignore_eos: bool, min_tokens: int
+    ) -> tuple[int, int, str]:
+        """(the request's token cap, the tokens it will generate, its finish reason)."""
+        limit = max_tokens if max_tokens is not None else self.profile.context_length - prompt_tokens
+        if ignore_eos:
+            return limit, limit, "length"
+        s = self.profile.server
+        natural = max(natural_length(self.rng, s.natural_len_median, s.natural_len_sigma), min_tokens)
+        return (limit, natural, "stop") if natural < limit else (limit, limit, "length")
+
+    def _respond(self, conn: Connection, body_raw: bytes, headers: dict[str, str]) -> None:
+        """A Responses API call: one engine request, as a chat call with the same messages."""
+        assert self.loop is not None
+        now = self.loop.time()
+        if self._refused(conn, now):
+            return
+        s = self.profile.server
+        try:
+            request = read_responses_request(body_raw, s.chars_per_token, self.responses_api.store)
+        except BadRequest as exc:
+            conn.send_json(400, self._error_body(400, exc.message, "BadRequestError"))
+            return
+        except UnknownResponse as exc:
+            conn.send_json(exc.status, unknown_response_body(self.opts.metrics_style, exc))
+            return
+        engine = self.engine
+        prompt_tokens = request.prompt_tokens
+        try:
+            engine.check(prompt_tokens, request.max_output_tokens)
+        except RejectError as exc:
+            conn.send_json(exc.status, self._error_body(exc.status, exc.message, exc.err_type))
+            return
+        limit, target, reason = self._output_length(
+            prompt_tokens, request.max_output_tokens, request.ignore_eos, request.min_tokens
+        )
+        given = headers.get("x-request-id")
+        rid = given or "resp_" + uuid.uuid4().hex
+        if rid in engine.requests:
+            rid = f"{rid}-{uuid.uuid4().hex[:8]}"
+        resp_id = "resp_" + rid if given else rid
+        f = self.opts.faults
+        faulty = f.fault_rate >= 1.0 or self.fault_rng.random() < f.fault_rate
+        st = self.responses_api.open(
+            conn,
+            rid,
+            resp_id,
+            request,
+            stall_at=f.stall_after_chunks if faulty else -1,
+            malformed_at=f.malformed_after_chunks if faulty else -1,
+            error_at=f.error_after_chunks if faulty else -1,
+        )
+        req = SimRequest(rid, prompt_tokens, limit, target, reason, source=classify_source(request.text))
+        if engine.cache is not None:
+            chat_body = {"messages": request.messages}
+            req.block_hashes = prompt_block_hashes(chat_body, True, s.chars_per_token, s.prefix_block_tokens)
+            req.continued_block_hashes = self.responder.continuation(
+                st, chat_body, s.chars_per_token, s.prefix_block_tokens
+            )
+            st.keep_text = True  # the stored turn and the final events need the text, cached or not
+        req.context = st
+        st.req = req
+        conn.active = st
+        self.responses_api.start(st)
         engine.submit(req, now)
         self.kick()
 

@@ -98,6 +98,9 @@ def test_replay_without_tokenizer_serves_the_traces_lengths(
 
 class _TokenizerServer(ThreadingHTTPServer):
     daemon_threads = True
+    # a replayed burst opens many connections at once: the default backlog of 5 drops SYNs, and a
+    # dropped SYN is retried a second later (a connect timeout on a busy machine)
+    request_queue_size = 256
 
     def __init__(self, tokenizer_file: Path) -> None:
         from tokenizers import Tokenizer
