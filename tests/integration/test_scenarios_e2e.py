@@ -46,7 +46,7 @@ def test_chat_scenario_runs_and_reports_requested_vs_served(sim_factory: Any, tm
         assert r["output_tokens"] <= r["max_tokens"]
 
 
-def test_multi_turn_history_grows_with_the_servers_replies(sim_factory: Any, tmp_path: Path) -> None:
+def test_multi_turn_history_grows_with_the_servers_replies_and_hits_the_cache(sim_factory: Any, tmp_path: Path) -> None:
     sim = sim_factory("--profile", "tiny")
     proc = run_loadgen(
         "ramp",
@@ -72,11 +72,15 @@ def test_multi_turn_history_grows_with_the_servers_replies(sim_factory: Any, tmp
             by_conv[r["conversation"]].append(r)
     multi = [sorted(v, key=lambda r: r["turn"]) for v in by_conv.values() if len(v) >= 2]
     assert multi, "no conversation reached a second turn"
+    assert sum(len(t) - 1 for t in multi) >= 3, "too few conversations reached a second turn"
     for turns in multi:
         for a, b in itertools.pairwise(turns):
             assert b["turn"] == a["turn"] + 1
             # the next prompt holds the previous prompt plus the reply the server gave
             assert b["prompt_tokens"] > a["prompt_tokens"] + a["output_tokens"] * 0.5
+            # and the simulator's prefix cache serves that previous prompt and its reply (>= 0.75
+            # estimated tokens per word), to a 64-token block and the reply's last word
+            assert b["cached_tokens"] >= a["prompt_tokens"] + 0.75 * a["output_tokens"] - 64 - 4
 
 
 TRACES = REPO.parent / "shared" / "data" / "traces"

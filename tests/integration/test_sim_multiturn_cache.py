@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 import http.client
-import itertools
 import json
 import time
-from collections import defaultdict
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import pytest
-
 from loadgen.sim.text import count_prompt_tokens, prompt_text
-from tests.conftest import REPO, run_loadgen, run_records
 
 B = 64  # the simulator's default prefix-cache block, estimated tokens
 CHAT = "/v1/chat/completions"
@@ -98,39 +92,5 @@ def test_two_turn_conversation_reports_prompt_and_reply_as_cached(sim_factory: A
     assert usage4["prompt_tokens_details"]["cached_tokens"] >= (len(prompt + text) // 4) - B - 4
 
 
-@pytest.mark.slow
-def test_multi_turn_scenario_ramp_hits_the_replies(sim_factory: Any, tmp_path: Path) -> None:
-    """``loadgen ramp`` with the agentic multi-turn scenario: later turns hit prompt + reply."""
-    sim = sim_factory("--profile", "tiny")
-    proc = run_loadgen(
-        "ramp",
-        "--url",
-        sim.url,
-        "--scenario",
-        str(REPO / "scenarios/agentic-multi-turn.toml"),
-        "--concurrency",
-        "3",
-        "--step-seconds",
-        "7",
-        "--warmup-seconds",
-        "0",
-        "--out",
-        str(tmp_path),
-        timeout=180,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    run_dir = Path(proc.stdout.strip().splitlines()[-1])
-    by_conv: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for r in run_records(run_dir):
-        if r["error_class"] is None and r["conversation"]:
-            by_conv[r["conversation"]].append(r)
-    pairs = [
-        (a, b)
-        for turns in by_conv.values()
-        for a, b in itertools.pairwise(sorted(turns, key=lambda r: r["turn"]))
-        if b["turn"] == a["turn"] + 1
-    ]
-    assert len(pairs) >= 3, "too few conversations reached a second turn"
-    for a, b in pairs:
-        # the previous prompt and the reply it got (>= 0.75 estimated tokens per word) are cached
-        assert b["cached_tokens"] >= a["prompt_tokens"] + 0.75 * a["output_tokens"] - B - 4
+# The ramp with the multi-turn scenario checks the cache hits of every next turn:
+# tests/integration/test_scenarios_e2e.py::test_multi_turn_history_grows_with_the_servers_replies_and_hits_the_cache
