@@ -23,7 +23,7 @@ from typing import Any, Literal, TypedDict
 LoadAxis = Literal["concurrency", "rate"]
 """What a ramp varies: users (closed loop) or the request rate (open loop, req/s)."""
 
-KneeRule = Literal["hard limit", "curve consensus", "none"]
+KneeRule = Literal["hard limit", "throughput curve", "none"]
 EnergyMethod = Literal["counter", "power_integral", "mixed"]
 LatencyKey = Literal["ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"]
 

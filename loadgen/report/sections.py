@@ -40,7 +40,7 @@ def knee_section(summary: RunSummary) -> str | None:
     head = (
         f"**Knee: {'C=' if axis == 'concurrency' else ''}{_f(where)}{' req/s' if axis == 'rate' else ''}.**"
         if where is not None
-        else "**No knee located.**"
+        else ("**No knee in the measured range.**" if knee.get("rule") == "none" else "**No knee located.**")
     )
     lines = ["## Saturation verdict", "", f"{head} {escape_cell(knee.get('reason', ''))}", ""]
     slo = summary.get("slo")

@@ -14,7 +14,7 @@ curve detectors (throughput ``output_tok_s`` against load)
                      range. Concurrency axis only.
   ``marginal_gain``  throughput gain per doubling of load between consecutive steps,
                      (X2/X1) ** (1 / log2(L2/L1)) - 1; triggered at the first pair below
-                     ``min_gain_per_doubling`` (25 %): "throughput +24% for +100% concurrency past C=64".
+                     ``min_gain_per_doubling`` (10 %): "throughput +6% for +100% concurrency past C=128".
   ``kleinrock``      Kleinrock's power, throughput / mean E2E latency; its maximum is the classic
                      optimal operating point. Triggered when the maximum is not the last step.
 hard limits

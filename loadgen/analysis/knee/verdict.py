@@ -12,9 +12,11 @@ not ``<metric>_<stat>_ms`` raises ValueError before any step is read.
    where the signal appears already fails, so the knee is the step before it; a full KV cache
    marks the load at which the server became full, so the knee is that step. The verdict is the
    lowest of these (None, "no load meets ...", when a failing signal is already at the first step).
-2. Without a hard limit, the curve detectors vote: Kneedle's knee, the last measured step at or
-   below the USL peak, and the step before the first poor marginal gain. The verdict is the median
-   of those that triggered (the lower one when two did).
+2. Without a hard limit, the throughput curve decides once it has flattened: the knee is the step
+   before the first doubling of load that buys less than ``min_gain_per_doubling`` (or, when no
+   measured doubling shows it, the last step at or below a USL peak inside the range). Kneedle only
+   adds evidence: every concave curve bends somewhere, also one that still gains +20 % per
+   doubling, and on geometric steps its bend lies a step or more below where the gain runs out.
 3. Otherwise there is no knee within the measured range, and the reason says how the last step
    still scaled.
 
@@ -41,7 +43,7 @@ from loadgen.analysis.knee.curve import (
 from loadgen.analysis.knee.detectors import run_detectors
 from loadgen.analysis.values import load_axis, number
 
-CURVE_DETECTORS = ("kneedle", "usl", "marginal_gain")
+CURVE_DETECTORS = ("marginal_gain", "usl", "kneedle")
 HARD_DETECTORS = ("slo_breach", "error_onset", "kv_saturation", "preemption")
 DETECTOR_ORDER = (
     "slo_breach",
@@ -110,14 +112,16 @@ def _verdict_one(
         if math.isinf(knee):
             knee = None
     else:
-        votes = sorted(
-            (f for n in CURVE_DETECTORS if (f := found[n]).triggered and f.knee is not None),
-            key=lambda f: f.knee or 0.0,
-        )
-        if votes:
-            rule = "curve consensus"
-            knee = votes[(len(votes) - 1) // 2].knee
-            deciding = [f for f in votes if f.knee == knee]
+        # The curve's knee is the last load whose next doubling still paid: the step before the first
+        # doubling that buys less than ``min_gain_per_doubling`` (or, when the steps are too sparse to
+        # show one, the last step at or below the USL peak). Kneedle only adds evidence: every concave
+        # curve bends somewhere, also one that still gains +20 % per doubling, and on geometric steps
+        # its bend sits a step or more below where the gain runs out.
+        decider = next((f for n in ("marginal_gain", "usl") if (f := found[n]).triggered and f.knee is not None), None)
+        if decider is not None:
+            rule = "throughput curve"
+            knee = decider.knee
+            deciding = [f for n in CURVE_DETECTORS if (f := found[n]).triggered and f.knee == knee]
         else:
             rule, knee = "none", None
     deciding.sort(key=lambda f: DETECTOR_ORDER.index(f.name))
@@ -126,7 +130,7 @@ def _verdict_one(
     rest = [found[n].phrase for n in DETECTOR_ORDER if found[n].triggered and found[n] not in deciding]
     if rule == "none":
         gain = found["marginal_gain"]
-        scaling = gain.evidence.rstrip(".")
+        scaling = gain.evidence.rstrip(".").replace("Throughput still scales: ", "throughput ", 1)
         if gain.has_data:
             lead = [f"no saturation up to {fmt_load(curve.loads[-1], axis)}: {scaling[:1].lower()}{scaling[1:]}"]
         else:
