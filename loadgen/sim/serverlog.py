@@ -139,11 +139,10 @@ async def start_up(
     say(log, "info", f"Capture cuda graph bs {ladder}", f"cudagraph sizes specified by model runner {ladder}")
     if failure == FAIL_GRAPHS:
         await asyncio.sleep(total_s * 0.3)
-        need = (plan.graph_bytes - plan.headroom_bytes) / gib
+        tried, free = _failing_allocation(plan.graph_bytes / gib, avail, ladder)
         oom = (
-            f"CUDA out of memory. Tried to allocate {max(need, 0.01):.2f} GiB. GPU 0 has a total capacity of "
-            f"{plan.total_bytes / gib:.2f} GiB of which {max(0.0, avail - plan.graph_bytes / gib + need):.2f} "
-            "GiB is free."
+            f"CUDA out of memory. Tried to allocate {tried:.2f} GiB. GPU 0 has a total capacity of "
+            f"{plan.total_bytes / gib:.2f} GiB of which {free:.2f} GiB is free."
         )
         say(
             log,
@@ -219,3 +218,17 @@ class VllmStats:
                 f"tokens, Drafted: {c.spec_draft_tokens} tokens"
             )
         self._last = (now, c.prompt_tokens, c.generation_tokens, c.prefix_queries, c.cached_tokens)
+
+
+def _failing_allocation(graph_gib: float, avail_gib: float, ladder: list[int]) -> tuple[float, float]:
+    """The allocation that fails in graph capture, and what was free then (GiB). Graphs are captured
+    largest batch first, each taking a share of the graph memory that grows with its batch size; the
+    first share that no longer fits is the one PyTorch reports."""
+    total = sum(ladder) or 1
+    used = 0.0
+    for bs in sorted(ladder, reverse=True):
+        share = graph_gib * bs / total
+        if used + share > avail_gib:
+            return share, max(0.0, avail_gib - used)
+        used += share
+    return max(graph_gib - avail_gib, 0.01), 0.0

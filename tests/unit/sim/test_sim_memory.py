@@ -232,3 +232,12 @@ def test_docs_tables_are_current() -> None:
 
 if __name__ == "__main__":
     sys.stdout.write(story_table() + "\n\n" + matrix_table() + "\n")
+
+
+def test_graph_capture_oom_names_the_allocation_that_failed_and_what_was_free() -> None:
+    from loadgen.sim.serverlog import _failing_allocation
+
+    # shares by batch size, largest first: 8 -> 5.33 GiB fits in 6, then 4 -> 2.67 GiB does not
+    tried, free = _failing_allocation(10.0, 6.0, [1, 2, 4, 8])
+    assert abs(tried - 10 * 4 / 15) < 1e-9 and abs(free - (6.0 - 10 * 8 / 15)) < 1e-9
+    assert 0 < free < tried
