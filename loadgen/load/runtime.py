@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import gevent
-import orjson
 
 from loadgen.load.client import CallResult, Transport, make_transport
 from loadgen.load.shape import StepSink
@@ -28,7 +27,7 @@ from loadgen.rundir.clock import ANCHOR
 from loadgen.rundir.layout import StepLog
 from loadgen.rundir.records import JsonlAppender, RequestRecord
 from loadgen.spec.options import StepPlan, Timeouts
-from loadgen.spec.request import ENDPOINT_PATHS, RequestSpec
+from loadgen.spec.request import ENDPOINT_PATHS, RequestSpec, prompt_chars, request_body
 from loadgen.workload.calibration import LengthFeedback
 
 
@@ -177,17 +176,7 @@ class RunState(StepSink):
         return make_transport(t.transport, t.url, t.timeouts, t.api_key, turn=self.turns.turn)
 
     def body(self, spec: RequestSpec) -> bytes:
-        body: dict[str, Any] = {"model": self.target.model, "max_tokens": spec.max_tokens}
-        if spec.endpoint == "chat":
-            body["messages"] = spec.messages or [{"role": "user", "content": spec.prompt or ""}]
-        else:
-            body["prompt"] = spec.prompt if spec.prompt is not None else _flatten(spec.messages)
-        if spec.stream:
-            body["stream"] = True
-            body["stream_options"] = {"include_usage": True}
-        if spec.extra:
-            body.update(spec.extra)
-        return orjson.dumps(body)
+        return request_body(spec, self.target.model)
 
     def execute(self, transport: Transport, spec: RequestSpec, user: int) -> tuple[RequestRecord, str | None]:
         """Send one request, record it, report it. Returns the record and the output text."""
@@ -376,24 +365,9 @@ def plan_from_dict(data: dict[str, Any]) -> StepPlan:
 
 
 def prompt_size(spec: RequestSpec) -> tuple[int, int]:
-    """Characters of the prompt as sent (message contents, or the completions prompt) and the number
-    of chat messages (1 for a completions prompt): what :class:`LengthFeedback` is told."""
-    if spec.endpoint == "chat" and spec.messages:
-        chars = 0
-        for m in spec.messages:
-            content = m.get("content")
-            if isinstance(content, str):
-                chars += len(content)
-        return chars, len(spec.messages)
-    if spec.prompt is not None:
-        return len(spec.prompt), 1
-    return len(_flatten(spec.messages)), 1
-
-
-def _flatten(messages: list[dict[str, Any]] | None) -> str:
-    if not messages:
-        return ""
-    return "\n\n".join(str(m.get("content", "")) for m in messages)
+    """Characters of the prompt as sent and the number of messages or items: what
+    :class:`LengthFeedback` is told (see ``spec.request.prompt_chars``)."""
+    return prompt_chars(spec)
 
 
 _STATES: weakref.WeakKeyDictionary[Any, RunState] = weakref.WeakKeyDictionary()

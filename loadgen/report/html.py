@@ -199,7 +199,7 @@ def _verdict(summary: RunSummary) -> str:
     css = "hard" if rule == "hard limit" else ("none" if k is None else "")
     rule_txt = {
         "hard limit": "Decided by a hard limit (SLO breach, errors, KV cache full or preemption).",
-        "throughput curve": "Decided by the throughput curve: the step before the first doubling of load that buys too little.",
+        "throughput curve": "Decided by the throughput curve: the step before the first doubling that buys too little.",
         "none": "No detector found saturation.",
     }.get(rule, f"Rule: {rule}.")
     clauses = [c.strip() for c in reason.split("; ") if c.strip()]

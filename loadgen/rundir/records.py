@@ -48,6 +48,18 @@ class RequestRecord:
     ``chunk_late_ns``: sparse ``[chunk index, ns]`` pairs for the chunks whose time is an upper
     bound (the kernel merged their bytes with later ones): each arrived at most ``ns`` earlier;
     every other kernel time is exact.
+
+    Kinds of output (chat's ``reasoning_content`` / ``content`` / ``tool_calls`` deltas, the
+    Responses API's reasoning / output text / function call events): ``first_reasoning_ns``,
+    ``first_answer_ns`` and ``first_tool_ns`` are the arrivals of the first of each (None when none
+    came); ``first_chunk_ns`` stays the first output of any kind. ``reasoning_tokens``: the server's
+    ``completion_tokens_details.reasoning_tokens`` (``output_tokens_details`` for Responses), part
+    of ``output_tokens``. ``tool_calls``: calls the answer made, ``tool_args_chars`` the characters
+    of their arguments. An agent loop's turns carry ``max_turns`` (its cap), ``conversation`` (the
+    task) and ``turn`` (its step). ``inputs``: the items of a pooling call (embedding inputs,
+    rerank documents; None for generative calls, which have no TTFT then). ``images``: image parts
+    sent (their token cost is in ``prompt_tokens``; ``context_tokens`` asked for the text only).
+    ``endpoint`` is the call type: chat, completions, responses, embeddings or rerank.
     """
 
     id: str
@@ -79,6 +91,15 @@ class RequestRecord:
     cached_tokens: int | None = None
     chunk_late_ns: list[list[int]] = field(default_factory=list)
     chunk_clock: str = ""
+    first_reasoning_ns: int | None = None
+    first_answer_ns: int | None = None
+    first_tool_ns: int | None = None
+    reasoning_tokens: int | None = None
+    tool_calls: int = 0
+    tool_args_chars: int = 0
+    max_turns: int | None = None
+    inputs: int | None = None
+    images: int = 0
 
     def to_json(self) -> bytes:
         # orjson serialises the dataclass itself, fields in order: the bytes asdict() would give,
