@@ -228,7 +228,12 @@ def cmd_ramp(ns: argparse.Namespace, argv: list[str]) -> int:
         opts.model = first_model(opts.url, opts.api_key) or ""
         if not opts.model:
             raise UsageError("--model not given and the server's /v1/models lists none; pass --model NAME")
-    run_dir = ramp.run_ramp(opts)
+    try:
+        run_dir = ramp.run_ramp(opts)
+    except ramp.RunStopped as exc:
+        print(f"error: {exc}\npartial report: {exc.run_dir / 'report.md'}", file=sys.stderr)
+        print(exc.run_dir)
+        return EXIT_USAGE
     print(f"report: {run_dir / 'report.md'}")
     print(run_dir)
     return EXIT_OK
@@ -308,10 +313,14 @@ def cmd_demo(ns: argparse.Namespace, argv: list[str]) -> int:
 
 
 def cmd_report(ns: argparse.Namespace, argv: list[str]) -> int:
+    from loadgen.analysis.calltypes import CallTypeError
     from loadgen.report.pipeline import rebuild
 
     run_dir = _existing_run_dir(ns.run_dir)
-    rebuild(run_dir, _slo(ns.slo))
+    try:
+        rebuild(run_dir, _slo(ns.slo), call_type=ns.call_type)
+    except CallTypeError as exc:
+        raise UsageError(f"--call-type {ns.call_type}: {exc}") from None
     print(f"report: {run_dir / 'report.md'}")
     print(run_dir)
     return EXIT_OK
@@ -455,6 +464,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="rebuild summary.json, steps.csv and report.md from a run directory")
     p.add_argument("run_dir")
     p.add_argument("--slo", help="judge the knee against these limits, e.g. ttft_p99=2s,tpot_p99=50ms")
+    p.add_argument(
+        "--call-type",
+        help="the call type the knee verdict and plan are about, when the run mixes several "
+        "(default: the run's own choice, else the one that served the most tokens)",
+    )
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("sim", help="the simulated server on its own (loadgen sim --help)", add_help=False)

@@ -194,6 +194,36 @@ def first_model(url: str, api_key: str | None = None) -> str | None:
         return None
 
 
+def served_endpoints(url: str, api_key: str | None = None) -> list[str] | None:
+    """The POST paths under /v1 the server lists in its OpenAPI document (vLLM, SGLang and other
+    FastAPI servers serve /openapi.json), sorted; None when it lists none."""
+    try:
+        status, body = _get(base_of(url) + "/openapi.json", timeout=5.0, api_key=api_key)
+    except (urllib.error.URLError, OSError):
+        return None
+    if status != 200:
+        return None
+    try:
+        paths = json.loads(body)["paths"]
+        found = sorted(p for p, ops in paths.items() if p.startswith("/v1/") and "post" in ops)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return found or None
+
+
+def endpoint_missing_message(endpoint: str, path: str, error: str, served: Sequence[str] | None) -> str:
+    """One line for a server that answered 404 to the endpoint's first call."""
+    listed = (
+        f"it lists POST {', '.join(served)}"
+        if served
+        else f"it lists no endpoints (no /openapi.json); its answer: {error}"
+    )
+    return (
+        f"the server does not serve --endpoint {endpoint}: POST {path} answered 404 before any call "
+        f"succeeded; {listed}. Choose an endpoint it serves (--endpoint or the scenario's `endpoint`)."
+    )
+
+
 def probe_metrics(url: str, api_key: str | None = None) -> str | None:
     """The server's Prometheus endpoint (``/metrics`` beside the API) when it serves one, else None."""
     target = base_of(url) + "/metrics"

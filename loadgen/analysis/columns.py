@@ -64,10 +64,25 @@ _INT_FIELDS: dict[str, int] = {
     "reasoning_chunks": 0,
     "user": 0,
 }
+# Fields that records of older runs do not have (absent = the default here, as for null).
+_NEW_INT_FIELDS: dict[str, int] = {
+    "first_reasoning_ns": MISSING,
+    "first_answer_ns": MISSING,
+    "first_tool_ns": MISSING,
+    "reasoning_tokens": MISSING,
+    "tool_calls": 0,
+    "tool_args_chars": 0,
+    "max_turns": MISSING,
+    "inputs": MISSING,
+    "images": 0,
+    "turn": 0,
+}
 _CAT_FIELDS = ("worker", "tokens_source", "finish_reason", "error_class", "endpoint", "chunk_clock")
+_NEW_CAT_FIELDS = ("conversation",)
 # Columns derived from a record's ``chunk_late_ns`` (see ``_late_columns``).
 _DERIVED_INTS = ("late_first_ns", "late_gaps")
-_ALL_INTS = (*_INT_FIELDS, *_DERIVED_INTS)
+_ALL_INTS = (*_INT_FIELDS, *_NEW_INT_FIELDS, *_DERIVED_INTS)
+_ALL_CATS = (*_CAT_FIELDS, *_NEW_CAT_FIELDS)
 TIMING_TOLERANCE_NS = 1_000_000
 """A chunk time that may be late by more than this is counted as uncertain (``late_gaps``)."""
 
@@ -106,6 +121,9 @@ class Requests:
     a row to its error message (only rows that have one). ``late_first_ns``: how late the first
     chunk's time may be (0: exact); ``late_gaps``: inter-chunk gaps with an end that may be late by
     more than ``TIMING_TOLERANCE_NS``; ``chunk_clock``: ``kernel``, ``read`` or ``""`` (older runs).
+    The fields newer writers add (``first_reasoning_ns``, ``first_answer_ns``, ``first_tool_ns``,
+    ``reasoning_tokens``, ``max_turns``, ``inputs``: MISSING; ``tool_calls``, ``tool_args_chars``,
+    ``images``, ``turn``: 0; ``conversation``: None) read as those defaults in older runs.
     """
 
     ids: list[str]
@@ -128,6 +146,17 @@ class Requests:
     error_class: Categorical
     endpoint: Categorical
     chunk_clock: Categorical
+    first_reasoning_ns: I64
+    first_answer_ns: I64
+    first_tool_ns: I64
+    reasoning_tokens: I64
+    tool_calls: I64
+    tool_args_chars: I64
+    max_turns: I64
+    inputs: I64
+    images: I64
+    turn: I64
+    conversation: Categorical
     late_first_ns: I64
     late_gaps: I64
     chunk_start: I64
@@ -373,6 +402,8 @@ class _Part:
 
 _KEYS = (*_INT_FIELDS, *_CAT_FIELDS, "id", "error")
 _ALL_KEYS = itemgetter(*_KEYS)
+_NEW_KEYS = (*_NEW_INT_FIELDS, *_NEW_CAT_FIELDS)
+_ALL_NEW_KEYS = itemgetter(*_NEW_KEYS)
 
 
 def _int_column(col: Sequence[Any], name: str, default: int, path: Path) -> I64:
@@ -410,11 +441,13 @@ def _columns(batch: _Batch, path: Path, skipped: int) -> _Part:
     if not columns:
         columns = [() for _ in _KEYS]
     by_key = dict(zip(_KEYS, columns, strict=True))
+    by_key.update(_new_columns(recs))
     ints = {name: _int_column(by_key[name], name, d, path) for name, d in _INT_FIELDS.items()}
+    ints.update({name: _int_column(by_key[name], name, d, path) for name, d in _NEW_INT_FIELDS.items()})
     ints["late_first_ns"], ints["late_gaps"] = _late_columns(recs, batch.counts)
     cats = {
         name: _cat_column([v if v is not None else "" for v in by_key[name]] if name == "chunk_clock" else by_key[name])
-        for name in _CAT_FIELDS
+        for name in _ALL_CATS
     }
     err_col = by_key["error"]
     errors: list[tuple[int, str]] = []
@@ -430,6 +463,18 @@ def _columns(batch: _Batch, path: Path, skipped: int) -> _Part:
         tokens=batch.tokens,
         skipped=skipped,
     )
+
+
+def _new_columns(recs: list[dict[str, Any]]) -> dict[str, Sequence[Any]]:
+    """The columns of the fields older runs lack (kinds of output, agent turns, pooling inputs,
+    images): one C-level pass when every record has them, else absent = default (null)."""
+    if not recs:
+        return {k: () for k in _NEW_KEYS}
+    try:
+        return dict(zip(_NEW_KEYS, zip(*map(_ALL_NEW_KEYS, recs), strict=True), strict=True))
+    except KeyError:
+        defaults: dict[str, Any] = {**_NEW_INT_FIELDS, "conversation": None}
+        return {k: [r.get(k, defaults[k]) for r in recs] for k in _NEW_KEYS}
 
 
 def _late_columns(recs: list[dict[str, Any]], counts: list[int]) -> tuple[I64, I64]:
@@ -478,8 +523,8 @@ class _Columns:
         self.expected_bytes = expected_bytes
         self.slots = slots
         self.ints: dict[str, list[I64]] = {k: [] for k in _ALL_INTS}
-        self.cat_tables: dict[str, dict[Any, int]] = {k: {} for k in _CAT_FIELDS}
-        self.cats: dict[str, list[I32]] = {k: [] for k in _CAT_FIELDS}
+        self.cat_tables: dict[str, dict[Any, int]] = {k: {} for k in _ALL_CATS}
+        self.cats: dict[str, list[I32]] = {k: [] for k in _ALL_CATS}
         self.ids: list[Any] = []
         self.errors: dict[int, str] = {}
         self.counts: list[I64] = []
@@ -513,7 +558,7 @@ class _Columns:
             return
         for name in _ALL_INTS:
             self.ints[name].append(part.ints[name])
-        for name in _CAT_FIELDS:
+        for name in _ALL_CATS:
             codes, names = part.cats[name]
             table = self.cat_tables[name]
             remap = np.asarray([table.setdefault(v, len(table)) for v in names], dtype=np.int32)
@@ -572,6 +617,7 @@ class _Columns:
             error_class=cat("error_class"),
             endpoint=cat("endpoint"),
             chunk_clock=cat("chunk_clock"),
+            conversation=cat("conversation"),
             chunk_start=chunk_start,
             chunk_offsets_ns=chunk_arrays[0] if chunk_arrays else (self.offsets or empty).finish(),
             chunk_tokens=chunk_arrays[1] if chunk_arrays else (self.tokens or _Flat(np.int32, 0)).finish(),

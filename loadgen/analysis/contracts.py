@@ -212,7 +212,90 @@ class StepClientLoad(TypedDict, total=False):
     workers_advised: int
 
 
-class StepSummary(StepStats, StepTelemetry, StepClientLoad, total=False):
+CallKind = Literal["generative", "pooling"]
+"""A generative call streams output (chat, completions, responses); a pooling call (embeddings,
+rerank) returns one answer for its ``inputs`` and has no TTFT."""
+
+
+class _CallTypeRequired(TypedDict):
+    kind: CallKind
+    requests_ok: int
+    requests_failed: int
+    errors: dict[str, int]
+    e2e_ms: LatencyStats
+    prompt_tok_s: float | None  # prompt tokens of successful calls that ended in the window / window
+
+
+class CallTypeStats(_CallTypeRequired, total=False):
+    """One call type (endpoint) of a step (``by_call``), over the same rows as the step's figures.
+
+    Generative calls: ``ttft_ms``, ``itl_ms``, ``tpot_ms`` and ``output_tok_s`` (tokens that
+    arrived in the window, as the step's aggregate). Pooling calls: ``inputs_s`` (items of
+    successful calls that ended in the window / window)."""
+
+    ttft_ms: LatencyStats
+    itl_ms: LatencyStats
+    tpot_ms: LatencyStats
+    output_tok_s: float | None
+    inputs_s: float | None
+
+
+class AgentTurn(TypedDict):
+    """One turn index of the agent tasks of a step: its successful requests sent in the window."""
+
+    turn: int
+    requests: int
+    ttft_ms: LatencyStats
+    prompt_tokens_mean: float | None
+
+
+class AgentStats(TypedDict):
+    """Agent loops of a step (records with ``max_turns``). ``turns``: per turn index. Tasks are
+    counted in the step where their first turn was sent (inside its window): ``tasks_complete``
+    ended (a successful turn without tool calls, a failed turn, or the last allowed turn;
+    ``tasks_failed`` of them by a failure), ``tasks_cut`` did not (the run or step ended first, or
+    the client cancelled them). ``task_ms``: last end - first intended send, complete tasks only."""
+
+    turns: list[AgentTurn]
+    tasks_complete: int
+    tasks_failed: int
+    tasks_cut: int
+    task_ms: LatencyStats
+
+
+class ImageStats(TypedDict):
+    """Successful requests of a step that sent images, sent inside the window.
+
+    ``image_tokens_per_image_mean``: mean over those with both token counts of
+    (prompt_tokens - context_tokens) / images; ``estimate`` is True unless the run counted its text
+    with a tokenizer (``context_tokens`` is then exact)."""
+
+    requests: int
+    images: int
+    prompt_tokens_mean: float | None
+    context_tokens_mean: float | None
+    image_tokens_per_image_mean: float | None
+    estimate: bool
+
+
+class StepCallTypes(TypedDict, total=False):
+    """What ``analysis.calltypes`` adds: ``by_call`` when the run has more than one call type or
+    any that is not chat; the kinds of output when any record tells them apart; ``agent`` and
+    ``images`` when the run has such requests."""
+
+    by_call: dict[str, CallTypeStats]
+    ttft_reasoning_ms: LatencyStats
+    ttft_answer_ms: LatencyStats
+    ttft_tool_ms: LatencyStats
+    reasoning_tokens_mean: float | None
+    reasoning_share: float | None
+    tool_calls: int
+    tool_args_chars_mean: float | None
+    agent: AgentStats
+    images: ImageStats
+
+
+class StepSummary(StepStats, StepCallTypes, StepTelemetry, StepClientLoad, total=False):
     """One element of ``steps``: the step's statistics and what the enrichers added."""
 
     step_fields: dict[str, Any]  # other keys of the step's lines (free-form), when any
@@ -405,10 +488,16 @@ class RunSummary(_RunSummaryRequired, total=False):
     knee: KneeVerdict
     run_events: list[RunEvent]
     plan: CapacityPlan
+    # the call type the knee and the plan are about, when the run has ``by_call`` (analysis.calltypes)
+    knee_call_type: str
 
 
 __all__ = [
+    "AgentStats",
+    "AgentTurn",
     "AxisLoad",
+    "CallKind",
+    "CallTypeStats",
     "CapacityPlan",
     "ClientCpu",
     "ContextVerdict",
@@ -417,6 +506,7 @@ __all__ = [
     "GpuPower",
     "GpuTelemetry",
     "IgnoredStep",
+    "ImageStats",
     "KneeRule",
     "KneeVerdict",
     "LatencyKey",
@@ -436,6 +526,7 @@ __all__ = [
     "RunTotals",
     "ScheduleLag",
     "ServerTelemetry",
+    "StepCallTypes",
     "StepClientLoad",
     "StepStats",
     "StepSummary",

@@ -166,14 +166,16 @@ class StepAnalysis:
 
     # -- pieces -------------------------------------------------------------------------------
 
-    def tokens_arrived(self, a_ns: int, b_ns: int) -> float:
-        """Output tokens (scaled to usage) that arrived in ``[a_ns, b_ns)``, over all requests.
+    def tokens_arrived(self, a_ns: int, b_ns: int, among: BArr | None = None) -> float:
+        """Output tokens (scaled to usage) that arrived in ``[a_ns, b_ns)``, over all requests (or
+        the rows ``among`` selects, e.g. one call type).
 
         A request whose first and last chunk both arrived inside counts whole; only the requests
         that straddle a window edge are looked at chunk by chunk.
         """
         req, counts = self.req, self.counts
-        cand = np.flatnonzero((req.sent_ns < b_ns) & (req.end_ns >= a_ns))
+        near = (req.sent_ns < b_ns) & (req.end_ns >= a_ns)
+        cand = np.flatnonzero(near if among is None else near & among)
         chunked = cand[counts[cand] > 0]
         starts = req.chunk_start[chunked]
         sent = req.sent_ns[chunked]

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from loadgen.analysis.calltypes import CallTypes, resolve_call_type
 from loadgen.analysis.contracts import RunSummary, RunTotals, StepSummary
 from loadgen.analysis.load import Run
 from loadgen.analysis.steps import DEFAULT_MIN_OK_REQUESTS, PERCENTILE_METHOD, StepAnalysis
@@ -82,20 +83,33 @@ def build_summary(
     step_enrichers: Sequence[StepEnricher] = (),
     *,
     min_ok_requests: int = DEFAULT_MIN_OK_REQUESTS,
+    call_type: str | None = None,
 ) -> RunSummary:
-    """Summarise a loaded run: ``{"label", "run_id", ..., "steps": [...], "totals": {...}}``."""
+    """Summarise a loaded run: ``{"label", "run_id", ..., "steps": [...], "totals": {...}}``.
+
+    A run that mixes call types (or has any that is not chat) gets ``by_call`` per step and
+    ``knee_call_type``: ``call_type`` when given, else the manifest's ``call_type``, else the call
+    type that served the most tokens (``analysis.calltypes``). Raises CallTypeError when the call
+    type asked for is not in the run.
+    """
+    manifest = run.manifest
     analysis = StepAnalysis(run, min_ok_requests)
-    steps = [analysis.row(step) for step in run.steps]
+    types = CallTypes(analysis, tokenizer=bool(manifest_value(manifest, "tokenizer")))
+    knee_call = resolve_call_type(types, call_type or _str_or_none(manifest_value(manifest, "call_type")))
+    steps = []
+    for step in run.steps:
+        row = analysis.row(step)
+        types.add_to(row, step)
+        steps.append(row)
     for enrich in step_enrichers:
         enrich(run, steps)
-    manifest = run.manifest
     created_ns = manifest.get("created_ns")
     created = (
         time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(created_ns / 1e9))
         if isinstance(created_ns, (int, float))
         else None
     )
-    return {
+    summary: RunSummary = {
         "schema_version": SCHEMA_VERSION,
         "label": manifest_value(manifest, "label"),
         "run_id": run.run_id,
@@ -109,6 +123,13 @@ def build_summary(
         "steps": steps,
         "totals": _totals(run, analysis, steps),
     }
+    if knee_call is not None:
+        summary["knee_call_type"] = knee_call
+    return summary
+
+
+def _str_or_none(v: Any) -> str | None:
+    return v if isinstance(v, str) and v else None
 
 
 __all__ = ["SCHEMA_VERSION", "StepEnricher", "build_summary", "manifest_value"]

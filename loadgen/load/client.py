@@ -32,6 +32,8 @@ from geventhttpclient import HTTPClient
 
 from loadgen.load.hubclock import POLLS
 from loadgen.parse.errors import classify_exception, classify_http, short
+from loadgen.parse.pooling import parse_pooling_body
+from loadgen.parse.responses import ResponsesDecoder, parse_responses_body
 from loadgen.parse.sse import SSEDecoder
 from loadgen.parse.stream import ChunkAccumulator, StreamResult, parse_completion_body
 from loadgen.rundir.clock import perf_ns
@@ -51,8 +53,15 @@ class CallResult:
     error: str | None = None
 
 
+# how an answer is decoded: ``chat`` (chat and completions chunks), ``responses`` (Responses API
+# events) or ``pooling`` (one embeddings or rerank body)
+Decode = str
+
+
 class Transport(Protocol):
-    def call(self, path: str, body: bytes, headers: dict[str, str], stream: bool) -> CallResult: ...
+    def call(
+        self, path: str, body: bytes, headers: dict[str, str], stream: bool, decode: Decode = "chat"
+    ) -> CallResult: ...
 
     def close(self) -> None: ...
 
@@ -115,7 +124,9 @@ class FastTransport:
     def close(self) -> None:
         self._client.close()
 
-    def call(self, path: str, body: bytes, headers: dict[str, str], stream: bool) -> CallResult:
+    def call(
+        self, path: str, body: bytes, headers: dict[str, str], stream: bool, decode: Decode = "chat"
+    ) -> CallResult:
         sent = perf_ns()
         resp: Any = None
         timer = gevent.Timeout(self._timeouts.request_s, _RequestTimeout)
@@ -136,11 +147,11 @@ class FastTransport:
                     classify_http(status, text),
                     f"HTTP {status}: " + short(text.decode("utf-8", "replace")),
                 )
-            if not stream:
+            if not stream or decode == "pooling":
                 data = resp.read()
                 end = perf_ns()
-                return CallResult(status, sent, end, parse_completion_body(data, end, end))
-            return self._read_stream(resp, sent)
+                return CallResult(status, sent, end, parse_body(decode, data, end))
+            return self._read_stream(resp, sent, decode == "responses")
         except _RequestTimeout:
             _discard(resp)
             return CallResult(
@@ -167,9 +178,9 @@ class FastTransport:
         finally:
             timer.close()
 
-    def _read_stream(self, resp: Any, sent: int) -> CallResult:
+    def _read_stream(self, resp: Any, sent: int, responses: bool = False) -> CallResult:
         decoder = SSEDecoder()
-        acc = ChunkAccumulator()
+        acc: Any = _ResponsesSink() if responses else ChunkAccumulator()
         feed = decoder.feed
         add_all = acc.add_all
         named = decoder.named
@@ -301,6 +312,41 @@ class FastTransport:
         result = acc.finish(end)
         result.chunk_clock = "kernel" if kernel_clock else "read"
         return CallResult(200, sent, end, result)
+
+
+class _ResponsesSink:
+    """The Responses API's decoder behind the accumulator's interface: the SSE events of a read go to
+    ``ResponsesDecoder.event`` with the read's time (its events are named; unnamed ones are taken
+    too). Reads the kernel merged are not marked late (``note_read``): chat streams only."""
+
+    __slots__ = ("_dec",)
+
+    def __init__(self) -> None:
+        self._dec = ResponsesDecoder()
+
+    def add_all(self, payloads: list[bytes], t_ns: int) -> bool:
+        event = self._dec.event
+        for payload in payloads:
+            event(payload, t_ns)
+        return not self._dec.res.done
+
+    def add_named(self, name: str, payload: bytes, t_ns: int) -> None:
+        self._dec.event(payload, t_ns, name)
+
+    def note_read(self, t_ns: int, early_ns: int, partial: bool) -> None:
+        pass
+
+    def finish(self, end_ns: int) -> StreamResult:
+        return self._dec.finish(end_ns)
+
+
+def parse_body(decode: Decode, data: bytes, end_ns: int) -> StreamResult:
+    """A whole (non-streamed) answer body, decoded for its API."""
+    if decode == "pooling":
+        return parse_pooling_body(data, end_ns)
+    if decode == "responses":
+        return parse_responses_body(data, end_ns, end_ns)
+    return parse_completion_body(data, end_ns, end_ns)
 
 
 # a connection that cannot be opened within this is left for the first call to time out on
@@ -505,12 +551,14 @@ class OpenAITransport:
     def close(self) -> None:
         self._client.close()
 
-    def call(self, path: str, body: bytes, headers: dict[str, str], stream: bool) -> CallResult:
+    def call(
+        self, path: str, body: bytes, headers: dict[str, str], stream: bool, decode: Decode = "chat"
+    ) -> CallResult:
         import orjson
 
         sent = perf_ns()
         payload = orjson.loads(body)
-        api = self._client.chat.completions if path.endswith("chat/completions") else self._client.completions
+        api = self._api(path)
         extra_headers = {k: v for k, v in headers.items() if k.lower() not in ("content-type", "authorization")}
         timer = gevent.Timeout(self._timeouts.request_s, _RequestTimeout)
         timer.start()
@@ -518,12 +566,12 @@ class OpenAITransport:
         try:
             with api.with_streaming_response.create(**payload, extra_headers=extra_headers) as response:
                 status = response.status_code
-                if not stream:
+                if not stream or decode == "pooling":
                     data = response.read()
                     end = perf_ns()
-                    return CallResult(status, sent, end, parse_completion_body(data, end, end))
+                    return CallResult(status, sent, end, parse_body(decode, data, end))
                 decoder = SSEDecoder()
-                acc = ChunkAccumulator()
+                acc: Any = _ResponsesSink() if decode == "responses" else ChunkAccumulator()
                 for chunk in response.iter_bytes():
                     t = perf_ns()
                     acc.add_all(decoder.feed(chunk), t)
@@ -569,6 +617,22 @@ class OpenAITransport:
         finally:
             timer.close()
 
+    def _api(self, path: str) -> Any:
+        """The SDK resource for an endpoint path (the SDK has none for rerank: ``OPENAI_PATHS``)."""
+        c = self._client
+        for suffix, api in (
+            ("chat/completions", c.chat.completions),
+            ("/completions", c.completions),
+            ("/responses", c.responses),
+            ("/embeddings", c.embeddings),
+        ):
+            if path.endswith(suffix):
+                return api
+        raise ValueError(f"--transport openai: the openai SDK has no API for {path}; use --transport fast")
+
+
+# endpoints the openai SDK has an API for (``--transport openai``)
+OPENAI_ENDPOINTS = ("chat", "completions", "responses", "embeddings")
 
 # One TLS context per process for every SDK client: the SDK's default builds one per client
 # (loading the CA bundle, ~75 ms), so 1,024 users would spend over a minute starting. Each user

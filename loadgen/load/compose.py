@@ -15,9 +15,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from loadgen.load.client import OPENAI_ENDPOINTS
 from loadgen.load.runtime import RunState, TargetOptions
 from loadgen.rundir.layout import create_run_dir, write_manifest
-from loadgen.spec.options import DEFAULT_CONTEXT_TOKENS, RampOptions, StepPlan, build_ramp_plan, run_manifest
+from loadgen.spec.options import (
+    DEFAULT_CONTEXT_TOKENS,
+    OptionError,
+    RampOptions,
+    StepPlan,
+    build_ramp_plan,
+    run_manifest,
+)
 from loadgen.workload import Workload
 from loadgen.workload.scenario import load_scenario
 from loadgen.workload.tokens import TokenCounter, load_counter
@@ -111,6 +119,11 @@ def compose(
     directory's name when the options have no label.
     """
     base = base_workload(opts)
+    endpoint = base.scenario.endpoint
+    if opts.transport == "openai" and endpoint not in OPENAI_ENDPOINTS:
+        raise OptionError(
+            f"--transport openai: the openai SDK has no API for the {endpoint} endpoint; use --transport fast"
+        )
     steps = list(plan) if plan is not None else build_ramp_plan(opts, base)
     if run_dir is None:
         run_dir = create_run_dir(opts.out, opts.label or dir_label)

@@ -105,6 +105,7 @@ class ServerDownGuard:
         self.opts, self.state, self.shape, self.out = opts, state, shape, out
         self.events = JsonlAppender(state.run_dir / "events.jsonl")
         self.checking = False
+        self.fatal: str | None = None  # why the ramp cannot go on
 
     def suspect(self) -> None:
         if not self.checking and not self.shape.finished and not self.shape.holding:
@@ -155,8 +156,33 @@ class ServerDownGuard:
             state.conn_streak = 0
             self.checking = False
 
+    def endpoint_missing(self, endpoint: str, path: str, error: str) -> None:
+        """The first calls got 404: the server does not serve the endpoint. Stop the ramp (once),
+        naming the endpoint and what the server lists; the records taken stay."""
+        if self.fatal is not None:
+            return
+        self.fatal = ""  # claimed: later 404s of the same burst do nothing
+        gevent.spawn(self._endpoint_missing, endpoint, path, error)
+
+    def _endpoint_missing(self, endpoint: str, path: str, error: str) -> None:
+        from loadgen.lifecycle import endpoint_missing_message, served_endpoints
+
+        message = endpoint_missing_message(endpoint, path, error, served_endpoints(self.opts.url, self.opts.api_key))
+        self.fatal = message
+        self._event("endpoint_missing", step=self.state.step_index, endpoint=endpoint, path=path, detail=message)
+        self.out.write(f"\nerror: {message}\n")
+        self.shape.stop("endpoint_missing")
+
     def close(self) -> None:
         self.events.close()
+
+
+class RunStopped(Exception):
+    """The ramp stopped because it cannot go on (its report is written); ``run_dir`` holds it."""
+
+    def __init__(self, message: str, run_dir: Path) -> None:
+        super().__init__(message)
+        self.run_dir = run_dir
 
 
 class KneeSearch:
@@ -181,11 +207,13 @@ class KneeSearch:
         self.state: Any = None
 
     def __call__(self, ended_index: int) -> StepPlan | None:
+        from loadgen.analysis.calltypes import knee_steps
         from loadgen.analysis.knee import search_state
         from loadgen.report.pipeline import summarise
 
         _, summary = summarise(self.run_dir, dict(self.budget.slo) if self.budget.slo else None)
-        self.state = search_state(summary["steps"], self.budget, time.monotonic() - self.started)
+        # the steps as the call type the verdict is about saw them (all calls when only one type)
+        self.state = search_state(knee_steps(summary), self.budget, time.monotonic() - self.started)
         nxt = self.state.next_load
         t = self.template
         if nxt is None:
@@ -221,6 +249,7 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
     shape = RampShape(plan, state, closed_classes=[LLMUser], open_classes=[OpenLoopUser], extend=search)
     guard = ServerDownGuard(opts, state, shape, out)
     state.on_server_suspect = guard.suspect
+    state.on_endpoint_missing = guard.endpoint_missing
     # in-flight requests finish after the last step (and when a matrix row lowers concurrency):
     # they were sent inside a steady window and belong to its statistics
     env = Environment(
@@ -312,4 +341,6 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
     from loadgen.report.pipeline import rebuild
 
     rebuild(run_dir)
+    if guard.fatal:
+        raise RunStopped(guard.fatal, run_dir)
     return run_dir

@@ -22,12 +22,21 @@ from loadgen.load.client import CallResult, Transport, make_transport
 from loadgen.load.shape import StepSink
 from loadgen.load.turns import WorkTurns
 from loadgen.parse.errors import classify_stream_error, short
+from loadgen.parse.responses import ResponsesResult
 from loadgen.parse.stream import TOKENS_CHUNKS, distribute_tokens
 from loadgen.rundir.clock import ANCHOR
 from loadgen.rundir.layout import StepLog
 from loadgen.rundir.records import JsonlAppender, RequestRecord
 from loadgen.spec.options import StepPlan, Timeouts
-from loadgen.spec.request import ENDPOINT_PATHS, RequestSpec, prompt_chars, request_body
+from loadgen.spec.request import (
+    ENDPOINT_PATHS,
+    GENERATIVE,
+    Reply,
+    RequestSpec,
+    ToolCall,
+    prompt_chars,
+    request_body,
+)
 from loadgen.workload.calibration import LengthFeedback
 
 
@@ -105,6 +114,9 @@ class RunState(StepSink):
         self.conn_streak = 0  # consecutive connection-level failures
         self.on_server_suspect: Callable[[], None] | None = None
         self.on_count: Callable[[int, str | None, int, int], None] | None = None  # a worker reports counts
+        # a 404 before any call succeeded: the server does not serve the endpoint (endpoint, path, error)
+        self.on_endpoint_missing: Callable[[str, str, str], None] | None = None
+        self._answered = False
         # a local tokenizer (anything with count(text) -> int) for servers that send no usage
         self.token_counter: Any = None
         # the workload learns the server's prompt token count from each response (one calibrator
@@ -178,10 +190,10 @@ class RunState(StepSink):
     def body(self, spec: RequestSpec) -> bytes:
         return request_body(spec, self.target.model)
 
-    def execute(self, transport: Transport, spec: RequestSpec, user: int) -> tuple[RequestRecord, str | None]:
-        """Send one request, record it, report it. Returns the record and the output text."""
+    def execute(self, transport: Transport, spec: RequestSpec, user: int) -> tuple[RequestRecord, Reply]:
+        """Send one request, record it, report it. Returns the record and what the answer said."""
         step = self.step_index
-        if not self.target.stream:
+        if not self.target.stream or spec.endpoint not in GENERATIVE:
             spec.stream = False
         rid = f"{self._prefix}-{next(self._seq)}"
         headers = dict(self._headers)
@@ -190,7 +202,7 @@ class RunState(StepSink):
         path = ENDPOINT_PATHS[spec.endpoint]
         self.in_flight += 1
         try:
-            result = transport.call(path, body, headers, spec.stream)
+            result = transport.call(path, body, headers, spec.stream, DECODE[spec.endpoint])
         except gevent.GreenletExit:
             self.in_flight -= 1
             now = ANCHOR.now_wall_ns()
@@ -209,18 +221,33 @@ class RunState(StepSink):
                 context_tokens=spec.context_tokens,
                 source=spec.source,
                 user=user,
+                conversation=spec.conversation,
+                turn=spec.turn,
+                max_turns=spec.max_turns,
+                inputs=spec.n_inputs,
+                images=spec.images,
             )
             self.record_sink(rec.to_json())
             raise
         self.in_flight -= 1
         rec = self._record(rid, step, spec, result, user)
         self.record_sink(rec.to_json())
-        if self.lengths is not None and rec.prompt_tokens and rec.error_class is None:
+        if (
+            self.lengths is not None
+            and rec.prompt_tokens
+            and rec.error_class is None
+            and spec.endpoint in GENERATIVE
+            and not spec.images  # image tokens are not text
+            and spec.previous_response_id is None  # the stored turns count, but were not sent
+        ):
             chars, messages = prompt_size(spec)
             self.lengths.observe(chars, messages, rec.prompt_tokens)
+        if rec.status == 404 and not self._answered and self.on_endpoint_missing is not None:
+            self.on_endpoint_missing(spec.endpoint, path, rec.error or "")
+        elif rec.error_class is None:
+            self._answered = True
         self._report(rec, spec)
-        text = result.stream.text if result.stream is not None else None
-        return rec, text
+        return rec, reply_of(result)
 
     def _record(self, rid: str, step: int, spec: RequestSpec, res: CallResult, user: int) -> RequestRecord:
         sent_ns = ANCHOR.wall_ns(res.sent_perf_ns)
@@ -242,10 +269,15 @@ class RunState(StepSink):
             user=user,
             conversation=spec.conversation,
             turn=spec.turn,
+            max_turns=spec.max_turns,
+            inputs=spec.n_inputs,
+            images=spec.images,
         )
         s = res.stream
         if s is None:
             return rec
+        if spec.endpoint not in GENERATIVE:
+            return self._pooling(rec, s, spec)
         sent_perf = res.sent_perf_ns
         offsets = [t - sent_perf for t in s.chunk_times_ns]
         rec.chunk_offsets_ns = offsets
@@ -260,6 +292,17 @@ class RunState(StepSink):
         if s.late_ns:
             rec.chunk_late_ns = s.late_ns
         rec.chunk_tokens, rec.output_tokens, rec.tokens_source = s.token_split()
+        wall = ANCHOR.wall_ns
+        if s.first_reasoning_ns is not None:
+            rec.first_reasoning_ns = wall(s.first_reasoning_ns)
+        if s.first_text_ns is not None:
+            rec.first_answer_ns = wall(s.first_text_ns)
+        if s.first_tool_ns is not None:
+            rec.first_tool_ns = wall(s.first_tool_ns)
+        rec.reasoning_tokens = s.reasoning_tokens
+        if s.function_calls:
+            rec.tool_calls = len(s.function_calls)
+            rec.tool_args_chars = sum(len(c.arguments) for c in s.function_calls)
         if rec.tokens_source == TOKENS_CHUNKS and self.token_counter is not None and s.text:
             # no usage from the server: count the text with the tokenizer we were given (the chunk
             # count undercounts a speculative server, which puts several tokens in a chunk)
@@ -277,6 +320,27 @@ class RunState(StepSink):
             elif cls == "malformed_stream":
                 rec.error_class = cls
                 rec.error = short(f"{s.malformed} malformed payload(s), first: {s.first_malformed}")
+        return rec
+
+    @staticmethod
+    def _pooling(rec: RequestRecord, s: Any, spec: RequestSpec) -> RequestRecord:
+        """An embeddings or rerank answer: prompt tokens and items, no output."""
+        rec.prompt_tokens = s.prompt_tokens
+        rec.server_request_id = s.server_id
+        rec.finish_reason = s.finish_reason
+        rec.tokens_source = "none"
+        if rec.error_class is not None:
+            return rec
+        if s.error is not None:
+            msg = str(s.error.get("message") or s.error)
+            rec.error_class = classify_stream_error(msg)
+            rec.error = short("error in a 200 body: " + msg)
+        elif s.malformed:
+            rec.error_class = "malformed_stream"
+            rec.error = short(f"the {spec.endpoint} body has no list of results: {s.first_malformed}")
+        elif s.items is not None and rec.inputs is not None and s.items != rec.inputs:
+            rec.error_class = "malformed_stream"
+            rec.error = f"{s.items} {spec.endpoint} results for {rec.inputs} inputs"
         return rec
 
     def count(self, step: int, error_class: str | None, output_tokens: int, sent_ns: int) -> None:
@@ -320,16 +384,47 @@ class RunState(StepSink):
                 context={"step": idx},
             )
         if ok and self.log_metric is not None and rec.first_chunk_ns is not None:
-            self.log_metric("TTFT", name, (rec.first_chunk_ns - rec.intended_ns) / 1e6)
+            log = self.log_metric
+            t0 = rec.intended_ns
+            log("TTFT", name, (rec.first_chunk_ns - t0) / 1e6)
             offs = rec.chunk_offsets_ns
             if len(offs) > 1:
-                self.log_metric("ITL", name, (offs[-1] - offs[0]) / (len(offs) - 1) / 1e6)
+                log("ITL", name, (offs[-1] - offs[0]) / (len(offs) - 1) / 1e6)
+            # the kinds of output apart, when an answer has more than plain text
+            if rec.first_reasoning_ns is not None:
+                log("TTFT reasoning", name, (rec.first_reasoning_ns - t0) / 1e6)
+                if rec.first_answer_ns is not None:
+                    log("TTFT answer", name, (rec.first_answer_ns - t0) / 1e6)
+            if rec.first_tool_ns is not None:
+                log("TTFT tool", name, (rec.first_tool_ns - t0) / 1e6)
 
     def close(self) -> None:
         if self.records is not None:
             self.records.close()
         if self.steps is not None:
             self.steps.close()
+
+
+# how each endpoint's answer is decoded (``load.client``)
+DECODE: dict[str, str] = {
+    "chat": "chat",
+    "completions": "chat",
+    "responses": "responses",
+    "embeddings": "pooling",
+    "rerank": "pooling",
+}
+
+
+def reply_of(result: CallResult) -> Reply:
+    """What the workload is told of an answer: its text, tool calls and Responses id."""
+    s = result.stream
+    if s is None:
+        return Reply()
+    calls = [
+        ToolCall(c.call_id or c.item_id or f"call_{i}", c.name or "", c.arguments)
+        for i, c in enumerate(s.function_calls)
+    ]
+    return Reply(s.text, calls, s.server_id if isinstance(s, ResponsesResult) else None)
 
 
 def quiet_gc() -> None:

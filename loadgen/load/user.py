@@ -66,9 +66,9 @@ class LLMUser(User):
         if think_s:
             gevent.sleep(think_s)
             state.turns.turn()
-        rec, text = state.execute(self.transport, spec, self.index)
+        rec, reply = state.execute(self.transport, spec, self.index)
         ok = rec.error_class is None
-        self._session.record_reply(text, ok)
+        self._session.record_reply(reply.text, ok, reply)
         if not ok:
             # a failed call returns at once; without a pause a closed loop turns into a hot loop
             # against a server that is down, and floods the run with identical records

@@ -48,31 +48,17 @@ unnamed output events in one read would see their text reordered (never their ti
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from loadgen.parse.sse import SSEDecoder
-from loadgen.parse.stream.result import StreamResult
-
-KIND_REASONING = "reasoning"
-KIND_TEXT = "text"
-KIND_TOOL = "tool"
+from loadgen.parse.stream.result import KIND_REASONING, KIND_TEXT, KIND_TOOL, FunctionCall, StreamResult
 
 _DONE = b"[DONE]"
 _FIRST_MALFORMED_CHARS = 200
 _TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
-
-
-@dataclass(slots=True)
-class FunctionCall:
-    """One function call of the answer: ``arguments`` is the JSON text the model wrote (not parsed)."""
-
-    item_id: str | None = None
-    call_id: str | None = None
-    name: str | None = None
-    arguments: str = ""
 
 
 @dataclass(slots=True)
@@ -87,24 +73,16 @@ class ResponsesResult(StreamResult):
     of reasoning and summary deltas. ``chunk_tokens`` is never set (Responses usage is not per
     event), so ``token_split`` spreads ``output_tokens`` over the output events by characters.
 
-    ``chunk_kinds``: the kind of each output event, aligned with ``chunk_times_ns``; the ``first_*``
-    times are ``None`` when no event of that kind came. ``reasoning_tokens``: usage's
-    ``output_tokens_details.reasoning_tokens`` (part of ``completion_tokens``). ``status``: the
+    ``chunk_kinds`` / ``first_*`` are per output event (one kind each, see the module doc);
+    ``reasoning_tokens`` is usage's ``output_tokens_details.reasoning_tokens``. ``status``: the
     response's last status (``completed``, ``incomplete``, ``failed``, ``in_progress`` when cut);
     ``incomplete_reason``: ``incomplete_details.reason``. ``ignored_events``: events taken in
     without effect (lifecycle, ``*.done`` of text, tools other than functions).
     """
 
-    chunk_kinds: list[str] = field(default_factory=list)
-    first_reasoning_ns: int | None = None
-    first_text_ns: int | None = None
-    first_tool_ns: int | None = None
-    first_tool_arguments_ns: int | None = None
     reasoning_text: str = ""
     reasoning_summary: str = ""
     refusal: str = ""
-    function_calls: list[FunctionCall] = field(default_factory=list)
-    reasoning_tokens: int | None = None
     status: str | None = None
     incomplete_reason: str | None = None
     ignored_events: int = 0

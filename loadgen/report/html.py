@@ -29,6 +29,7 @@ from loadgen.analysis.contracts import LatencyKey, RunSummary, StepSummary
 from loadgen.analysis.load import MISSING, Run, RunLoadError
 from loadgen.analysis.steps import failure_class_names, ok_mask
 from loadgen.analysis.values import as_axis, as_dict, as_list, number, stat, steps_of, summary_axis
+from loadgen.report.calltables import Table, tables_of
 from loadgen.report.plots import Failure, Plot, build_plots, knee_load, load_label
 from loadgen.report.svg import esc, format_value
 from loadgen.rundir.layout import read_manifest
@@ -202,6 +203,9 @@ def _verdict(summary: RunSummary) -> str:
         "throughput curve": "Decided by the throughput curve: the step before the first doubling that buys too little.",
         "none": "No detector found saturation.",
     }.get(rule, f"Rule: {rule}.")
+    call = summary.get("knee_call_type")
+    if isinstance(call, str):
+        rule_txt += f" About the {call} calls (their throughput and latencies)."
     clauses = [c.strip() for c in reason.split("; ") if c.strip()]
     if len(clauses) > 2:  # a long verdict reads better as a list of its findings
         body = (
@@ -419,6 +423,29 @@ def _steps_table(summary: RunSummary) -> str:
     )
 
 
+def _table(table: Table) -> str:
+    """One of ``report.calltables``' tables (by call type, kinds of output, agent tasks, images)."""
+    out = [f"<h2 id={table.anchor}>{esc(table.title)}</h2>"]
+    if table.note:
+        out.append(f"<p class=note>{esc(table.note)}</p>")
+    if table.head:
+        ths = "".join(
+            f"<th{'' if i in table.text_columns else ' class=n'}>{esc(h)}</th>" for i, h in enumerate(table.head)
+        )
+        trs = "".join(
+            "<tr>"
+            + "".join(
+                f"<td{'' if i in table.text_columns else ' class=n'}>{esc(cell)}</td>" for i, cell in enumerate(row)
+            )
+            + "</tr>"
+            for row in table.rows
+        )
+        out.append(f"<div class=scroll><table><thead><tr>{ths}</tr></thead><tbody>{trs}</tbody></table></div>")
+    if table.lines:
+        out.append("<ul>" + "".join(f"<li>{esc(line)}</li>" for line in table.lines) + "</ul>")
+    return "".join(out)
+
+
 def _errors(summary: RunSummary) -> str:
     totals = as_dict(summary.get("totals"))
     errors = as_dict(totals.get("errors"))
@@ -582,6 +609,7 @@ def _page(
         _plan(summary),
         _plots(plots),
         _steps_table(summary),
+        *(_table(t) for t in tables_of(summary)),
         _errors(summary),
         _logs(summary, events),
         _scenario_env(manifest),

@@ -81,7 +81,10 @@ def _header(summary: RunSummary) -> list[str]:
         f"{_num(totals.get('requests_failed', 0))} failed; steps: {_num(totals.get('steps', 0))} "
         f"({_num(totals.get('valid_steps', 0))} valid)"
     )
-    if totals.get("peak_output_tok_s") is not None:
+    pooling_peak = _pooling_peak(summary)
+    if pooling_peak:
+        lines.append(pooling_peak)
+    elif totals.get("peak_output_tok_s") is not None:
         where = (
             f"C={totals['peak_concurrency']}"
             if totals.get("peak_concurrency") is not None
@@ -92,6 +95,27 @@ def _header(summary: RunSummary) -> list[str]:
         lines.append(f"- Skipped {totals['skipped_lines']} unreadable line(s) (a torn last line after a kill)")
     lines.append("")
     return lines
+
+
+def _pooling_peak(summary: RunSummary) -> str | None:
+    """The headline of a run whose knee is about a pooling call type (embeddings, rerank): its peak
+    prompt tok/s over the valid steps, not the output tok/s it does not produce."""
+    call = summary.get("knee_call_type")
+    if not call:
+        return None
+    best: tuple[float, StepSummary] | None = None
+    for s in summary.get("steps", []):
+        c = (s.get("by_call") or {}).get(call)
+        if not s.get("valid") or not isinstance(c, dict) or c.get("kind") != "pooling":
+            continue
+        rate = c.get("prompt_tok_s")
+        if rate is not None and (best is None or rate > best[0]):
+            best = (rate, s)
+    if best is None:
+        return None
+    rate, s = best
+    where = f"C={s['concurrency']}" if s.get("concurrency") is not None else f"step {s.get('step')}"
+    return f"- Peak {escape_cell(call)} throughput: {_num(rate)} prompt tok/s at {where}"
 
 
 _STEP_COLUMNS = (

@@ -14,6 +14,7 @@ from typing import Any, cast
 
 import orjson
 
+from loadgen.analysis.calltypes import knee_steps
 from loadgen.analysis.client_load import client_load_enricher
 from loadgen.analysis.contracts import CapacityPlan, RunEvent, RunSummary
 from loadgen.analysis.knee import knee_verdict
@@ -27,15 +28,22 @@ from loadgen.report.sections import LEAD_SECTIONS, TRAILING_SECTIONS
 from loadgen.rundir.layout import read_manifest
 
 
-def summarise(run_dir: str | os.PathLike[str], slo: dict[str, float] | None = None) -> tuple[Run, RunSummary]:
-    """Load and summarise ``run_dir``; ``slo`` (or the manifest's) feeds the knee verdict."""
+def summarise(
+    run_dir: str | os.PathLike[str], slo: dict[str, float] | None = None, *, call_type: str | None = None
+) -> tuple[Run, RunSummary]:
+    """Load and summarise ``run_dir``; ``slo`` (or the manifest's) feeds the knee verdict.
+
+    ``call_type`` (``--call-type``): the call type the knee and the plan are about when the run
+    mixes several (default: the manifest's ``call_type``, else the one that served the most tokens;
+    ``analysis.calltypes``). Raises CallTypeError when the run has no such call type.
+    """
     run = load_run(Path(run_dir))
-    summary = build_summary(run, [telemetry_enricher, client_load_enricher, server_down_enricher])
+    summary = build_summary(run, [telemetry_enricher, client_load_enricher, server_down_enricher], call_type=call_type)
     if slo is None:
         slo = read_manifest(Path(run_dir)).get("slo") or None
     if slo:
         summary["slo"] = dict(slo)
-    summary["knee"] = knee_verdict(summary["steps"], slo)
+    summary["knee"] = knee_verdict(knee_steps(summary), slo)
     summary["run_events"] = [cast(RunEvent, e) for e in run.events if e.get("src") == "loadgen"]
     plan_request = Path(run_dir) / PLAN_FILE
     if plan_request.exists():
@@ -49,7 +57,7 @@ PLAN_FILE = "plan.json"
 def make_plan(summary: RunSummary, request: dict[str, Any]) -> CapacityPlan:
     """``capacity_plan`` over the summary's steps; ``request`` holds the ``loadgen plan`` options."""
     return capacity_plan(
-        summary["steps"],
+        knee_steps(summary),
         request["slo"],
         target_rps=request.get("target_rps"),
         target_users=request.get("target_users"),
@@ -69,13 +77,18 @@ def rebuild(
     run_dir: str | os.PathLike[str],
     slo: dict[str, float] | None = None,
     write_plan_request: dict[str, Any] | None = None,
+    *,
+    call_type: str | None = None,
 ) -> RunSummary:
     """Summarise ``run_dir`` and write its outputs; return the summary.
 
     ``write_plan_request``: options of ``loadgen plan``; the plan is computed, stored in plan.json
-    (request and result) and becomes part of every later rebuild of this run.
+    (request and result) and becomes part of every later rebuild of this run. ``call_type``: see
+    :func:`summarise`.
     """
-    run, summary = summarise(run_dir, slo if write_plan_request is None else write_plan_request["slo"])
+    run, summary = summarise(
+        run_dir, slo if write_plan_request is None else write_plan_request["slo"], call_type=call_type
+    )
     if write_plan_request is not None:
         summary["plan"] = make_plan(summary, write_plan_request)
         data = {"request": write_plan_request, "plan": summary["plan"]}

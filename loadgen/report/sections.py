@@ -10,6 +10,7 @@ import time
 
 from loadgen.analysis.contracts import CapacityPlan, RunSummary, StepSummary
 from loadgen.analysis.values import as_dict
+from loadgen.report.calltables import markdown_sections
 from loadgen.report.markdown import escape_cell
 
 
@@ -43,6 +44,9 @@ def knee_section(summary: RunSummary) -> str | None:
         else ("**No knee in the measured range.**" if knee.get("rule") == "none" else "**No knee located.**")
     )
     lines = ["## Saturation verdict", "", f"{head} {escape_cell(knee.get('reason', ''))}", ""]
+    call = summary.get("knee_call_type")
+    if isinstance(call, str):
+        lines += [f"Call type: {escape_cell(call)} (its throughput and latencies feed the verdict and the plan).", ""]
     slo = summary.get("slo")
     if slo:
         lines += ["SLO: " + ", ".join(f"{k} ≤ {v:g}" for k, v in slo.items()), ""]
@@ -178,4 +182,4 @@ def run_events_section(summary: RunSummary) -> str | None:
 
 
 LEAD_SECTIONS = (knee_section,)
-TRAILING_SECTIONS = (run_events_section, telemetry_section, plan_section)
+TRAILING_SECTIONS = (*markdown_sections(), run_events_section, telemetry_section, plan_section)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from loadgen.spec.options import OptionError, extra_body_items, parse_extra_body, parse_float_list, parse_int_list
+from loadgen.spec.request import ENDPOINTS
 
 Surface = Literal["ramp", "ui", "form", "lg", "campaign"]
 # int, float, str: one value; ints, floats: comma-separated lists; body: --extra-body items; slo:
@@ -96,8 +97,10 @@ FLAGS: tuple[Flag, ...] = (
     Flag("context_tokens", "context-tokens", "ints",
          "prompt lengths in tokens; several make a matrix with the steps, e.g. 60,4000,16000",
          _s("ramp", "ui", "form")),
-    Flag("endpoint", "endpoint", "choice", "the API to call", _s("ramp", "ui", "form"), default="chat",
-         choices=("chat", "completions")),
+    Flag("endpoint", "endpoint", "choice",
+         "the API to call: chat, completions, responses (streamed events), embeddings or rerank (one body "
+         "each, no TTFT); a scenario's `endpoint` says it for a described workload",
+         _s("ramp", "ui", "form", "campaign"), default="chat", choices=ENDPOINTS),
     Flag("no_stream", "no-stream", "switch", "non-streaming requests (no TTFT/ITL)", RAMP, default=False),
     Flag("extra_body", "extra-body", "body",
          "extra JSON body field, e.g. temperature=0, ignore_eos=true (repeatable; value parsed as JSON "
@@ -142,6 +145,9 @@ FLAGS: tuple[Flag, ...] = (
          "package: pip install 'llm-loadgen[tokenizers]')", RAMP),
     Flag("slo", "slo", "slo", "latency limits for the knee verdict, e.g. ttft_p99=2s,tpot_p99=50ms",
          _s("ramp", "ui", "form")),
+    Flag("call_type", "call-type", "choice",
+         "the call type the knee verdict and plan are about, when a run mixes several (default: the one "
+         "that served the most tokens)", _s("ramp", "ui", "form", "campaign"), choices=ENDPOINTS),
     Flag("find_knee", "find-knee", "switch",
          "search for the knee: raise the load geometrically from the first --concurrency/--rate value "
          "until saturation shows, then bisect", _s("ramp", "campaign"), default=False),

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from loadgen.spec.request import RequestSpec
+from loadgen.spec.request import Reply, RequestSpec, ToolCall
 from loadgen.workload.errors import WorkloadError
 from loadgen.workload.scenario import Scenario, load_scenario
 from loadgen.workload.traffic import TraceReplay, Workload
@@ -90,7 +90,9 @@ def describe(s: Scenario) -> list[str]:
         if o.from_dataset and p.source not in ("chat", "prose", "code")
         else ""
     )
-    lines.append(f"output: max_tokens {src}{o.max_tokens.describe()}" + (f"; {', '.join(force)}" if force else ""))
+    if s.endpoint not in ("embeddings", "rerank"):
+        limits = f"; {', '.join(force)}" if force else ""
+        lines.append(f"output: max_tokens {src}{o.max_tokens.describe()}{limits}")
     if s.sampling or s.body:
         lines.append(f"request body: {dict(s.sampling) | dict(s.body)}")
     if s.shared_prefix:
@@ -104,6 +106,40 @@ def describe(s: Scenario) -> list[str]:
             f"conversations: turns {c.turns.describe()}; think time {c.think_time_s.describe()} s; "
             f"follow-ups {c.followup_tokens.describe()}"
         )
+    if s.embeddings:
+        e = s.embeddings
+        per_input = (e.input_tokens or s.prompt.input_tokens).describe()
+        lines.append(f"embeddings: batch {e.batch.describe()} inputs of {per_input} tokens")
+    if s.rerank:
+        r = s.rerank
+        lines.append(
+            f"rerank: query {r.query_tokens.describe()} tokens, {r.documents.describe()} documents "
+            f"of {r.document_tokens.describe()} tokens"
+        )
+    if s.tools:
+        where = f" from {s.tools.file}" if s.tools.file else ""
+        choice = f"; tool_choice {s.tools.choice}" if s.tools.choice is not None else ""
+        lines.append(f"tools: {', '.join(s.tools.names)}{where}{choice}")
+    if s.agent:
+        a = s.agent
+        lines.append(
+            f"agent: up to {a.max_turns} turns a task; tool results {a.tool_result_tokens.describe()} tokens; "
+            f"tool latency {a.tool_latency_s.describe()} s; think time {a.think_time_s.describe()} s"
+        )
+    multi = s.agent or s.conversation
+    if s.endpoint == "responses" and multi is not None:
+        lines.append(f"responses state: {multi.responses_state}")
+    if s.reasoning:
+        lines.append(f"reasoning: effort {s.reasoning.effort}; thinking {s.reasoning.thinking}")
+    if s.images:
+        im = s.images
+        if im.files:
+            lines.append(f"images: {im.count.describe()} a request from {len(im.files)} files")
+        else:
+            lines.append(
+                f"images: {im.count.describe()} a request, {im.format}, width {im.width.describe()}, "
+                f"height {im.height.describe()} pixels"
+            )
     ld = s.load
     if ld.mode == "closed":
         lines.append(f"load: closed loop, concurrency {', '.join(str(c) for c in ld.concurrency)}")
@@ -143,7 +179,7 @@ def draw(workload: Workload, n: int) -> tuple[list[RequestSpec], list[int]]:
         return specs, times
     users = max(1, int(max(s.load.concurrency)))
     # With conversations, few users so that the draw shows later turns too.
-    wanted = max(1, n // 4) if s.conversation else n
+    wanted = max(1, n // 4) if s.conversation or s.agent else n
     sessions = [workload.session(i) for i in range(min(users, wanted))]
     specs = []
     i = 0
@@ -151,7 +187,11 @@ def draw(workload: Workload, n: int) -> tuple[list[RequestSpec], list[int]]:
         session = sessions[i % len(sessions)]
         spec, _ = session.next()
         specs.append(spec)
-        session.record_reply(None, True)  # no server here: replies are stood in for
+        # no server here: replies are stood in for; an agent's calls its first tool each time
+        reply = None
+        if s.agent is not None and s.tools is not None:
+            reply = Reply(None, [ToolCall(f"call-{i}", s.tools.names[0], "{}")])
+        session.record_reply(None, True, reply)
         i += 1
     return specs, []
 
@@ -198,10 +238,21 @@ def statistics(specs: Sequence[RequestSpec], times_ns: Sequence[int]) -> list[st
 def examples(specs: Sequence[RequestSpec], k: int, width: int = 160) -> list[str]:
     lines = []
     for i, spec in enumerate(specs[:k]):
-        if spec.messages:
+        if spec.endpoint == "embeddings":
+            inputs = spec.inputs or []
+            text = inputs[0] if inputs else ""
+            head = f"{len(inputs)} inputs, first"
+        elif spec.endpoint == "rerank":
+            text = f"{spec.query} | {(spec.documents or [''])[0]}"
+            head = f"query and {len(spec.documents or [])} documents, first"
+        elif spec.messages:
             last = spec.messages[-1]
-            text = str(last["content"])
+            text = _text(last.get("content"))
             head = f"{len(spec.messages)} messages, last {last['role']}"
+            if spec.images:
+                head += f", {spec.images} images"
+            if spec.tools:
+                head += f", {len(spec.tools)} tools"
         else:
             text = spec.prompt or ""
             head = "prompt"
@@ -211,3 +262,12 @@ def examples(specs: Sequence[RequestSpec], k: int, width: int = 160) -> list[str
         lines.append(f"example {i + 1} [{spec.source}; {head}; {spec.context_tokens} tokens -> {spec.max_tokens}]:")
         lines.append(f"    {snippet}")
     return lines
+
+
+def _text(content: object) -> str:
+    """A message's text (content parts: their text parts; an image is shown as [image])."""
+    if isinstance(content, list):
+        return " ".join(
+            str(p.get("text", "")) if p.get("type") == "text" else "[image]" for p in content if isinstance(p, dict)
+        )
+    return "" if content is None else str(content)

@@ -27,14 +27,16 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-from loadgen.spec.request import Endpoint
+from loadgen.spec.request import ENDPOINTS, GENERATIVE, Endpoint
 from loadgen.workload.corpus import CORPUS_NAMES
 from loadgen.workload.datasets import PROMPT_FORMATS, TRACE_FORMATS, PromptRow, Trace, load_prompts, load_trace
-from loadgen.workload.errors import DatasetError, SpecError, WorkloadError
-from loadgen.workload.lengths import Distribution, Fixed, parse_distribution
+from loadgen.workload.errors import NO_VALUE, DatasetError, SpecError, WorkloadError
+from loadgen.workload.images import MAX_SIDE, data_url, mime_type
+from loadgen.workload.lengths import Clamped, Distribution, Empirical, Fixed, Uniform, parse_distribution
 from loadgen.workload.prompts import CHAT_TASKS
 from loadgen.workload.spec import Table, type_name
 from loadgen.workload.tokens import TokenizerError, resolve_tokenizer_file
+from loadgen.workload.tools import ToolsSpec, parse_tools
 
 PROMPT_SOURCES = ("chat", "prose", "code", "sharegpt", "jsonl", "trace")
 ARRIVALS = ("poisson", "gamma", "trace")
@@ -45,6 +47,15 @@ DEFAULT_INPUT_TOKENS: Distribution = Fixed(512)
 DEFAULT_MAX_TOKENS: Distribution = Fixed(256)
 DEFAULT_FOLLOWUP_TOKENS: Distribution = Fixed(64)
 NO_THINK_TIME: Distribution = Fixed(0.0)
+ONE: Distribution = Fixed(1)
+DEFAULT_RERANK_DOCUMENTS: Distribution = Fixed(8)
+DEFAULT_QUERY_TOKENS: Distribution = Fixed(16)
+DEFAULT_DOCUMENT_TOKENS: Distribution = Fixed(128)
+DEFAULT_TOOL_RESULT_TOKENS: Distribution = Fixed(256)
+DEFAULT_IMAGE_SIDE: Distribution = Fixed(1024)
+RESPONSES_STATES = ("previous_response_id", "resend")
+REASONING_EFFORTS = ("low", "medium", "high")
+IMAGE_FORMATS = ("png",)
 
 # Request-body fields the [sampling] table accepts, with their checks: (kind, low, high).
 SAMPLING_FIELDS: dict[str, tuple[str, float | None, float | None]] = {
@@ -109,11 +120,67 @@ class SharedPrefixSpec:
 
 @dataclass(frozen=True)
 class ConversationSpec:
-    """``[conversation]``: multi-turn sessions (closed loop only)."""
+    """``[conversation]``: multi-turn sessions (closed loop only). ``responses_state`` (Responses
+    API): ``"previous_response_id"`` chains each turn to the stored reply and sends only the new
+    turn, ``"resend"`` sends the whole history (the only way for the other endpoints)."""
 
     turns: Distribution
     think_time_s: Distribution = NO_THINK_TIME
     followup_tokens: Distribution = DEFAULT_FOLLOWUP_TOKENS
+    responses_state: Literal["previous_response_id", "resend"] = "resend"
+
+
+@dataclass(frozen=True)
+class EmbeddingsSpec:
+    """``[embeddings]``: ``batch`` inputs a request, each of ``input_tokens`` (None: the prompt's)."""
+
+    batch: Distribution = ONE
+    input_tokens: Distribution | None = None
+
+
+@dataclass(frozen=True)
+class RerankSpec:
+    """``[rerank]``: a query of ``query_tokens`` and ``documents`` documents of ``document_tokens``."""
+
+    documents: Distribution = DEFAULT_RERANK_DOCUMENTS
+    query_tokens: Distribution = DEFAULT_QUERY_TOKENS
+    document_tokens: Distribution = DEFAULT_DOCUMENT_TOKENS
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """``[agent]``: tool-calling tasks (closed loop). A task runs until a reply calls no tool, a
+    request fails or ``max_turns`` requests were sent; each tool call is answered with a result of
+    ``tool_result_tokens``, after the tools' run time (``tool_latency_s``, one draw a call, the
+    calls running side by side) and ``think_time_s``."""
+
+    max_turns: int = 5
+    tool_result_tokens: Distribution = DEFAULT_TOOL_RESULT_TOKENS
+    tool_latency_s: Distribution = NO_THINK_TIME
+    think_time_s: Distribution = NO_THINK_TIME
+    responses_state: Literal["previous_response_id", "resend"] = "resend"
+
+
+@dataclass(frozen=True)
+class ReasoningSpec:
+    """``[reasoning]``: ``effort`` (chat ``reasoning_effort``, responses ``reasoning.effort``) and
+    ``thinking`` (chat ``chat_template_kwargs.enable_thinking``); None: not sent."""
+
+    effort: str | None = None
+    thinking: bool | None = None
+
+
+@dataclass(frozen=True)
+class ImagesSpec:
+    """``[images]``: ``count`` images a request, generated PNGs of ``width`` x ``height`` pixels, or
+    drawn from ``files`` (their data URLs, read at load)."""
+
+    count: Distribution = ONE
+    width: Distribution = DEFAULT_IMAGE_SIDE
+    height: Distribution = DEFAULT_IMAGE_SIDE
+    format: str = "png"
+    files: tuple[str, ...] = ()
+    file_urls: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -170,6 +237,12 @@ class Scenario:
     load: LoadSpec = field(default_factory=LoadSpec)
     trace: TraceSpec | None = None
     context_tokens: tuple[int, ...] = ()
+    embeddings: EmbeddingsSpec | None = None
+    rerank: RerankSpec | None = None
+    tools: ToolsSpec | None = None
+    agent: AgentSpec | None = None
+    reasoning: ReasoningSpec | None = None
+    images: ImagesSpec | None = None
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -209,12 +282,14 @@ def find_line(text: str, key: str) -> int | None:
     key inside that table, then (for inline tables) the nested key on or after that line. Falls
     back to the nearest enclosing line found, or None.
     """
-    parts = [p for p in re.split(r"\.|\[\d+\]", key) if p]
+    # "[1]" stays a part: it picks the second [[array.table]] of that name
+    parts = re.findall(r"\[\d+\]|[^.\[\]]+", key)
     lines = text.splitlines()
     section: list[str] = []
     best: int | None = None
     best_depth = 0
     key_line: dict[tuple[str, ...], int] = {}
+    arrays: dict[tuple[str, ...], int] = {}
     header_re = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
     key_re = re.compile(r'^\s*("?)([A-Za-z0-9_\-]+)\1\s*=')
     for i, line in enumerate(lines, start=1):
@@ -222,6 +297,11 @@ def find_line(text: str, key: str) -> int | None:
         if hm:
             section = [s.strip().strip('"') for s in hm.group(1).split(".")]
             key_line.setdefault(tuple(section), i)
+            if line.lstrip().startswith("[["):
+                n = arrays.get(tuple(section), 0)
+                arrays[tuple(section)] = n + 1
+                section = [*section, f"[{n}]"]
+                key_line.setdefault(tuple(section), i)
             continue
         km = key_re.match(line)
         if km:
@@ -235,6 +315,8 @@ def find_line(text: str, key: str) -> int | None:
     # Nested keys inside an inline table or multi-line array: look on and after the key's line,
     # until the next top-level key or header.
     for name in parts[best_depth:]:
+        if name.startswith("["):
+            continue
         pattern = re.compile(rf"(^|[{{,\s]){re.escape(name)}\s*=")
         start = best
         for j in range(start, len(lines) + 1):
@@ -251,7 +333,7 @@ def _build(root: Table, path: str, base_dir: Path) -> Scenario:
     name = root.get_str("name", Path(path).stem if path != "(scenario)" else "scenario")
     description = root.get_str("description", "")
     seed = root.get_int("seed", 0)
-    endpoint = root.get_choice("endpoint", ("chat", "completions"), "chat")
+    endpoint = root.get_choice("endpoint", ENDPOINTS, "chat")
     model = root.get_str("model", None)
     context_limit = root.get_int("context_limit", DEFAULT_CONTEXT_LIMIT, min_value=2)
     tokenizer = root.get_str("tokenizer", None)
@@ -270,10 +352,18 @@ def _build(root: Table, path: str, base_dir: Path) -> Scenario:
     body_table = root.sub("body")  # free-form request-body fields, sent as written
     body = dict(body_table.data) if body_table else {}
     shared = _shared_prefix(root.sub("shared_prefix"))
-    conversation = _conversation(root.sub("conversation"))
+    conversation = _conversation(root.sub("conversation"), endpoint)
     load = _load(root.sub("load") or Table({}, "load"), trace_spec)
     context_tokens = _matrix(root.sub("matrix"), context_limit)
+    embeddings = _embeddings(root.sub("embeddings"), endpoint, base_dir)
+    rerank = _rerank(root.sub("rerank"), endpoint)
+    tools_table = root.sub("tools")
+    tools = parse_tools(tools_table, base_dir) if tools_table is not None else None
+    agent = _agent(root.sub("agent"), endpoint)
+    reasoning = _reasoning(root.sub("reasoning"), endpoint)
+    images = _images(root.sub("images"), base_dir)
     root.finish()
+    _check_endpoint(root, endpoint, prompt, load, context_tokens)
 
     if conversation is not None and load.mode == "open":
         raise SpecError("load.mode", "open", 'multi-turn conversations ([conversation]) need mode = "closed"')
@@ -305,7 +395,48 @@ def _build(root: Table, path: str, base_dir: Path) -> Scenario:
         load=load,
         trace=trace_spec,
         context_tokens=context_tokens,
+        embeddings=embeddings,
+        rerank=rerank,
+        tools=tools,
+        agent=agent,
+        reasoning=reasoning,
+        images=images,
     )
+
+
+def _check_endpoint(
+    root: Table, endpoint: str, prompt: PromptSpec, load: LoadSpec, context_tokens: tuple[int, ...]
+) -> None:
+    """What each endpoint can carry: the sections that make no sense for it are errors."""
+    present = {name for name in root.data if isinstance(root.data[name], dict)}
+    if endpoint not in GENERATIVE:
+        for name in ("conversation", "tools", "agent", "images", "reasoning", "shared_prefix"):
+            if name in present:
+                problem = f'applies to generative endpoints; this scenario has endpoint = "{endpoint}"'
+                raise SpecError(name, NO_VALUE, problem)
+        if prompt.source not in ("chat", "prose", "code"):
+            raise SpecError(
+                "prompt.source",
+                prompt.source,
+                f'endpoint = "{endpoint}" draws its texts from a built-in source: "chat", "prose" or "code"',
+            )
+        if context_tokens and endpoint == "rerank":
+            raise SpecError("matrix", NO_VALUE, 'a context-length matrix does not apply to endpoint = "rerank"')
+        return
+    if endpoint == "completions":
+        for name in ("tools", "agent", "images"):
+            if name in present:
+                problem = 'has no place in a completions prompt; use endpoint = "chat" or "responses"'
+                raise SpecError(name, NO_VALUE, problem)
+    if "agent" in present:
+        if "tools" not in present:
+            raise SpecError("agent", NO_VALUE, "needs tools to call: add a [tools] table")
+        if "conversation" in present:
+            raise SpecError("agent", NO_VALUE, "an agent task is its own conversation: remove [conversation]")
+        if load.mode == "open":
+            raise SpecError("load.mode", "open", 'agent tasks ([agent]) need mode = "closed"')
+        if prompt.source == "trace":
+            raise SpecError("prompt.source", "trace", "a trace gives single requests; remove [agent]")
 
 
 def _resolve(base_dir: Path, value: str) -> Path:
@@ -426,14 +557,133 @@ def _shared_prefix(t: Table | None) -> SharedPrefixSpec | None:
     return SharedPrefixSpec(tokens, ratio, pool, kind, source)
 
 
-def _conversation(t: Table | None) -> ConversationSpec | None:
+def _conversation(t: Table | None, endpoint: str) -> ConversationSpec | None:
     if t is None:
         return None
     turns = parse_distribution(t.raw("turns"), t.key("turns"), integer=True, floor=1.0)
     think = _seconds(t, "think_time_s", 0.0)
     followup = _length(t, "followup_tokens", 64)
+    state = _responses_state(t, endpoint)
     t.finish()
-    return ConversationSpec(turns, think, followup)
+    return ConversationSpec(turns, think, followup, state)
+
+
+def _responses_state(t: Table, endpoint: str) -> Literal["previous_response_id", "resend"]:
+    if endpoint != "responses":
+        if t.has("responses_state"):
+            raise SpecError(
+                t.key("responses_state"),
+                t.raw("responses_state"),
+                f'applies to endpoint = "responses" only (this scenario has "{endpoint}")',
+            )
+        return "resend"
+    state: Literal["previous_response_id", "resend"] = t.get_choice(
+        "responses_state", RESPONSES_STATES, "previous_response_id"
+    )
+    return state
+
+
+def _section_for(t: Table, endpoint: str, wanted: str) -> None:
+    if endpoint != wanted:
+        raise SpecError(t.path, NO_VALUE, f'applies to endpoint = "{wanted}" only (this scenario has "{endpoint}")')
+
+
+def _embeddings(t: Table | None, endpoint: str, base_dir: Path) -> EmbeddingsSpec | None:
+    if t is None:
+        return EmbeddingsSpec() if endpoint == "embeddings" else None
+    _section_for(t, endpoint, "embeddings")
+    batch = parse_distribution(t.raw("batch", 1), t.key("batch"), integer=True, floor=1.0)
+    input_tokens = _length(t, "input_tokens", None, base_dir) if t.has("input_tokens") else None
+    t.finish()
+    return EmbeddingsSpec(batch, input_tokens)
+
+
+def _rerank(t: Table | None, endpoint: str) -> RerankSpec | None:
+    if t is None:
+        return RerankSpec() if endpoint == "rerank" else None
+    _section_for(t, endpoint, "rerank")
+    documents = parse_distribution(t.raw("documents", 8), t.key("documents"), integer=True, floor=1.0)
+    query = _length(t, "query_tokens", 16)
+    document = _length(t, "document_tokens", 128)
+    t.finish()
+    return RerankSpec(documents, query, document)
+
+
+def _agent(t: Table | None, endpoint: str) -> AgentSpec | None:
+    if t is None:
+        return None
+    max_turns = t.get_int("max_turns", 5, min_value=1)
+    results = _length(t, "tool_result_tokens", 256)
+    latency = _seconds(t, "tool_latency_s", 0.0)
+    think = _seconds(t, "think_time_s", 0.0)
+    state = _responses_state(t, endpoint)
+    t.finish()
+    return AgentSpec(max_turns, results, latency, think, state)
+
+
+def _reasoning(t: Table | None, endpoint: str) -> ReasoningSpec | None:
+    if t is None:
+        return None
+    effort = t.get_choice("effort", REASONING_EFFORTS, None)
+    thinking = t.get_bool("thinking", None)
+    t.finish()
+    if effort is not None and endpoint not in ("chat", "responses"):
+        raise SpecError(t.key("effort"), effort, f'applies to endpoint = "chat" or "responses" (not "{endpoint}")')
+    if thinking is not None and endpoint != "chat":
+        raise SpecError(
+            t.key("thinking"), thinking, f'is a chat template switch: endpoint = "chat" only (not "{endpoint}")'
+        )
+    return ReasoningSpec(effort, thinking)
+
+
+def _images(t: Table | None, base_dir: Path) -> ImagesSpec | None:
+    if t is None:
+        return None
+    count = parse_distribution(t.raw("count", 1), t.key("count"), integer=True)
+    if t.has("files"):
+        for name in ("width", "height", "format"):
+            if t.has(name):
+                raise SpecError(t.key(name), t.raw(name), "applies to generated images; remove it or files")
+        files = t.get_list("files")
+        urls = []
+        for i, raw in enumerate(files):
+            key = f"{t.key('files')}[{i}]"
+            if not isinstance(raw, str):
+                raise SpecError(key, raw, f"must be a string (a path), not {type_name(raw)}")
+            p = _resolve(base_dir, raw)
+            mime = mime_type(p)
+            if mime is None:
+                raise SpecError(key, raw, "is not a .png, .jpg, .jpeg, .webp or .gif file")
+            try:
+                data = p.read_bytes()
+            except FileNotFoundError:
+                raise SpecError(key, raw, f"no such image file: {p}") from None
+            except OSError as exc:
+                raise SpecError(key, raw, f"cannot read {p}: {exc}") from None
+            urls.append(data_url(data, mime))
+        t.finish()
+        return ImagesSpec(count, files=tuple(str(_resolve(base_dir, f)) for f in files), file_urls=tuple(urls))
+    width = _pixels(t, "width")
+    height = _pixels(t, "height")
+    fmt = t.get_choice("format", IMAGE_FORMATS, "png")
+    t.finish()
+    return ImagesSpec(count, width, height, fmt)
+
+
+def _pixels(t: Table, name: str) -> Distribution:
+    """An image side: a distribution whose draws can be 1..MAX_SIDE pixels (draws of an unbounded
+    one are clamped to that range when drawn)."""
+    dist = parse_distribution(t.raw(name, 1024), t.key(name), integer=True, floor=1.0)
+    high = math.inf
+    if isinstance(dist, Fixed):
+        high = dist.value
+    elif isinstance(dist, (Uniform, Clamped)):
+        high = dist.high
+    elif isinstance(dist, Empirical):
+        high = max(dist.values)
+    if high != math.inf and high > MAX_SIDE:
+        raise SpecError(t.key(name), t.raw(name), f"an image side must be at most {MAX_SIDE} pixels")
+    return dist
 
 
 def _numbers(t: Table, name: str, *, integer: bool, default: Any = None) -> tuple[Any, ...]:
@@ -527,10 +777,15 @@ def _matrix(t: Table | None, context_limit: int) -> tuple[int, ...]:
 
 
 __all__ = [
+    "AgentSpec",
     "ConversationSpec",
+    "EmbeddingsSpec",
+    "ImagesSpec",
     "LoadSpec",
     "OutputSpec",
     "PromptSpec",
+    "ReasoningSpec",
+    "RerankSpec",
     "Scenario",
     "ScenarioError",
     "SharedPrefixSpec",

@@ -6,7 +6,8 @@ The interface the Locust users call:
 
       session = workload.session(user_index)
       spec, think_s = session.next(warmup=in_warmup)   # wait think_s, then send spec
-      session.record_reply(text, ok)                   # the assistant's reply (None if not kept)
+      session.record_reply(text, ok, reply)            # the reply (text None if not kept; Reply:
+                                                       # tool calls, response_id)
 
 - open loop, intended send times (wall-clock ns) decided up front::
 
@@ -40,18 +41,21 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from loadgen.spec.request import Endpoint, RequestSpec
+from loadgen.spec.request import Endpoint, Reply, RequestSpec, ToolCall
 from loadgen.workload.arrivals import gamma_offsets, poisson_offsets, schedule_ns, trace_offsets
 from loadgen.workload.calibration import LengthCalibrator
 from loadgen.workload.corpus import get_corpus
 from loadgen.workload.datasets import MOONCAKE_BLOCK_TOKENS, Trace, TraceRow
-from loadgen.workload.lengths import Fixed, sample_length
+from loadgen.workload.images import MAX_SIDE, data_url, png_image
+from loadgen.workload.lengths import Distribution, Fixed, sample_length
 from loadgen.workload.prompts import build_prompt, chat_prompt_with_count, fit_text, prompt_with_count
 from loadgen.workload.scenario import (
     DEFAULT_CONTEXT_LIMIT,
+    EmbeddingsSpec,
     LoadSpec,
     OutputSpec,
     PromptSpec,
+    RerankSpec,
     Scenario,
 )
 from loadgen.workload.tokens import EstimatorCounter, TokenCounter, load_counter
@@ -85,6 +89,7 @@ class _Turn:
     source: str
     # A dataset conversation's later user turns, with their reply lengths when known.
     followups: tuple[tuple[str, int | None], ...] = ()
+    images: tuple[str, ...] = ()  # data URLs, sent after the text
 
 
 class Workload:
@@ -111,6 +116,16 @@ class Workload:
         system = scenario.prompt.system_prompt
         self._system_tokens = self.counter.count(system) if system else 0
         self._document_task_tokens = self.counter.count(DOCUMENT_TASK)
+        # One list for every request: the body builder only reads it.
+        self._tools = [dict(t) for t in scenario.tools.tools] if scenario.tools else None
+        self._tool_choice = scenario.tools.choice if scenario.tools else None
+        self._text_sources = _text_sources(scenario)
+        state = None
+        if scenario.endpoint == "responses":
+            multi = scenario.agent or scenario.conversation
+            state = multi.responses_state if multi is not None else None
+        # a chained conversation needs its replies stored; one that resends them does not
+        self._store = None if state is None else state == "previous_response_id"
         # Load the corpora now, not in the middle of the first request (about 0.5 s each).
         for name in _corpora_used(scenario):
             get_corpus(name)
@@ -204,8 +219,7 @@ class Workload:
             rows = trace_offsets(replay.trace, replay.time_scale, replay.offset_s)
             for intended_ns, row in schedule_ns(start_ns, rows, duration_s):
                 in_warmup = intended_ns < warmup_ns
-                turn = self._single(warm if in_warmup else measured, in_warmup, row)
-                spec = self._render(turn, [], None, 0)
+                spec = self.request(warm if in_warmup else measured, in_warmup, row)
                 spec.intended_ns = intended_ns
                 yield intended_ns, spec
             return
@@ -216,12 +230,92 @@ class Workload:
             offsets = poisson_offsets(rate, timing)
         for intended_ns, _ in schedule_ns(start_ns, ((t, None) for t in offsets), duration_s):
             in_warmup = intended_ns < warmup_ns
-            turn = self._single(warm if in_warmup else measured, in_warmup)
-            spec = self._render(turn, [], None, 0)
+            spec = self.request(warm if in_warmup else measured, in_warmup)
             spec.intended_ns = intended_ns
             yield intended_ns, spec
 
     # -- building requests -------------------------------------------------------------------
+
+    def request(self, rng: random.Random, warmup: bool, row: TraceRow | None = None) -> RequestSpec:
+        """A single request (no conversation) for the scenario's endpoint, drawn from ``rng``."""
+        if self.scenario.endpoint == "embeddings":
+            return self._embeddings(rng)
+        if self.scenario.endpoint == "rerank":
+            return self._rerank(rng)
+        return self._render(self._single(rng, warmup, row), [], None, 0)
+
+    def _text(self, n_tokens: int, rng: random.Random, counter: TokenCounter) -> tuple[str, int]:
+        """Plain corpus text of ``n_tokens`` (embedding inputs, rerank texts, tool results)."""
+        source = self._text_sources[0] if len(self._text_sources) == 1 else rng.choice(self._text_sources)
+        return prompt_with_count(n_tokens, _text_rng(rng), source, counter)
+
+    def _embeddings(self, rng: random.Random) -> RequestSpec:
+        s = self.scenario
+        e = s.embeddings or EmbeddingsSpec()
+        counter = self._builder()
+        # each input is its own sequence to the server: the template's tokens (BOS/EOS) come off each
+        template = self.lengths.overhead(1) if counter is self.lengths.counter else 0
+        batch = sample_length(e.batch, rng, MAX_BATCH)
+        lengths = e.input_tokens or s.prompt.input_tokens
+        inputs: list[str] = []
+        total = 0
+        for _ in range(batch):
+            n = sample_length(lengths, rng, s.context_limit)
+            text, _ = self._text(max(1, n - template), rng, counter)
+            inputs.append(text)
+            total += n
+        return RequestSpec(
+            endpoint="embeddings",
+            inputs=inputs,
+            max_tokens=1,
+            stream=False,
+            extra=dict(s.body),
+            context_tokens=total,
+            source=f"embeddings:{self._text_sources[0] if len(self._text_sources) == 1 else 'mixed'}",
+        )
+
+    def _rerank(self, rng: random.Random) -> RequestSpec:
+        """A query and its documents; ``context_tokens`` counts the query once per document, as a
+        cross-encoder reads it (one query + document sequence each)."""
+        s = self.scenario
+        r = s.rerank or RerankSpec()
+        counter = self._builder()
+        n_docs = sample_length(r.documents, rng, MAX_BATCH)
+        q = sample_length(r.query_tokens, rng, s.context_limit - 1)
+        query, _ = self._text(q, rng, counter)
+        documents: list[str] = []
+        total = 0
+        for _ in range(n_docs):
+            d = sample_length(r.document_tokens, rng, max(1, s.context_limit - q))
+            text, _ = self._text(d, rng, counter)
+            documents.append(text)
+            total += q + d
+        return RequestSpec(
+            endpoint="rerank",
+            query=query,
+            documents=documents,
+            max_tokens=1,
+            stream=False,
+            extra=dict(s.body),
+            context_tokens=total,
+            source="rerank",
+        )
+
+    def _images(self, rng: random.Random) -> tuple[str, ...]:
+        """The image parts' data URLs of one request (drawn after its text: scenarios without
+        images draw the same requests as before)."""
+        spec = self.scenario.images
+        if spec is None:
+            return ()
+        count = max(0, round(spec.count.sample(rng)))
+        if spec.file_urls:
+            return tuple(spec.file_urls[rng.randrange(len(spec.file_urls))] for _ in range(count))
+        urls = []
+        for _ in range(count):
+            width = _side(spec.width, rng)
+            height = _side(spec.height, rng)
+            urls.append(data_url(png_image(width, height, self.scenario.seed, rng.getrandbits(32))))
+        return tuple(urls)
 
     def _builder(self) -> TokenCounter:
         """The counter prompts are built with now: the tokenizer; without one, the server's learned
@@ -338,7 +432,7 @@ class Workload:
         # requested: the fixed parts as counted, and the target of the part built to a length
         prompt_tokens = system_tokens + text_tokens - part_tokens + n_in
         max_tokens = max(1, min(max_tokens, limit - prompt_tokens))
-        return _Turn(system, text, prompt_tokens, max_tokens, label, followups)
+        return _Turn(system, text, prompt_tokens, max_tokens, label, followups, self._images(rng))
 
     def _max_tokens(self, rng: random.Random, known: int | None) -> int:
         out = self.scenario.output
@@ -415,32 +509,54 @@ class Workload:
             extra["min_tokens"] = max_tokens
         elif s.output.min_tokens:
             extra["min_tokens"] = min(s.output.min_tokens, max_tokens)
+        reasoning = s.reasoning
+        if reasoning is not None and reasoning.effort is not None:
+            if s.endpoint == "responses":
+                extra["reasoning"] = {"effort": reasoning.effort}
+            else:
+                extra["reasoning_effort"] = reasoning.effort
+        if reasoning is not None and reasoning.thinking is not None:
+            extra["chat_template_kwargs"] = {"enable_thinking": reasoning.thinking}
+        if self._store is not None:
+            extra["store"] = self._store
+        kwargs = extra.get("chat_template_kwargs")
         extra.update(s.body)
+        if isinstance(kwargs, dict) and isinstance(s.body.get("chat_template_kwargs"), dict):
+            extra["chat_template_kwargs"] = {**kwargs, **s.body["chat_template_kwargs"]}
         return extra
 
     def _render(
         self, turn: _Turn, history: list[dict[str, Any]], conversation: str | None, turn_index: int
     ) -> RequestSpec:
         """A RequestSpec for the scenario's endpoint; ``history`` holds earlier turns (chat form)."""
-        s = self.scenario
-        if history:
-            messages = [*history, {"role": "user", "content": turn.user}]
-        else:
-            messages = [{"role": "user", "content": turn.user}]
-            if turn.system:
-                messages.insert(0, {"role": "system", "content": turn.system})
+        messages = [*history, _user_message(turn)] if history else _chat_messages(turn)
+        return self._spec(messages, turn.prompt_tokens, turn.max_tokens, turn.source, conversation, turn_index)
+
+    def _spec(
+        self,
+        messages: list[dict[str, Any]],
+        prompt_tokens: int,
+        max_tokens: int,
+        source: str,
+        conversation: str | None,
+        turn_index: int,
+    ) -> RequestSpec:
+        """A generative request: ``messages`` in chat form (completions also get them as one
+        transcript, the prompt sent), with the scenario's tools and body fields."""
         spec = RequestSpec(
-            endpoint=s.endpoint,
-            max_tokens=turn.max_tokens,
-            extra=self._extra(turn.max_tokens),
-            context_tokens=turn.prompt_tokens,
-            source=turn.source,
+            endpoint=self.scenario.endpoint,
+            messages=messages,
+            max_tokens=max_tokens,
+            extra=self._extra(max_tokens),
+            context_tokens=prompt_tokens,
+            source=source,
             conversation=conversation,
             turn=turn_index,
+            tools=self._tools,
+            tool_choice=self._tool_choice,
+            images=_count_images(messages) if self.scenario.images else 0,
         )
-        if s.endpoint == "chat":
-            spec.messages = messages
-        else:
+        if spec.endpoint == "completions":
             spec.prompt = _transcript(messages)
         return spec
 
@@ -451,8 +567,33 @@ def _text_rng(rng: random.Random) -> random.Random:
     return random.Random(rng.getrandbits(64))
 
 
+MAX_BATCH = 100_000  # inputs of an embeddings request, documents of a rerank request
+
+
+def _side(dist: Distribution, rng: random.Random) -> int:
+    return min(MAX_SIDE, max(1, round(dist.sample(rng))))
+
+
+def _text_sources(s: Scenario) -> tuple[str, ...]:
+    """The corpora of plain texts (embedding inputs, rerank texts, tool results)."""
+    if s.prompt.source in ("prose", "code"):
+        return (s.prompt.source,)
+    return s.prompt.corpora
+
+
+def _count_images(messages: list[dict[str, Any]]) -> int:
+    n = 0
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, list):
+            n += sum(1 for part in content if isinstance(part, dict) and part.get("type") == "image_url")
+    return n
+
+
 def _corpora_used(s: Scenario) -> set[str]:
     names: set[str] = set()
+    if s.agent is not None or s.endpoint in ("embeddings", "rerank"):
+        names.update(_text_sources(s))
     if s.prompt.source in ("chat", "prose", "code") or s.conversation is not None:
         names.update(s.prompt.corpora if s.prompt.source == "chat" or s.conversation else (s.prompt.source,))
     if s.shared_prefix is not None:
@@ -465,14 +606,21 @@ def _corpora_used(s: Scenario) -> set[str]:
 def _transcript(messages: list[dict[str, Any]]) -> str:
     """Chat messages as one completions prompt (plain text; a single user turn is sent as is)."""
     if len(messages) == 1:
-        return str(messages[0]["content"])
+        return _content_text(messages[0]["content"])
     names = {"system": "System", "user": "User", "assistant": "Assistant"}
-    lines = [f"{names.get(m['role'], m['role'])}: {m['content']}" for m in messages]
+    lines = [f"{names.get(m['role'], m['role'])}: {_content_text(m['content'])}" for m in messages]
     return "\n\n".join(lines) + "\n\nAssistant:"
 
 
+def _content_text(content: Any) -> str:
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return "" if content is None else str(content)
+
+
 class Session:
-    """The closed-loop request stream of one simulated user (single requests or conversations).
+    """The closed-loop request stream of one simulated user: single requests, conversations or
+    agent tasks.
 
     Not thread-safe: one session belongs to one user. ``next()`` returns the request to send and
     the think time (s) to wait before sending it; ``record_reply()`` reports how it went. A failed
@@ -480,6 +628,17 @@ class Session:
     following request starts a new one. A reply recorded as ``None`` (the transport kept no text)
     is stood in for by corpus text of the requested output length, and the follow-up's ``source``
     says ``stand-in``.
+
+    Agent tasks (``[agent]``): a task is a user prompt and the tools; a reply that calls tools is
+    answered, while the task has turns left (``max_turns``), by a request that appends the reply
+    (with its ``tool_calls``) and one ``tool`` message per call (a result of ``tool_result_tokens``),
+    after the tools' run time and the think time. A reply without tool calls, a failure or the cap
+    ends the task. ``RequestSpec.conversation`` is the task, ``turn`` its step, ``max_turns`` the cap.
+
+    Responses API (``responses_state = "previous_response_id"``): when a reply came with its
+    ``response_id``, the next turn chains to it (``previous_response_id``) and ``new_from`` marks
+    the messages the stored response does not hold (the new user turn, or the tool results); the
+    whole history stays in ``messages``. Without an id the next turn resends everything.
     """
 
     def __init__(self, workload: Workload, user_index: int, step: int = 0, generation: int = 0) -> None:
@@ -500,9 +659,13 @@ class Session:
         self._pending: RequestSpec | None = None
         self._stand_in = False
         self._dataset_turns: list[tuple[str, int | None]] = []
+        self._calls: list[ToolCall] = []  # the last reply's tool calls, to answer next
+        self._response_id: str | None = None  # the stored response the next turn can chain to
+        self._stored = 0  # messages that response holds
 
     @property
     def conversations_started(self) -> int:
+        """Conversations (or agent tasks) started so far."""
         return self._conversations
 
     def next(self, warmup: bool = False) -> tuple[RequestSpec, float]:
@@ -510,9 +673,11 @@ class Session:
         w = self.workload
         s = w.scenario
         rng = self._warm_rng if warmup else self._rng
+        if s.agent is not None:
+            return self._agent_next(rng, warmup)
         conv = s.conversation
         if conv is None:
-            spec = w._render(w._single(rng, warmup), [], None, 0)
+            spec = w.request(rng, warmup)
             self._pending = spec
             return spec, max(0.0, s.load.think_time_s.sample(rng))
         continuing = (
@@ -539,6 +704,7 @@ class Session:
                         label += "+stand-in"
                     turn = _Turn(None, text, self._history_tokens + target, max_tokens, label)
                     spec = w._render(turn, self._history, self._conversation, self._turn)
+                    self._chain(spec, conv.responses_state)
                     self._pending = spec
                     self._history.append({"role": "user", "content": text})
                     self._history_tokens += text_tokens
@@ -546,11 +712,7 @@ class Session:
                     self._turn += 1
                     return spec, max(0.0, conv.think_time_s.sample(rng))
         # A new conversation.
-        self._phase_warmup = warmup
-        self._conversations += 1
-        phase = "w" if warmup else "m"
-        self._conversation = f"{s.seed}-{phase}-{self._label}-{self._conversations}"
-        self._stand_in = False
+        self._start(warmup)
         first = w._single(rng, warmup)
         turns = sample_length(conv.turns, rng, 1_000_000)
         self._dataset_turns = list(first.followups)
@@ -565,26 +727,143 @@ class Session:
         self._turn = 1
         return spec, 0.0
 
-    def record_reply(self, text: str | None, ok: bool) -> None:
-        """Report the outcome of the last request: the reply text (None if not kept) and success."""
+    def _start(self, warmup: bool) -> None:
+        """A new conversation or agent task: a new id, nothing to chain to."""
+        s = self.workload.scenario
+        self._phase_warmup = warmup
+        self._conversations += 1
+        phase = "w" if warmup else "m"
+        self._conversation = f"{s.seed}-{phase}-{self._label}-{self._conversations}"
+        self._stand_in = False
+        self._calls = []
+        self._response_id = None
+        self._stored = 0
+
+    def _chain(self, spec: RequestSpec, state: str) -> None:
+        """Chain ``spec`` to the stored response of the previous turn, when there is one."""
+        if state != "previous_response_id" or self._response_id is None:
+            return
+        spec.previous_response_id = self._response_id
+        spec.new_from = self._stored
+        if spec.images and spec.messages is not None:
+            spec.images = _count_images(spec.messages[self._stored :])
+
+    def _agent_next(self, rng: random.Random, warmup: bool) -> tuple[RequestSpec, float]:
+        w = self.workload
+        agent = w.scenario.agent
+        assert agent is not None
+        continuing = (
+            self._conversation is not None
+            and self._pending is None
+            and bool(self._calls)
+            and self._turn < agent.max_turns
+            and warmup == self._phase_warmup
+        )
+        if continuing:
+            answered = self._tool_results(rng)
+            if answered is not None:
+                return answered
+        self._start(warmup)
+        first = w._single(rng, warmup)
+        spec = w._render(first, [], self._conversation, 0)
+        spec.max_turns = agent.max_turns
+        self._history = _chat_messages(first)
+        self._history_tokens = first.prompt_tokens
+        self._pending = spec
+        self._turn = 1
+        return spec, 0.0
+
+    def _tool_results(self, rng: random.Random) -> tuple[RequestSpec, float] | None:
+        """The next step of an agent task: the history and a result for each tool call (None
+        when the context has no room left for it: the task ends)."""
+        w = self.workload
+        s = w.scenario
+        agent = s.agent
+        assert agent is not None
+        calls, self._calls = self._calls, []
+        room = s.context_limit - self._history_tokens - 2
+        if room <= 16 * (len(calls) + 1):
+            return None
+        counter = w._builder()
+        results: list[dict[str, Any]] = []
+        target = tokens = 0
+        for call in calls:
+            n = sample_length(agent.tool_result_tokens, rng, max(1, room // (2 * len(calls))))
+            text, k = w._text(n, rng, counter)
+            results.append({"role": "tool", "tool_call_id": call.call_id, "content": text})
+            target += n
+            tokens += k
+        max_tokens = min(w._max_tokens(rng, None), s.context_limit - self._history_tokens - target)
+        if max_tokens < 1:
+            return None
+        # the calls run side by side: the turn waits for the slowest
+        latency = max(max(0.0, agent.tool_latency_s.sample(rng)) for _ in calls)
+        think = max(0.0, agent.think_time_s.sample(rng))
+        label = "agent:tool-results" + ("+stand-in" if self._stand_in else "")
+        messages = [*self._history, *results]
+        spec = w._spec(messages, self._history_tokens + target, max_tokens, label, self._conversation, self._turn)
+        spec.max_turns = agent.max_turns
+        self._chain(spec, agent.responses_state)
+        self._pending = spec
+        self._history.extend(results)
+        self._history_tokens += tokens
+        self._turn += 1
+        return spec, latency + think
+
+    def record_reply(self, text: str | None, ok: bool, reply: Reply | None = None) -> None:
+        """Report the outcome of the last request: the reply text (None if not kept; ``reply.text``
+        stands in when only ``reply`` has it), success, and what else the reply carried (tool calls,
+        the Responses API's ``response_id``)."""
         spec = self._pending
         self._pending = None
-        if spec is None or self.workload.scenario.conversation is None:
+        s = self.workload.scenario
+        if spec is None or (s.conversation is None and s.agent is None):
             return
         if not ok:
             self._conversation = None
             self._turns_left = 0
+            self._calls = []
             return
+        if text is None and reply is not None:
+            text = reply.text
+        calls = list(reply.tool_calls) if reply is not None and s.agent is not None else []
+        if s.agent is not None and not (calls and spec.turn + 1 < s.agent.max_turns):
+            self._conversation = None  # no call to answer, or the cap: the task is over
+            return
+        counter = self.workload._builder()
         if text is None:
             self._stand_in = True
-            rng = random.Random(f"{self.workload.scenario.seed}:stand-in:{spec.conversation}:{spec.turn}")
+            rng = random.Random(f"{s.seed}:stand-in:{spec.conversation}:{spec.turn}")
             text = build_prompt(spec.max_tokens, rng, "prose", self.workload.counter)
-        self._history.append({"role": "assistant", "content": text})
-        self._history_tokens += self.workload._builder().count(text)
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        tokens = counter.count(text) if text else 0
+        if calls:
+            message["content"] = text or None
+            message["tool_calls"] = [
+                {"id": c.call_id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in calls
+            ]
+            tokens += sum(counter.count(f"{c.name} {c.arguments}") for c in calls)
+        self._history.append(message)
+        self._history_tokens += tokens
+        self._calls = calls
+        if reply is not None and reply.response_id:
+            self._response_id = reply.response_id
+            self._stored = len(self._history)
+        else:
+            self._response_id = None
+
+
+def _user_message(turn: _Turn) -> dict[str, Any]:
+    if not turn.images:
+        return {"role": "user", "content": turn.user}
+    parts: list[dict[str, Any]] = [{"type": "text", "text": turn.user}]
+    parts.extend({"type": "image_url", "image_url": {"url": url}} for url in turn.images)
+    return {"role": "user", "content": parts}
 
 
 def _chat_messages(turn: _Turn) -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = [{"role": "user", "content": turn.user}]
+    messages: list[dict[str, Any]] = [_user_message(turn)]
     if turn.system:
         messages.insert(0, {"role": "system", "content": turn.system})
     return messages

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import types
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints, is_typeddict
 
@@ -13,7 +14,7 @@ import orjson
 import pytest
 
 from loadgen.analysis.contracts import RunSummary
-from loadgen.analysis.synthetic import at_ms, make_record, step_lines, write_run_dir
+from loadgen.analysis.synthetic import MS, at_ms, make_record, step_lines, write_run_dir
 from loadgen.report import write_outputs
 from loadgen.report.pipeline import rebuild
 from loadgen.report.plots_demo import write_demo_run
@@ -213,14 +214,43 @@ def conforms(summary: Any) -> tuple[list[str], set[type]]:
     return problems, seen
 
 
+def kinds_run(path: Path) -> Path:
+    """The newer kinds of requests: chat and embeddings mixed, reasoning, an agent task, images."""
+    recs = []
+    for i in range(6):
+        chat = make_record(f"c{i}", 0, 1500 + 1000 * i, [50, 100], context_tokens=80)
+        recs.append(
+            replace(
+                chat,
+                first_reasoning_ns=chat.sent_ns + 50 * MS,
+                first_answer_ns=chat.sent_ns + 100 * MS,
+                reasoning_tokens=1,
+                images=1 if i == 0 else 0,
+                conversation="task" if i < 2 else None,
+                turn=i if i < 2 else 0,
+                max_turns=4 if i < 2 else None,
+                tool_calls=1 if i == 0 else 0,
+                tool_args_chars=12 if i == 0 else 0,
+                first_tool_ns=chat.sent_ns + 60 * MS if i == 0 else None,
+            )
+        )
+        emb = make_record(f"e{i}", 0, 1600 + 1000 * i, [], end_ms=10, output_tokens=None)
+        recs.append(replace(emb, endpoint="embeddings", inputs=2, finish_reason=None))
+    return write_run_dir(path, steps=step_lines(0, 0, 1000, 11_000, concurrency=2), records={"requests.jsonl": recs})
+
+
 def test_a_rebuilt_summary_json_is_what_the_contract_declares(tmp_path: Path) -> None:
     run = rich_run(tmp_path / "run")
     rebuild(run)
     summary = json.loads((run / "summary.json").read_text())
     problems, seen = conforms(summary)
     assert problems == []
-    # the run reaches every object the contract names, so each was checked against a real summary
-    assert {t.__name__ for t in _reachable(RunSummary, set()) - seen} == set()
+    kinds = kinds_run(tmp_path / "kinds")
+    rebuild(kinds)
+    kinds_problems, kinds_seen = conforms(json.loads((kinds / "summary.json").read_text()))
+    assert kinds_problems == []
+    # the runs reach every object the contract names, so each was checked against a real summary
+    assert {t.__name__ for t in _reachable(RunSummary, set()) - seen - kinds_seen} == set()
     # and the parts that make those objects are there: it is the run meant above
     steps = summary["steps"]
     assert not steps[BOUND_STEP]["valid"] and steps[BOUND_STEP]["workers_advised"] >= 2

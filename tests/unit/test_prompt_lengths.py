@@ -196,7 +196,7 @@ class CountingServer:
         self.per_message = per_message
         self.served: list[int] = []
 
-    def call(self, path: str, body: bytes, headers: dict[str, str], stream: bool) -> CallResult:
+    def call(self, path: str, body: bytes, headers: dict[str, str], stream: bool, decode: str = "chat") -> CallResult:
         messages = orjson.loads(body)["messages"]
         chars = sum(len(m["content"]) for m in messages)
         served = math.ceil(chars / self.chars_per_token) + self.per_message * len(messages)

@@ -139,7 +139,7 @@ BAD: list[tuple[str, list[str]]] = [
     ("[sampling]\ntemprature = 0.5\n", [":2:", 'did you mean "temperature"']),
     ("[output]\nmin_tokens = -1\n", [":2:", 'output.min_tokens = -1: must be an integer >= 0 or "max_tokens"']),
     ('[output]\nignore_eos = "yes"\n', [":2:", 'output.ignore_eos = "yes": must be true or false']),
-    ('endpoint = "responses"\n', [":1:", '"chat", "completions"']),
+    ('endpoint = "respones"\n', [":1:", '"chat", "completions", "responses", "embeddings", "rerank"', "did you mean"]),
     ('[load\nmode = "closed"\n', [":1:", "invalid TOML"]),
     ("seed = 1\nseed = 2\n", [":2:", "invalid TOML"]),
     ('[prompt]\nsource = "sharegpt"\npath = "missing.json"\n', [":3:", "prompt.path", "missing.json", "no such file"]),

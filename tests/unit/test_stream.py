@@ -20,10 +20,14 @@ import pytest
 
 from loadgen.parse.sse import SSEDecoder
 from loadgen.parse.stream import (
+    KIND_REASONING,
+    KIND_TEXT,
+    KIND_TOOL,
     TOKENS_CHUNKS,
     TOKENS_PER_CHUNK_USAGE,
     TOKENS_USAGE,
     ChunkAccumulator,
+    FunctionCall,
     StreamResult,
     distribute_tokens,
     parse_completion_body,
@@ -50,6 +54,7 @@ TEXTS = [
     " 42",
     "data: x",
 ]
+TOOL_ARGS = ['{"city": "Paris", "unit": "c"}', '{"q": "東京 \\"quoted\\"\\n", "n": 3}', "{}"]
 
 
 @dataclass
@@ -57,6 +62,10 @@ class Truth:
     stream: bytes = b""
     dispatch: list[int] = field(default_factory=list)  # byte offset dispatching each output chunk
     chars: list[int] = field(default_factory=list)
+    kinds: list[str] = field(default_factory=list)
+    firsts: dict[str, int] = field(default_factory=dict)  # kind (or "arguments") -> first dispatch
+    calls: list[FunctionCall] = field(default_factory=list)
+    reasoning_tokens: int | None = None
     tokens: list[int] | None = None
     text: str = ""
     reasoning_chunks: int = 0
@@ -118,14 +127,20 @@ def chat_stream(
     error_kind: str = "error",
     truncate: bool = False,
     completions: bool = False,
+    tools: int = 0,
+    mixed: bool = False,
 ) -> Truth:
-    """One response as a server writes it, with its truth."""
+    """One response as a server writes it, with its truth: ``reasoning`` reasoning chunks, then
+    content (``mixed``: the first content chunk also ends the reasoning, as vLLM sends a switch
+    inside one multi-token step), then ``tools`` tool calls streamed by index (name first, then
+    argument pieces; the id on every delta or only the first)."""
     w = Writer(style, end, rng)
     t = Truth()
     rid = ("cmpl-" if completions else "chatcmpl-") + f"{rng.getrandbits(32):08x}"
     t.server_id = rid
     prompt = rng.randint(1, 5000)
     cached = rng.randint(0, prompt) if rng.random() < 0.5 else None
+    r_tokens = rng.randint(0, 50) if reasoning and rng.random() < 0.7 else None
     ct = 0
     pending = 0
     tokens: list[int] = []
@@ -145,6 +160,8 @@ def chat_stream(
         u: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": ct, "total_tokens": prompt + ct}
         if cached is not None:
             u["prompt_tokens_details"] = {"cached_tokens": cached}
+        if r_tokens is not None:
+            u["completion_tokens_details"] = {"reasoning_tokens": r_tokens}
         return u
 
     def choice(delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
@@ -179,7 +196,19 @@ def chat_stream(
         t.role_only += 1
     r_key = rng.choice(["reasoning_content", "reasoning"])
     assert not (completions and reasoning) and not (truncate and (continuous or reasoning >= n))
+    assert not (tools and (completions or truncate))
     pieces: list[str] = []
+
+    def output(at: int, kinds: tuple[str, ...], chars: int, k: int) -> None:
+        nonlocal pending
+        t.dispatch.append(at)
+        t.chars.append(chars)
+        t.kinds.append(kinds[0])
+        for kind in kinds:
+            t.firsts.setdefault(kind, at)
+        tokens.append(pending + k)
+        pending = 0
+
     for i in range(n):
         if error_at == i:
             if error_kind == "error":
@@ -206,31 +235,62 @@ def chat_stream(
         text = rng.choice(TEXTS)
         k = rng.choice([1, 1, 1, 2, 3, 4])  # several tokens per chunk: speculative decoding
         is_reasoning = i < reasoning
-        last = i == n - 1
+        last = i == n - 1 and not tools
         finish = "length" if (last and not finish_separate) else None
         if is_reasoning:
             at = emit({r_key: text}, k, finish)
             t.reasoning_chunks += 1
             t.reasoning_chars += len(text)
+            output(at, (KIND_REASONING,), len(text), k)
+        elif mixed and reasoning and i == reasoning:
+            at = emit({r_key: "."} | {"content": text}, k, finish)
+            t.reasoning_chunks += 1
+            t.reasoning_chars += 1
+            pieces.append(text)
+            output(at, (KIND_TEXT, KIND_REASONING), len(text) + 1, k)
         else:
             at = emit({"content": text}, k, finish)
             pieces.append(text)
-        t.dispatch.append(at)
-        t.chars.append(len(text))
-        tokens.append(pending + k)
-        pending = 0
+            output(at, (KIND_TEXT,), len(text), k)
+    id_every = rng.random() < 0.5
+    for j in range(tools):
+        name, args = rng.choice(["get_weather", "search"]), rng.choice(TOOL_ARGS)
+        call_id = f"call_{rng.getrandbits(40):010x}"
+        t.calls.append(FunctionCall(call_id=call_id, name=name, arguments=args))
+        cuts = sorted(rng.sample(range(1, len(args)), min(len(args) - 1, rng.randint(0, 4))))
+        parts = [args[a:b] for a, b in itertools.pairwise([0, *cuts, len(args)])]
+        fn = {"name": name, "arguments": ""}
+        if rng.random() < 0.3:  # the whole arguments with the name (SGLang may)
+            fn["arguments"], parts = args, []
+        head = {"index": j, "id": call_id, "type": "function", "function": fn}
+        lasts = j == tools - 1 and not parts
+        at = emit({"tool_calls": [head]}, 1, "tool_calls" if lasts and not finish_separate else None)
+        output(at, (KIND_TOOL,), len(name) + len(fn["arguments"]), 1)
+        if fn["arguments"]:
+            t.firsts.setdefault("arguments", at)
+        for m, part in enumerate(parts):
+            entry: dict[str, Any] = {"index": j, "function": {"arguments": part}}
+            if id_every:
+                entry["id"] = call_id
+            lasts = j == tools - 1 and m == len(parts) - 1
+            k = rng.choice([1, 2])
+            at = emit({"tool_calls": [entry]}, k, "tool_calls" if lasts and not finish_separate else None)
+            output(at, (KIND_TOOL,), len(part), k)
+            t.firsts.setdefault("arguments", at)
     if finish_separate:
-        emit({}, 1, "stop")  # the EOS token: counted in usage, carries no text
+        emit({}, 1, "tool_calls" if tools else "stop")  # the EOS token: counted in usage, carries no text
         tokens[-1] += 1
-    t.finish_reason = "stop" if finish_separate else "length"
+    t.finish_reason = "tool_calls" if tools else "stop" if finish_separate else "length"
     if usage:
         o = base()
         o["choices"] = []
         o["usage"] = usage_obj()
         w.event(w.dumps(o))
         t.prompt_tokens, t.completion_tokens, t.cached_tokens = prompt, ct, cached
+        t.reasoning_tokens = r_tokens
     elif continuous:
         t.prompt_tokens, t.completion_tokens, t.cached_tokens = prompt, ct, cached
+        t.reasoning_tokens = r_tokens
     if continuous:
         t.tokens = tokens
     if done:
@@ -244,10 +304,12 @@ def chat_stream(
         t.stream = t.stream[:cut]
         t.dispatch.pop()
         t.chars.pop()
+        t.kinds.pop()
+        t.firsts = {k: at for k, at in t.firsts.items() if at < cut}
         t.text = "".join(pieces[:-1])
         t.done = False
         t.finish_reason = None
-        t.prompt_tokens = t.completion_tokens = t.cached_tokens = None
+        t.prompt_tokens = t.completion_tokens = t.cached_tokens = t.reasoning_tokens = None
         t.tokens = None
         t.malformed = 1  # the half object, returned by flush
     return t
@@ -295,6 +357,15 @@ def check(t: Truth, cuts: list[int]) -> None:
     assert res.role_only_chunks == t.role_only
     assert res.server_id == t.server_id
     assert res.text == t.text
+    assert res.chunk_kinds == t.kinds
+    firsts = {k: bisect.bisect_left(ends, at) for k, at in t.firsts.items()}
+    assert res.first_reasoning_ns == firsts.get(KIND_REASONING)
+    assert res.first_text_ns == firsts.get(KIND_TEXT)
+    assert res.first_tool_ns == firsts.get(KIND_TOOL)
+    assert res.first_tool_arguments_ns == firsts.get("arguments")
+    assert res.function_calls == t.calls
+    assert res.tool_call_chunks == t.kinds.count(KIND_TOOL)
+    assert res.reasoning_tokens == t.reasoning_tokens
 
 
 def every_split(t: Truth) -> None:
@@ -316,7 +387,12 @@ SHAPES: dict[str, dict[str, Any]] = {
     "continuous_usage": {"continuous": True},
     "continuous_usage_no_final_chunk": {"continuous": True, "usage": False},
     "reasoning_then_content": {"reasoning": 3},
+    "reasoning_switch_inside_a_chunk": {"reasoning": 2, "mixed": True},
     "sglang_reasoning": {"sglang": True, "reasoning": 2},
+    "tool_calls": {"tools": 1},
+    "reasoning_then_parallel_tool_calls": {"reasoning": 2, "tools": 2, "n": 3},
+    "sglang_tool_calls_finish_on_last_chunk": {"sglang": True, "tools": 2, "finish_separate": False},
+    "tool_calls_continuous_usage": {"tools": 2, "continuous": True, "reasoning": 1},
     "no_usage": {"usage": False},
     "no_done": {"done": False},
     "completions": {"completions": True},
@@ -329,7 +405,7 @@ SHAPES: dict[str, dict[str, Any]] = {
 
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_stream_shape_every_split(shape: str) -> None:
-    t = chat_stream(random.Random(shape), n=8, **SHAPES[shape])
+    t = chat_stream(random.Random(shape), **{"n": 8, **SHAPES[shape]})
     every_split(t)
 
 
@@ -362,6 +438,8 @@ def test_random_streams_random_splits() -> None:
         kwargs = {k: rng.choice(v) for k, v in options.items()}
         if not kwargs["completions"]:
             kwargs["reasoning"] = rng.choice([0, 0, 2])
+            kwargs["mixed"] = rng.random() < 0.3
+            kwargs["tools"] = rng.choice([0, 0, 1, 2])
         if rng.random() < 0.1:
             kwargs["error_at"] = 1
             kwargs["error_kind"] = rng.choice(["error", "object", "named"])

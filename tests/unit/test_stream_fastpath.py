@@ -11,19 +11,33 @@ import orjson
 import pytest
 from test_stream import TEXTS, chat_stream, check, feed
 
-from loadgen.parse.stream import ChunkAccumulator, StreamResult
+from loadgen.parse.stream import KIND_REASONING, KIND_TEXT, KIND_TOOL, ChunkAccumulator, StreamResult
 from loadgen.parse.stream.fastpath import _decode_strings
 
 
-def test_template_path_equals_full_decoding() -> None:
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"reasoning": 12},
+        {"reasoning": 12, "mixed": True, "tools": 2},
+        {"reasoning": 9, "tools": 3, "sglang": True},
+        {"reasoning": 10, "mixed": True, "tools": 1, "continuous": True},
+    ],
+)
+def test_template_path_equals_full_decoding(kwargs: dict[str, Any]) -> None:
     """The same chunks, once able to use the template path and once with a per-chunk stamp that
-    forces full decoding, give identical results apart from ids."""
+    forces full decoding, give identical results apart from ids: kinds, first times and tool
+    calls included."""
     for seed in range(40):
-        a = chat_stream(random.Random(seed), n=30)
-        b = chat_stream(random.Random(seed), n=30, stamp=True)
-        ra, _ = feed(a.stream, [])
-        rb, _ = feed(b.stream, [])
+        a = chat_stream(random.Random(seed), n=30, **kwargs)
+        b = chat_stream(random.Random(seed), n=30, stamp=True, **kwargs)
+        cuts = sorted(random.Random(seed).sample(range(1, len(a.stream)), 10))
+        ra, _ = feed(a.stream, cuts)
+        rb, _ = feed(b.stream, cuts)
         assert ra == rb
+        if kwargs.get("reasoning"):
+            assert ra.chunk_kinds[0] == KIND_REASONING and ra.first_text_ns is not None
 
 
 def test_template_is_not_fooled_by_an_equal_string_elsewhere() -> None:
@@ -64,6 +78,11 @@ def _one_by_one(payloads: list[bytes]) -> StreamResult:
         r = acc.finish(0)
         total.chunk_times_ns += r.chunk_times_ns
         total.chunk_chars += r.chunk_chars
+        total.chunk_kinds += r.chunk_kinds
+        total.first_reasoning_ns = _first(total.first_reasoning_ns, r.first_reasoning_ns)
+        total.first_text_ns = _first(total.first_text_ns, r.first_text_ns)
+        total.first_tool_ns = _first(total.first_tool_ns, r.first_tool_ns)
+        total.first_tool_arguments_ns = _first(total.first_tool_arguments_ns, r.first_tool_arguments_ns)
         total.text += r.text
         total.malformed += r.malformed
         total.reasoning_chunks += r.reasoning_chunks
@@ -72,6 +91,21 @@ def _one_by_one(payloads: list[bytes]) -> StreamResult:
         total.finish_reason = r.finish_reason or total.finish_reason
         total.error = total.error or r.error
     return total
+
+
+def _first(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a
+
+
+def _same_kinds(got: StreamResult, want: StreamResult, times: list[int] | None = None) -> None:
+    """Kinds and first times as ``_one_by_one`` gives them (its times are payload indices: ``times``
+    maps them to the times the payloads were fed with)."""
+    assert got.chunk_kinds == want.chunk_kinds
+    assert len(got.chunk_kinds) == len(got.chunk_times_ns)
+    firsts = [want.first_reasoning_ns, want.first_text_ns, want.first_tool_ns, want.first_tool_arguments_ns]
+    if times is not None:
+        firsts = [None if i is None else times[i] for i in firsts]
+    assert [got.first_reasoning_ns, got.first_text_ns, got.first_tool_ns, got.first_tool_arguments_ns] == firsts
 
 
 _PRE = (
@@ -134,6 +168,7 @@ def test_long_runs_equal_one_by_one_decoding(seed: int) -> None:
     want = _one_by_one(payloads)
     assert got.chunk_times_ns == want.chunk_times_ns
     assert got.chunk_chars == want.chunk_chars
+    _same_kinds(got, want)
     assert got.text == want.text
     assert got.malformed == want.malformed
     assert got.done
@@ -153,6 +188,56 @@ def test_reasoning_runs_equal_one_by_one_decoding() -> None:
     assert got.reasoning_text_chars == want.reasoning_text_chars
     assert got.text == want.text == "".join(TEXTS) * 3
     assert got.chunk_chars == want.chunk_chars
+    assert got.chunk_kinds == [KIND_REASONING] * len(TEXTS) * 3 + [KIND_TEXT] * len(TEXTS) * 3
+    _same_kinds(got, want, [7] * len(payloads))
+
+
+_TOOL_HEAD = b'{"id":"chatcmpl-1","choices":[{"index":0,"delta":{"tool_calls":[{"index":%d,"id":"call_%d",'
+_TOOL_HEAD += b'"type":"function","function":{"name":"get_weather","arguments":""}}]},"finish_reason":null}]}'
+_TOOL_ARGS = b'{"id":"chatcmpl-1","choices":[{"index":0,"delta":{"tool_calls":[{"index":%d,'
+_TOOL_ARGS += b'"function":{"arguments":"%s"}}]},"finish_reason":null}]}'
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_reasoning_text_and_tool_runs_equal_one_by_one_decoding(seed: int) -> None:
+    """Runs of reasoning and text template chunks (bulk and one by one, across compactions), a
+    chunk that switches from reasoning to text, and parallel tool calls: kinds and first times
+    as each payload alone gives them, calls put together per index."""
+    rng = random.Random(seed)
+    r_pre = _PRE.replace(b'"content"', rng.choice([b'"reasoning_content"', b'"reasoning"']))
+    text = [orjson.dumps(t)[1:-1] for t in TEXTS]
+    payloads = [r_pre + rng.choice(text) + _SUF for _ in range(rng.randint(1, 1500))]
+    payloads.append(_PRE[:-1] + b'"x","reasoning_content":"y' + _SUF)  # both: kind text
+    payloads += [_PRE + rng.choice(text) + _SUF for _ in range(rng.randint(0, 1500))]
+    args = [b'{\\"city\\": ', b'\\"Paris\\"', b"}"]
+    want_calls = []
+    for j in range(rng.randint(0, 2)):
+        payloads.append(_TOOL_HEAD % (j, j))
+        payloads += [_TOOL_ARGS % (j, a) for a in args]
+        want_calls.append((f"call_{j}", "get_weather", '{"city": "Paris"}'))
+    payloads.append(b'{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}')
+    payloads.append(b"[DONE]")
+    acc = ChunkAccumulator()
+    times = sorted(rng.randrange(10**6) for _ in payloads)
+    for p, t in zip(payloads, times, strict=True):
+        acc.add(p, t)
+    got = acc.finish(10**7)
+    want = _one_by_one(payloads)
+    assert got.malformed == want.malformed == 0
+    assert got.chunk_times_ns == [times[i] for i in want.chunk_times_ns]
+    assert got.chunk_chars == want.chunk_chars
+    _same_kinds(got, want, times)
+    k = got.chunk_kinds
+    assert k.count(KIND_TOOL) == 4 * len(want_calls) and got.tool_call_chunks == k.count(KIND_TOOL)
+    assert [(c.call_id, c.name, c.arguments) for c in got.function_calls] == want_calls
+    firsts = [got.first_reasoning_ns, got.first_text_ns, got.first_tool_ns, got.first_tool_arguments_ns]
+    i_text = k.index(KIND_TEXT)
+    assert firsts[:2] == [got.chunk_times_ns[0], got.chunk_times_ns[i_text]]
+    if want_calls:
+        assert firsts[2:] == [got.chunk_times_ns[k.index(KIND_TOOL)], got.chunk_times_ns[k.index(KIND_TOOL) + 1]]
+    else:
+        assert firsts[2:] == [None, None]
+    assert got.reasoning_chunks == want.reasoning_chunks == i_text + 1
 
 
 @pytest.mark.parametrize(

@@ -139,7 +139,8 @@ chat_template_kwargs = { enable_thinking = false }
 def test_completions_endpoint_gets_a_prompt_string() -> None:
     text = 'endpoint = "completions"\n[prompt]\nsource = "code"\ninput_tokens = 200\n'
     spec, _ = Workload(scenario(text)).session(0).next()
-    assert spec.endpoint == "completions" and spec.messages is None
+    assert spec.endpoint == "completions" and spec.messages is not None  # chat form, as for every endpoint
+    assert spec.prompt == spec.messages[0]["content"]  # the prompt sent: one user turn as is
     assert spec.prompt is not None and 198 <= estimate_tokens(spec.prompt) <= 200
 
 

@@ -29,8 +29,12 @@ Shapes understood (chat, completions, and the vLLM / SGLang variants of both):
   ``event: error``; payloads that are not JSON objects; a stream cut before ``[DONE]``.
 
 A chunk "carries output" when any choice has non-empty content, reasoning text or tool-call text.
-Only those chunks get an entry in ``chunk_times_ns`` / ``chunk_chars`` (TTFT and ITL are measured
-on them); ``text`` holds the content of choice 0 only.
+Only those chunks get an entry in ``chunk_times_ns`` / ``chunk_chars`` / ``chunk_kinds`` (TTFT and
+ITL are measured on them); ``text`` holds the content of choice 0 only, ``function_calls`` its tool
+calls. Kinds, as the Responses decoder reports them: non-empty ``reasoning_content`` or
+``reasoning`` is reasoning, ``content`` (or a completions ``text``) is text, names or arguments in
+``tool_calls`` are tool; a chunk with several is tool, else text, else reasoning, and counts for
+the ``first_*_ns`` of each it carries. A non-streamed body is one chunk, by the same rule.
 """
 
 from __future__ import annotations
@@ -38,9 +42,13 @@ from __future__ import annotations
 from loadgen.parse.stream.builder import _DONE, _Builder
 from loadgen.parse.stream.fastpath import _Pass
 from loadgen.parse.stream.result import (
+    KIND_REASONING,
+    KIND_TEXT,
+    KIND_TOOL,
     TOKENS_CHUNKS,
     TOKENS_PER_CHUNK_USAGE,
     TOKENS_USAGE,
+    FunctionCall,
     StreamResult,
     distribute_tokens,
 )
@@ -179,10 +187,14 @@ def parse_completion_body(body: bytes, t_first_ns: int, end_ns: int) -> StreamRe
 
 
 __all__ = [
+    "KIND_REASONING",
+    "KIND_TEXT",
+    "KIND_TOOL",
     "TOKENS_CHUNKS",
     "TOKENS_PER_CHUNK_USAGE",
     "TOKENS_USAGE",
     "ChunkAccumulator",
+    "FunctionCall",
     "StreamResult",
     "distribute_tokens",
     "parse_completion_body",

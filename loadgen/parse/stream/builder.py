@@ -1,5 +1,14 @@
 """The full decode of one response's payloads into a ``StreamResult`` (``_Builder``): the
-semantics of every shape ``loadgen.parse.stream`` understands. Pure."""
+semantics of every shape ``loadgen.parse.stream`` understands. Pure.
+
+Tool calls are put together per ``index`` of choice 0's ``tool_calls`` entries, the way OpenAI,
+vLLM and SGLang stream them: the first delta of a call brings its ``id``, ``type`` and
+``function.name`` (and maybe arguments: SGLang may send them whole), later ones only
+``function.arguments`` pieces, which are joined. An entry without an ``index`` continues the last
+such call; an ``id`` other than the one its call has starts a new call (a server that reuses an
+index); the same ``id`` again (servers that stamp it on every delta) continues it, and a repeated
+name is not doubled. Each entry of a non-streamed ``message.tool_calls`` is a call of its own.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from loadgen.parse.stream.result import StreamResult
+from loadgen.parse.stream.result import KIND_REASONING, KIND_TEXT, KIND_TOOL, FunctionCall, StreamResult
 
 _DONE = b"[DONE]"
 _FIRST_MALFORMED_CHARS = 200
@@ -27,12 +36,25 @@ def _error_dict(obj: Any) -> dict[str, Any]:
     return {"message": obj if isinstance(obj, str) else str(obj), "type": None, "code": None}
 
 
+class _Call:
+    """A tool call being streamed: its argument pieces, joined once at the end."""
+
+    __slots__ = ("call", "pieces")
+
+    def __init__(self) -> None:
+        self.call = FunctionCall()
+        self.pieces: list[str] = []
+
+
 class _Builder:
     """Mutable state of one decode; the slow path for chunks that do not match a template."""
 
     __slots__ = (
+        "calls",
+        "calls_at",
         "chars",
         "error_t",
+        "kinds",
         "last_ct",
         "pending_tokens",
         "per_chunk_ok",
@@ -46,7 +68,10 @@ class _Builder:
         self.res = StreamResult(end_ns=end_ns)
         self.times = self.res.chunk_times_ns
         self.chars = self.res.chunk_chars
+        self.kinds = self.res.chunk_kinds
         self.text: list[str] = []
+        self.calls: list[_Call] = []
+        self.calls_at: dict[int, _Call] = {}  # by the entries' index; -1: entries without one
         self.tokens: list[int] = []
         self.per_chunk_ok = True
         self.last_ct = 0
@@ -109,6 +134,7 @@ class _Builder:
                 self.last_ct = ct
         choices = obj.get("choices")
         n_chars = 0
+        text = False
         reasoning = False
         role = False
         tool = False
@@ -120,12 +146,14 @@ class _Builder:
                 if fr is not None and type(fr) is str:
                     res.finish_reason = fr
                 delta = ch.get("delta")
-                if delta is None:
+                whole = delta is None
+                if whole:
                     delta = ch.get("message")
                     if delta is None:
                         t = ch.get("text")  # completions
                         if type(t) is str and t:
                             n_chars += len(t)
+                            text = True
                             if ch.get("index", 0) == 0:
                                 self.text.append(t)
                         continue
@@ -134,6 +162,7 @@ class _Builder:
                 c = delta.get("content")
                 if c and type(c) is str:
                     n_chars += len(c)
+                    text = True
                     if ch.get("index", 0) == 0:
                         self.text.append(c)
                 r = delta.get("reasoning_content") or delta.get("reasoning")
@@ -145,17 +174,30 @@ class _Builder:
                     role = True
                 calls = delta.get("tool_calls")
                 if calls:
-                    k = _tool_call_chars(calls)
+                    k = self.tool_calls(calls, t_ns, ch.get("index", 0) == 0, whole)
                     if k:
                         n_chars += k
                         tool = True
         if n_chars:
             self.times.append(t_ns)
             self.chars.append(n_chars)
+            # One kind per chunk: the last to be generated when a chunk spans a switch (reasoning
+            # ends, then the answer; tool calls come after any content).
+            if tool:
+                self.kinds.append(KIND_TOOL)
+                res.tool_call_chunks += 1
+                if res.first_tool_ns is None:
+                    res.first_tool_ns = t_ns
+            elif text:
+                self.kinds.append(KIND_TEXT)
+            else:
+                self.kinds.append(KIND_REASONING)
+            if text and res.first_text_ns is None:
+                res.first_text_ns = t_ns
             if reasoning:
                 res.reasoning_chunks += 1
-            if tool:
-                res.tool_call_chunks += 1
+                if res.first_reasoning_ns is None:
+                    res.first_reasoning_ns = t_ns
             if chunk_tokens is None:
                 self.per_chunk_ok = False
                 self.tokens.append(self.pending_tokens)
@@ -176,10 +218,13 @@ class _Builder:
         ct = self.take_usage(usage)
         self.times.append(t_ns)
         self.chars.append(len(text))
+        # first_*_ns is already set: the template's own chunk, of this kind, went through ``obj``
         if reasoning:
+            self.kinds.append(KIND_REASONING)
             res.reasoning_chunks += 1
             res.reasoning_text_chars += len(text)
         else:
+            self.kinds.append(KIND_TEXT)
             self.text.append(text)
         if ct is None:
             self.per_chunk_ok = False
@@ -207,7 +252,59 @@ class _Builder:
             cached = details.get("cached_tokens")
             if type(cached) is int:
                 res.cached_tokens = cached
+        details = usage.get("completion_tokens_details")
+        if details is not None and type(details) is dict:
+            n = details.get("reasoning_tokens")
+            if type(n) is int:
+                res.reasoning_tokens = n
         return ct
+
+    def tool_calls(self, calls: Any, t_ns: int, keep: bool, whole: bool) -> int:
+        """Characters of names and arguments in a ``tool_calls`` list (a delta's, or a message's
+        when ``whole``); notes the first arguments' time, and takes the calls in when ``keep``
+        (choice 0; see the module doc)."""
+        n = 0
+        if type(calls) is not list:
+            return 0
+        for entry in calls:
+            if type(entry) is not dict:
+                continue
+            fn = entry.get("function")
+            if type(fn) is not dict:
+                continue
+            name = fn.get("name")
+            if type(name) is str:
+                n += len(name)
+            args = fn.get("arguments")
+            if type(args) is str and args:
+                n += len(args)
+                if self.res.first_tool_arguments_ns is None:
+                    self.res.first_tool_arguments_ns = t_ns
+            if not keep:
+                continue
+            call = self.call_for(entry, whole)
+            fc = call.call
+            if type(name) is str and name and fc.name is None:
+                fc.name = name
+            if type(args) is str and args:
+                call.pieces.append(args)
+        return n
+
+    def call_for(self, entry: dict[str, Any], whole: bool) -> _Call:
+        """The call a ``tool_calls`` entry belongs to, made when new."""
+        index = entry.get("index")
+        key = index if type(index) is int else -1
+        cid = entry.get("id")
+        if type(cid) is not str or not cid:
+            cid = None
+        call = self.calls_at.get(key)
+        if call is None or whole or (cid is not None and call.call.call_id not in (None, cid)):
+            call = _Call()
+            self.calls.append(call)
+            self.calls_at[key] = call
+        if cid is not None and call.call.call_id is None:
+            call.call.call_id = cid
+        return call
 
     def named(self, event: str, payload: bytes, t_ns: int) -> None:
         self.res.named_events += 1
@@ -224,22 +321,11 @@ class _Builder:
     def result(self) -> StreamResult:
         res = self.res
         res.text = "".join(self.text)
+        for call in self.calls:
+            call.call.arguments = "".join(call.pieces)
+            res.function_calls.append(call.call)
         tokens = self.tokens
         if self.per_chunk_ok and tokens and res.completion_tokens is not None:
             tokens[-1] += self.pending_tokens
             res.chunk_tokens = tokens
         return res
-
-
-def _tool_call_chars(calls: Any) -> int:
-    n = 0
-    if isinstance(calls, list):
-        for call in calls:
-            if isinstance(call, dict):
-                fn = call.get("function")
-                if isinstance(fn, dict):
-                    for key in ("name", "arguments"):
-                        v = fn.get(key)
-                        if isinstance(v, str):
-                            n += len(v)
-    return n

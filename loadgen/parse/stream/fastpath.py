@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 
 from loadgen.parse.stream.builder import _DONE, _Builder
+from loadgen.parse.stream.result import KIND_REASONING, KIND_TEXT
 
 _QUOTE = 34
 _BACKSLASH = 92
@@ -118,7 +119,9 @@ class _Pass:
     only its text decoded (``one``); with usage in every chunk, the text and the usage object are
     decoded on their own (``one``, ``with_usage``); anything else is decoded in full by the
     ``_Builder``. Plain template chunks carry no usage (the chunk the template came from had
-    none), so they never disturb per-chunk token counts.
+    none), so they never disturb per-chunk token counts. They are all of the template's kind
+    (``kind``), and never the first of it: the template's own chunk came first, through the
+    ``_Builder``, which set ``first_*_ns``.
     """
 
     __slots__ = (
@@ -128,6 +131,7 @@ class _Pass:
         "fast_reasoning_chunks",
         "have",
         "hits",
+        "kind",
         "lp",
         "ls",
         "misses",
@@ -151,6 +155,7 @@ class _Pass:
         self.pre = self.suf = b""
         self.lp = self.ls = 0
         self.reasoning = False
+        self.kind = KIND_TEXT
         self.hits = 0
         self.misses = 0
         self.n_done = 0
@@ -226,6 +231,7 @@ class _Pass:
         b = self.b
         b.times += self.times[lo:hi]
         b.chars += chars
+        b.kinds += [self.kind] * len(chars)
         if self.reasoning:
             self.fast_reasoning_chunks += len(chars)
             self.fast_reasoning_chars += len(text)
@@ -267,6 +273,7 @@ class _Pass:
                     b = self.b
                     b.times.append(t_ns)
                     b.chars.append(len(s))
+                    b.kinds.append(self.kind)
                     if self.reasoning:
                         self.fast_reasoning_chunks += 1
                         self.fast_reasoning_chars += len(s)
@@ -292,6 +299,7 @@ class _Pass:
                 self.next_bulk = 0
                 self.hits = 0
                 self.reasoning = key in ("reasoning_content", "reasoning")
+                self.kind = KIND_REASONING if self.reasoning else KIND_TEXT
 
 
 def _decode_strings(mids: list[bytes]) -> list[str] | None:

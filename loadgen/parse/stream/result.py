@@ -11,6 +11,25 @@ TOKENS_PER_CHUNK_USAGE = "usage_per_chunk"
 TOKENS_USAGE = "usage"
 TOKENS_CHUNKS = "chunks"
 
+# The kind of an output chunk (``StreamResult.chunk_kinds``).
+KIND_REASONING = "reasoning"
+KIND_TEXT = "text"
+KIND_TOOL = "tool"
+
+
+@dataclass(slots=True)
+class FunctionCall:
+    """One function call of the answer: ``arguments`` is the JSON text the model wrote (not parsed).
+
+    ``call_id``: the id to answer the call with (chat ``tool_calls[].id``, Responses ``call_id``);
+    ``item_id``: the Responses output item's id (None for chat).
+    """
+
+    item_id: str | None = None
+    call_id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
 
 @dataclass(slots=True)
 class StreamResult:
@@ -21,6 +40,15 @@ class StreamResult:
     such chunk carried a cumulative ``usage`` (vLLM ``continuous_usage_stats``); tokens of chunks
     without output (a final empty-delta chunk with the EOS token) go to the next output chunk, or to
     the last one when none follows, so ``sum(chunk_tokens) == completion_tokens``.
+
+    ``chunk_kinds``: the kind of each output chunk, ``reasoning``, ``text`` or ``tool``
+    (``KIND_*``); a chat chunk that carries several is ``tool`` when it has tool-call text, else
+    ``text`` when it has content, else ``reasoning``. ``first_reasoning_ns`` / ``first_text_ns`` /
+    ``first_tool_ns``: arrival of the first chunk carrying that kind, whatever the chunk's own kind
+    (None when none came); ``first_tool_arguments_ns``: of the first non-empty arguments piece.
+    ``function_calls``: the calls of choice 0, in order of appearance, arguments joined.
+    ``reasoning_tokens``: usage's ``completion_tokens_details.reasoning_tokens`` (part of
+    ``completion_tokens``), None when not reported.
 
     ``text``: content of choice 0 (reasoning is counted in ``reasoning_chunks`` /
     ``reasoning_text_chars`` but not kept); usage fields come from the last usage object seen;
@@ -61,6 +89,13 @@ class StreamResult:
     end_ns: int = 0
     late_ns: list[list[int]] = field(default_factory=list)
     chunk_clock: str = "read"
+    chunk_kinds: list[str] = field(default_factory=list)
+    first_reasoning_ns: int | None = None
+    first_text_ns: int | None = None
+    first_tool_ns: int | None = None
+    first_tool_arguments_ns: int | None = None
+    function_calls: list[FunctionCall] = field(default_factory=list)
+    reasoning_tokens: int | None = None
 
     @property
     def first_chunk_ns(self) -> int | None:

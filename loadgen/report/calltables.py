@@ -1,0 +1,271 @@
+"""The report's tables for runs that mix call types, stream kinds of output, run agent loops or
+send images (``analysis.calltypes``): built once as plain text cells, rendered by report.md
+(:func:`markdown_sections`) and report.html (``html``). Each table exists only when the summary
+has its figures, so a plain chat run's reports are unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from loadgen.analysis.contracts import LatencyStats, RunSummary, StepSummary
+from loadgen.analysis.values import as_dict, as_list, number, steps_of
+from loadgen.report.markdown import Section, escape_cell
+
+
+@dataclass(frozen=True)
+class Table:
+    """A titled table of text cells; ``text_columns`` are left-aligned, the rest are numbers."""
+
+    title: str
+    anchor: str
+    head: list[str]
+    rows: list[list[str]]
+    note: str = ""
+    lines: list[str] = field(default_factory=list)  # sentences shown after the table
+    text_columns: frozenset[int] = frozenset()
+
+
+def _num(value: float | None, digits: int = 1) -> str:
+    v = number(value)
+    if v is None:
+        return "–"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return f"{v:,.{digits}f}"
+
+
+def _ms(value: float | None) -> str:
+    v = number(value)
+    if v is None:
+        return "–"
+    return f"{v:,.2f}" if abs(v) < 10 else f"{v:,.1f}"
+
+
+def _s(ms: float | None) -> str:
+    v = number(ms)
+    return "–" if v is None else f"{v / 1000:,.2f}"
+
+
+def _pair(dist: LatencyStats | None) -> str:
+    d = as_dict(dist)
+    if number(d.get("p50")) is None and number(d.get("p99")) is None:
+        return "–"
+    return f"{_ms(d.get('p50'))} / {_ms(d.get('p99'))}"
+
+
+def _load(step: StepSummary) -> str:
+    if number(step.get("concurrency")) is not None:
+        return f"C={step['concurrency']}"
+    if number(step.get("rate")) is not None:
+        return f"{step['rate']:g} req/s"
+    return "–"
+
+
+def call_type_table(summary: RunSummary) -> Table | None:
+    """One row per step and call type: requests, throughput, TTFT and E2E."""
+    steps = [s for s in steps_of(summary) if isinstance(s.get("by_call"), dict) and s["by_call"]]
+    if not steps:
+        return None
+    knee_call = summary.get("knee_call_type")
+    rows: list[list[str]] = []
+    for s in steps:
+        for name, c in as_dict(s.get("by_call")).items():
+            if not isinstance(c, Mapping):
+                continue
+            pooling = c.get("kind") == "pooling"
+            work = (
+                f"{_num(c.get('inputs_s'))} inputs/s, {_num(c.get('prompt_tok_s'))} prompt tok/s"
+                if pooling
+                else f"{_num(c.get('output_tok_s'))} output tok/s"
+            )
+            rows.append(
+                [
+                    _num(s.get("step")),
+                    _load(s),
+                    escape_cell(name) + (" (knee)" if name == knee_call else ""),
+                    "pooling" if pooling else "generative",
+                    f"{_num(c.get('requests_ok', 0))} / {_num(c.get('requests_failed', 0))}",
+                    work,
+                    "–" if pooling else _pair(c.get("ttft_ms")),
+                    _pair(c.get("e2e_ms")),
+                ]
+            )
+    note = (
+        "Each call type over its own requests of the step's steady window. Output tok/s: its output tokens that "
+        "arrived in the window / window length. Pooling calls (embeddings, rerank) have no TTFT: their work is "
+        "their inputs and prompt tokens, of successful calls that ended in the window, per second."
+    )
+    lines = []
+    if knee_call:
+        lines.append(
+            f"The knee verdict and the plan are about the {escape_cell(knee_call)} calls (named with --call-type, "
+            "else the call type that served the most prompt + output tokens)."
+        )
+    return Table(
+        "By call type",
+        "by-call",
+        ["Step", "Load", "Call type", "Kind", "OK / failed", "Throughput", "TTFT p50/p99 ms", "E2E p50/p99 ms"],
+        rows,
+        note,
+        lines,
+        frozenset({2, 3}),
+    )
+
+
+def output_kinds_table(summary: RunSummary) -> Table | None:
+    """Per step: time to the first reasoning, answer and tool-call output; reasoning and tools."""
+    steps = [s for s in steps_of(summary) if "ttft_reasoning_ms" in s]
+    if not steps:
+        return None
+    rows = [
+        [
+            _num(s.get("step")),
+            _load(s),
+            _pair(s.get("ttft_ms")),
+            _pair(s.get("ttft_reasoning_ms")),
+            _pair(s.get("ttft_answer_ms")),
+            _pair(s.get("ttft_tool_ms")),
+            _num(s.get("reasoning_tokens_mean")),
+            "–" if (share := number(s.get("reasoning_share"))) is None else f"{100 * share:.1f}%",
+            _num(s.get("tool_calls")),
+            _num(s.get("tool_args_chars_mean")),
+        ]
+        for s in steps
+    ]
+    note = (
+        "From the intended send time to the first output of each kind (over the requests that had one); TTFT is "
+        "the first output of any kind. Reasoning share: the server's reasoning tokens / output tokens of the "
+        "requests that reported them. Tool args: characters of the calls' arguments per request that made one."
+    )
+    return Table(
+        "Kinds of output",
+        "kinds",
+        [
+            "Step",
+            "Load",
+            "TTFT p50/p99 ms",
+            "Reasoning p50/p99 ms",
+            "Answer p50/p99 ms",
+            "Tool call p50/p99 ms",
+            "Reasoning tok mean",
+            "Reasoning share",
+            "Tool calls",
+            "Tool args chars",
+        ],
+        rows,
+        note,
+    )
+
+
+def agent_table(summary: RunSummary) -> Table | None:
+    """Per step and turn: TTFT and prompt tokens; per step: task time and complete / cut tasks."""
+    steps = [s for s in steps_of(summary) if isinstance(s.get("agent"), dict)]
+    if not steps:
+        return None
+    rows: list[list[str]] = []
+    lines: list[str] = []
+    for s in steps:
+        agent = as_dict(s.get("agent"))
+        for t in as_list(agent.get("turns")):
+            if isinstance(t, Mapping):
+                rows.append(
+                    [
+                        _num(s.get("step")),
+                        _load(s),
+                        _num(t.get("turn")),
+                        _num(t.get("requests")),
+                        _pair(t.get("ttft_ms")),
+                        _num(t.get("prompt_tokens_mean"), 0),
+                    ]
+                )
+        task = as_dict(agent.get("task_ms"))
+        lines.append(
+            f"Step {s.get('step')} ({_load(s)}): {_num(agent.get('tasks_complete'))} tasks complete "
+            f"({_num(agent.get('tasks_failed'))} ended by a failure), {_num(agent.get('tasks_cut'))} cut; "
+            f"time per task p50 / p99 {_s(task.get('p50'))} / {_s(task.get('p99'))} s."
+        )
+    note = (
+        "Turns: the successful agent requests sent in each step's window, by turn (the task's context grows each "
+        "turn). Tasks are counted in the step their first turn was sent in; a task is complete when a turn made no "
+        "tool call, failed, or was the last allowed; time per task = last end - first intended send of a complete "
+        "task. Cut tasks (the run or step ended first) are counted apart, never in the time."
+    )
+    return Table(
+        "Agent tasks",
+        "agent",
+        ["Step", "Load", "Turn", "Requests", "TTFT p50/p99 ms", "Prompt tok mean"],
+        rows,
+        note,
+        lines,
+    )
+
+
+def images_lines(summary: RunSummary) -> Table | None:
+    """One line per step: image tokens per image, against the text tokens asked for."""
+    steps = [s for s in steps_of(summary) if isinstance(s.get("images"), dict)]
+    if not steps:
+        return None
+    lines = []
+    for s in steps:
+        im = as_dict(s.get("images"))
+        est = " (estimate: the text tokens asked were estimated, no tokenizer)" if im.get("estimate") else ""
+        lines.append(
+            f"Step {s.get('step')} ({_load(s)}): {_num(im.get('requests'))} requests with "
+            f"{_num(im.get('images'))} images; prompt tokens served {_num(im.get('prompt_tokens_mean'), 0)} vs text "
+            f"tokens asked {_num(im.get('context_tokens_mean'), 0)} per request: "
+            f"≈{_num(im.get('image_tokens_per_image_mean'), 0)} tokens per image{est}."
+        )
+    note = "Image tokens per image = (prompt tokens served - text tokens asked) / images, the mean over the requests."
+    return Table("Images", "images", [], [], note, lines)
+
+
+TABLES = (call_type_table, output_kinds_table, agent_table, images_lines)
+
+
+def tables_of(summary: RunSummary) -> list[Table]:
+    return [t for build in TABLES if (t := build(summary)) is not None]
+
+
+def render_table_md(table: Table) -> str:
+    lines = [f"## {table.title}", ""]
+    if table.head:
+        lines.append("| " + " | ".join(table.head) + " |")
+        lines.append(
+            "|" + "|".join("---" if i in table.text_columns or i < 2 else "---:" for i in range(len(table.head))) + "|"
+        )
+        lines += ["| " + " | ".join(row) + " |" for row in table.rows]
+        lines.append("")
+    lines += [f"- {line}" for line in table.lines]
+    if table.lines:
+        lines.append("")
+    if table.note:
+        lines += [table.note, ""]
+    return "\n".join(lines)
+
+
+def _section(build: Callable[[RunSummary], Table | None]) -> Section:
+    def section(summary: RunSummary) -> str | None:
+        table = build(summary)
+        return render_table_md(table) if table is not None else None
+
+    return section
+
+
+def markdown_sections() -> Sequence[Section]:
+    """The report.md sections of these tables, in order (each None when the run has no such data)."""
+    return tuple(_section(build) for build in TABLES)
+
+
+__all__ = [
+    "TABLES",
+    "Table",
+    "agent_table",
+    "call_type_table",
+    "images_lines",
+    "markdown_sections",
+    "output_kinds_table",
+    "render_table_md",
+    "tables_of",
+]
