@@ -170,7 +170,7 @@ class ServerDownGuard:
         message = endpoint_missing_message(endpoint, path, error, served_endpoints(self.opts.url, self.opts.api_key))
         self.fatal = message
         self._event("endpoint_missing", step=self.state.step_index, endpoint=endpoint, path=path, detail=message)
-        self.out.write(f"\nerror: {message}\n")
+        self.out.write(f"\nstopping: POST {path} answered 404, the server does not serve --endpoint {endpoint}\n")
         self.shape.stop("endpoint_missing")
 
     def close(self) -> None:

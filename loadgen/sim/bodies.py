@@ -6,7 +6,9 @@ the reason is "stop"), the usage chunk (``choices: []``) when ``stream_options.i
 set, then ``data: [DONE]``. ``continuous_usage_stats`` puts usage in every chunk, as vLLM does.
 Every chunk of a request starts with the same :func:`chunk_prefix`, built once per request; a
 content chunk is ``head + text + tail`` around it (:func:`content_template`), so the per-chunk work
-is one concatenation. ``text`` is JSON-safe bytes (plain words), inserted as is.
+is one concatenation. ``text`` is JSON-safe bytes (plain words), inserted as is. Reasoning chunks
+(``delta.reasoning_content``, :func:`reasoning_template`) and a tool call's chunks (its head,
+:func:`tool_call_chunk`, then argument pieces, :func:`arguments_template`) are built the same way.
 
 Whole bodies: chat and text completions, error bodies (SGLang's flat ``{"object": "error", ...}``,
 vLLM's ``{"error": {...}}``), the model list, SGLang's ``/server_info`` and the simulator's own
@@ -47,10 +49,43 @@ def content_template(prefix: bytes, chat: bool) -> tuple[bytes, bytes]:
     return head, tail
 
 
-def usage_json(prompt: int, completion: int, cached: int) -> bytes:
+_CHOICE_TAIL = b'"logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":null}\n\n'
+
+
+def reasoning_template(prefix: bytes) -> tuple[bytes, bytes]:
+    """(head, tail) of a chat chunk carrying reasoning text in ``delta.reasoning_content``; the tail
+    ends in ``"usage":null}\\n\\n``."""
+    head = prefix + b',"choices":[{"index":0,"delta":{"role":null,"content":null,"reasoning_content":"'
+    return head, b'","tool_calls":null},' + _CHOICE_TAIL
+
+
+def tool_call_chunk(prefix: bytes, call_id: str, name: str) -> bytes:
+    """A chat stream's first chunk of a tool call: its id, type and name, empty arguments."""
+    call = {"index": 0, "id": call_id, "type": "function", "function": {"name": name, "arguments": ""}}
+    delta = b'{"role":null,"content":null,"reasoning_content":null,"tool_calls":[' + orjson.dumps(call) + b"]}"
+    return prefix + b',"choices":[{"index":0,"delta":' + delta + b"," + _CHOICE_TAIL
+
+
+def arguments_template(prefix: bytes) -> tuple[bytes, bytes]:
+    """(head, tail) of a chat chunk carrying a piece of the tool call's arguments; the piece goes
+    between them as a JSON string (quotes included); the tail ends in ``"usage":null}\\n\\n``."""
+    head = (
+        prefix + b',"choices":[{"index":0,"delta":{"role":null,"content":null,"reasoning_content":null,'
+        b'"tool_calls":[{"index":0,"function":{"arguments":'
+    )
+    return head, b"}}]}," + _CHOICE_TAIL
+
+
+def usage_json(prompt: int, completion: int, cached: int, reasoning: int | None = None) -> bytes:
+    """Usage; ``reasoning`` (when the request asked for reasoning) adds
+    ``completion_tokens_details.reasoning_tokens``."""
+    details = b"" if reasoning is None else b',"completion_tokens_details":{"reasoning_tokens":%d}' % reasoning
     return (
         b'{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d,'
-        b'"prompt_tokens_details":{"cached_tokens":%d}}' % (prompt, prompt + completion, completion, cached)
+        b'"prompt_tokens_details":{"cached_tokens":%d}'
+        % (prompt, prompt + completion, completion, cached)
+        + details
+        + b"}"
     )
 
 
@@ -108,14 +143,21 @@ def completion_body(
     prompt_tokens: int,
     generated: int,
     cached: int,
+    reasoning: str | None = None,
+    tool_calls: list[dict[str, Any]] | None = None,
+    reasoning_tokens: int | None = None,
 ) -> bytes:
-    """A non-streamed chat or text completion."""
-    usage = {
+    """A non-streamed chat or text completion (chat: ``reasoning`` the message's
+    ``reasoning_content``, ``tool_calls`` its calls, whose message has null content when it has
+    no text; ``reasoning_tokens`` goes to ``usage.completion_tokens_details``)."""
+    usage: dict[str, Any] = {
         "prompt_tokens": prompt_tokens,
         "total_tokens": prompt_tokens + generated,
         "completion_tokens": generated,
         "prompt_tokens_details": {"cached_tokens": cached},
     }
+    if reasoning_tokens is not None:
+        usage["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
     matched = EOS_TOKEN_ID if reason == "stop" else None
     if chat:
         obj: dict[str, Any] = {
@@ -126,7 +168,12 @@ def completion_body(
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": text, "reasoning_content": None, "tool_calls": None},
+                    "message": {
+                        "role": "assistant",
+                        "content": None if tool_calls and not text else text,
+                        "reasoning_content": reasoning,
+                        "tool_calls": tool_calls,
+                    },
                     "logprobs": None,
                     "finish_reason": reason,
                     "matched_stop": matched,

@@ -18,6 +18,7 @@ from loadgen.sim.profile import (
     ProfileError,
     apply_overrides,
     load_profile,
+    load_profile_file,
     part_names,
     profile_description,
     profile_names,
@@ -43,6 +44,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--port", type=int, default=30000, help="port to bind; 0 picks a free one (default 30000)")
     g.add_argument("--port-file", help="write the bound port to this file once listening")
     g.add_argument("--profile", default=DEFAULT_PROFILE, help=f"named profile (default {DEFAULT_PROFILE})")
+    g.add_argument(
+        "--profile-file",
+        metavar="PATH",
+        help="a profile TOML outside the package, same format as profiles/*.toml (a calibrated twin); "
+        "replaces --profile",
+    )
     g.add_argument("--list-profiles", action="store_true", help="print the profiles and parts, then exit")
     g.add_argument("--hardware", help="hardware part to use instead of the profile's (e.g. b200x8)")
     g.add_argument("--model-config", help="model part to use instead of the profile's (e.g. kimi-k2.6)")
@@ -57,6 +64,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="metric names, log lines and error bodies to imitate (default sglang)",
     )
     g.add_argument("--seed", type=int, default=0, help="random seed (lengths, acceptance, text)")
+    g.add_argument(
+        "--tool-rounds",
+        type=int,
+        default=4,
+        help="with tool_choice auto, answer with a tool call until the conversation holds this many tool "
+        "results, then with text (default 4)",
+    )
     g.add_argument(
         "--set",
         action="append",
@@ -146,7 +160,12 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         overrides[key.strip()] = value.strip()
     try:
-        profile = load_profile(args.profile, hardware=args.hardware, model=args.model_config, spec=args.spec)
+        if args.profile_file:
+            profile = load_profile_file(
+                args.profile_file, hardware=args.hardware, model=args.model_config, spec=args.spec
+            )
+        else:
+            profile = load_profile(args.profile, hardware=args.hardware, model=args.model_config, spec=args.spec)
         profile = apply_overrides(profile, overrides)
     except ProfileError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -174,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         log_file=args.log_file,
         metrics_style=args.metrics_style,
         seed=args.seed,
+        tool_rounds=args.tool_rounds,
         faults=faults,
     )
     try:

@@ -6,8 +6,8 @@ user message) is served mostly from cache. The simulator matches prompts on cont
 continuation is named the way the next turn's prompt will be hashed
 (:func:`loadgen.sim.text.prompt_block_hashes`):
 
-* chat: the request's messages followed by an assistant message whose content is the reply text
-  (the template's role marker, then the words as the client received them);
+* chat: the request's tools and messages followed by an assistant message whose content is the
+  reply text (the template's role marker, then the words as the client received them);
 * text completion: the prompt string followed by the reply text;
 * a prompt given as token ids has no text to continue: its output is not cached.
 
@@ -28,7 +28,7 @@ from loadgen.sim.text import prompt_block_hashes
 class PromptContinuation:
     """Block hashes of a prompt followed by the first ``n`` tokens of its reply (see module doc)."""
 
-    __slots__ = ("_block_tokens", "_chars_per_token", "_chat", "_messages", "_prompt", "_reply")
+    __slots__ = ("_block_tokens", "_chars_per_token", "_chat", "_messages", "_prompt", "_reply", "_tools")
 
     def __init__(
         self,
@@ -37,8 +37,10 @@ class PromptContinuation:
         chars_per_token: float,
         block_tokens: int,
         reply: Callable[[int], str],
+        tools: Any = None,
     ) -> None:
         self._chat = messages is not None
+        self._tools = tools
         self._messages = messages or []
         self._prompt = prompt
         self._chars_per_token = chars_per_token
@@ -49,6 +51,8 @@ class PromptContinuation:
         text = self._reply(n_tokens)
         if self._chat:
             body: dict[str, Any] = {"messages": [*self._messages, {"role": "assistant", "content": text}]}
+            if self._tools:
+                body["tools"] = self._tools
         else:
             body = {"prompt": self._prompt + text}
         return prompt_block_hashes(body, self._chat, self._chars_per_token, self._block_tokens)
@@ -65,7 +69,7 @@ def continuation(
         messages = body.get("messages")
         if not isinstance(messages, list):
             return None
-        return PromptContinuation(messages, "", chars_per_token, block_tokens, reply)
+        return PromptContinuation(messages, "", chars_per_token, block_tokens, reply, body.get("tools"))
     prompt = body.get("prompt", "")
     if isinstance(prompt, list):
         if not all(isinstance(x, str) for x in prompt):

@@ -4,7 +4,11 @@ Fields understood: ``messages`` (chat: required, a list) or ``prompt`` (completi
 ``max_completion_tokens`` or else ``max_tokens`` (a non-negative integer; absent: up to the context
 length), ``min_tokens`` (a floor on the natural length; not an integer: 0), ``ignore_eos``,
 ``stream`` and ``stream_options`` (``include_usage``: SGLang sends usage only when asked, vLLM
-whenever ``stream_options`` is present; ``continuous_usage_stats``). Other fields are ignored.
+whenever ``stream_options`` is present; ``continuous_usage_stats``). Chat messages may carry image
+parts (``{"type": "image_url", "image_url": {"url": "data:image/png;base64,..."}}``), which add
+their tokens to the prompt (:mod:`loadgen.sim.images`; one that cannot be read is a 400 naming
+it), and ``tools`` add theirs (:func:`loadgen.sim.text.tools_tokens`). What the answer consists of
+(reasoning, tool calls) is read by :mod:`loadgen.sim.output_plan`. Other fields are ignored.
 A body that breaks these rules raises :class:`BadRequest`, whose message the client gets with a 400.
 Prompt tokens are estimated from the text (:func:`loadgen.sim.text.count_prompt_tokens`).
 """
@@ -16,7 +20,8 @@ from typing import Any
 
 import orjson
 
-from loadgen.sim.text import count_prompt_tokens, prompt_text
+from loadgen.sim.images import ImageError, prompt_images
+from loadgen.sim.text import count_prompt_tokens, prompt_text, tools_tokens
 
 
 class BadRequest(Exception):
@@ -54,6 +59,12 @@ def read_params(body_raw: bytes, chat: bool, chars_per_token: float, style: str)
         raise BadRequest("Field 'prompt' is required.")
     text, n_msgs = prompt_text(body, chat)
     prompt_tokens = count_prompt_tokens(text, n_msgs, chars_per_token)
+    if chat:
+        try:
+            images = prompt_images(body["messages"])
+        except ImageError as exc:
+            raise BadRequest(f"Invalid image in {exc}") from None
+        prompt_tokens += sum(image.tokens for image in images) + tools_tokens(body.get("tools"), chars_per_token)
     max_tokens = body.get("max_completion_tokens")
     if max_tokens is None:
         max_tokens = body.get("max_tokens")

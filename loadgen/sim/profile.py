@@ -268,6 +268,23 @@ def load_profile(
     path = PROFILE_DIR / f"{name}.toml"
     if not path.exists():
         raise ProfileError(f"unknown profile {name!r}; choose one of: {', '.join(profile_names())}")
+    return load_profile_file(path, name=name, hardware=hardware, model=model, spec=spec)
+
+
+def load_profile_file(
+    path: str | Path,
+    *,
+    name: str | None = None,
+    hardware: str | None = None,
+    model: str | None = None,
+    spec: str | None = None,
+) -> Profile:
+    """Load a profile from any TOML file in the format of ``profiles/<name>.toml`` (``loadgen sim
+    --profile-file``; a calibrated twin, say). Its parts are named from the shipped part files and
+    may be overridden in ``[hardware_overrides]``, ``[model_overrides]`` and ``[spec_overrides]``.
+    ``name`` defaults to the file's stem. Raises ProfileError naming the file and field."""
+    path = Path(path)
+    name = name or path.stem
     data = _read_toml(path)
     hw = load_part("hardware", hardware or str(data.get("hardware", "")))
     mc = load_part("model", model or str(data.get("model", "")))

@@ -11,7 +11,16 @@ chunks an error event ends the stream and the request is aborted.
 
 The emission log (``--emission-log``) gets one JSON line per chunk sent: ``request_id``, ``index``
 (per request, from 0), ``tokens``, ``emit_ns`` (wall clock, ns), ``kind`` (role, content, finish,
-usage, error). It is buffered; the owner flushes it.
+usage, error) and, on content lines, ``output_kind``: what the chunk carries (``reasoning``,
+``text`` or ``tool``). It is buffered; the owner flushes it.
+
+An answer with a plan (:mod:`loadgen.sim.output_plan`: reasoning, a tool call) takes its output
+tokens in order: the first ``reasoning_tokens`` are reasoning (``delta.reasoning_content``
+chunks, SGLang's field), the rest answer text (``delta.content``) or the call's arguments: one
+chunk with the call's id, name and empty arguments, then one ``tool_calls`` arguments chunk per
+emission, finish_reason "tool_calls". An emission that crosses from reasoning to the answer is
+written as two chunks in one write (two log lines); the stream faults count emissions as before.
+Its usage carries ``completion_tokens_details.reasoning_tokens`` when reasoning was asked for.
 
 A pooling request (:class:`PooledResponse`: embeddings, rerank, score) spans several engine
 sequences and gets one whole JSON body when the last one finishes (a 500 if one is aborted), with
@@ -31,20 +40,24 @@ import orjson
 
 from loadgen.sim.bodies import (
     DONE,
+    arguments_template,
     chunk_prefix,
     completion_body,
     content_template,
     error_body,
     finish_chunk,
     malformed_chunk,
+    reasoning_template,
     role_chunk,
     stream_error,
+    tool_call_chunk,
     usage_chunk,
     usage_json,
 )
 from loadgen.sim.continuation import PromptContinuation, continuation
 from loadgen.sim.engine import ABORTED, Emission, Engine, SimRequest
 from loadgen.sim.http import Connection
+from loadgen.sim.output_plan import OutputPlan
 from loadgen.sim.text import TextSource
 
 
@@ -60,8 +73,8 @@ class Response:
 
     __slots__ = (
         "chat", "chunks", "conn", "continuous_usage", "done", "error_at", "framing", "head", "id_json",
-        "include_usage", "keep_text", "malformed_at", "pending", "pieces", "prefix", "prompt_tokens", "req", "rid",
-        "sent", "stall_at", "stream", "tail",
+        "include_usage", "keep_text", "malformed_at", "pending", "pieces", "plan", "prefix", "prompt_tokens",
+        "reasoning", "req", "rid", "sent", "stall_at", "stream", "tail", "tool_open",
     )  # fmt: skip
 
     conn: Connection
@@ -88,6 +101,25 @@ class Response:
         self.pending: bytes | None = None  # text taken at finish for tokens not sent yet: sent next
         self.sent = 0
         self.framing: Framing | None = None  # set (with stream False): not framed by the Responder
+        self.plan: OutputPlan | None = None  # reasoning and/or a tool call (None: plain text)
+        self.reasoning: list[bytes] = []  # the reasoning text taken so far (a plan with reasoning)
+        self.tool_open = False  # the tool call's first chunk / item was written
+
+    def reasoning_done(self) -> int:
+        """Reasoning tokens generated so far."""
+        plan = self.plan
+        return 0 if plan is None else min(plan.reasoning_tokens, self.req.generated)
+
+    def reasoning_usage(self) -> int | None:
+        """``reasoning_tokens`` for usage: None when the request asked for no reasoning."""
+        plan = self.plan
+        return None if plan is None or plan.effort is None else self.reasoning_done()
+
+    def finish_reason(self) -> str:
+        """The finish reason of a finished request ("tool_calls" for a complete call)."""
+        reason = self.req.finish_reason or "stop"
+        plan = self.plan
+        return "tool_calls" if reason == "stop" and plan is not None and plan.call is not None else reason
 
 
 class PooledResponse(Response):
@@ -140,6 +172,7 @@ class Responder:
         stall_at: int,
         malformed_at: int,
         error_at: int,
+        plan: OutputPlan | None = None,
     ) -> Response:
         """A new response to one request on ``conn``, its chunk templates built once."""
         st = Response()
@@ -156,6 +189,7 @@ class Responder:
         st.error_at = error_at
         st.prefix = chunk_prefix(st.id_json, chat, self.created, self.model_json)
         st.head, st.tail = content_template(st.prefix, chat)
+        st.plan = plan
         return st
 
     def continuation(
@@ -203,7 +237,9 @@ class Responder:
                     st.framing.deliver(st, em)
                     continue
                 if em.tokens:
-                    if st.pending is not None:
+                    if st.plan is not None:
+                        self.take_planned(st, em)
+                    elif st.pending is not None:
                         st.pending = None  # already in pieces
                     else:
                         st.pieces.append(self.text.take(em.tokens))
@@ -231,6 +267,11 @@ class Responder:
                     )
                     self.engine.abort(st.rid, self.clock(), "fault")
                     continue
+                if st.plan is not None:
+                    self._write_planned(st, em)
+                    if em.finished:
+                        self._finish_stream(st, em.req)
+                    continue
                 if st.pending is not None:
                     text, st.pending = st.pending, None
                 else:
@@ -251,33 +292,90 @@ class Responder:
                     if emlog is not None:
                         self._emit_log(st, 0, "role")
                     if emlog is not None:
-                        self._emit_log(st, em.tokens, "content")
+                        self._emit_log(st, em.tokens, "content", "text")
                     conn.write_chunk(role + payload)
                 else:
                     if emlog is not None:
-                        self._emit_log(st, em.tokens, "content")
+                        self._emit_log(st, em.tokens, "content", "text")
                     conn.write_chunk(payload)
             if em.finished:
                 self._finish_stream(st, em.req)
 
-    def log_emission(self, st: Response, tokens: int, kind: str) -> None:
-        """One emission-log line for an event of ``st`` about to be written (nothing without a log)."""
+    def log_emission(self, st: Response, tokens: int, kind: str, output_kind: str = "") -> None:
+        """One emission-log line for an event of ``st`` about to be written (nothing without a log);
+        ``output_kind`` (reasoning, text, tool) for an event that carries output."""
         if self._emlog is not None:
-            self._emit_log(st, tokens, kind)
+            self._emit_log(st, tokens, kind, output_kind)
 
-    def _emit_log(self, st: Response, tokens: int, kind: str) -> None:
+    def _emit_log(self, st: Response, tokens: int, kind: str, output_kind: str = "") -> None:
         assert self._emlog is not None
-        self._emlog.write(
-            orjson.dumps(
-                {"request_id": st.rid, "index": st.sent, "tokens": tokens, "emit_ns": time.time_ns(), "kind": kind}
-            )
-            + b"\n"
-        )
+        line = {"request_id": st.rid, "index": st.sent, "tokens": tokens, "emit_ns": time.time_ns(), "kind": kind}
+        if output_kind:
+            line["output_kind"] = output_kind
+        self._emlog.write(orjson.dumps(line) + b"\n")
         st.sent += 1
 
+    # -- answers with a plan (reasoning, a tool call) -------------------------------------------
+
+    def take_planned(self, st: Response, em: Emission) -> tuple[bytes, bytes]:
+        """The reasoning text and answer text of an emission of a planned answer, kept in ``st``
+        (a tool call's arguments need no keeping: they follow from the token count)."""
+        plan = st.plan
+        assert plan is not None
+        n_reason, n_answer = plan.split(em.req.generated - em.tokens, em.tokens)
+        reasoning = self.text.take(n_reason) if n_reason else b""
+        if reasoning:
+            st.reasoning.append(reasoning)
+        text = b""
+        if n_answer and plan.call is None:
+            text = self.text.take(n_answer)
+            st.pieces.append(text)
+        return reasoning, text
+
+    def _write_planned(self, st: Response, em: Emission) -> None:
+        """One emission of a streamed chat answer with a plan (the faults already applied; only chat
+        answers have plans)."""
+        plan = st.plan
+        assert plan is not None
+        before = em.req.generated - em.tokens
+        n_reason, n_answer = plan.split(before, em.tokens)
+        reasoning, text = self.take_planned(st, em)
+        end = b"null}\n\n"
+        if st.continuous_usage:
+            end = usage_json(st.prompt_tokens, em.req.generated, em.req.cached_tokens, st.reasoning_usage()) + b"}\n\n"
+        out = b""
+        if st.chunks == 1 and st.chat:
+            first = usage_json(st.prompt_tokens, 0, em.req.cached_tokens) if st.continuous_usage else b"null"
+            out = role_chunk(st.prefix, first)
+            self.log_emission(st, 0, "role")
+        malformed = st.malformed_at >= 0 and st.chunks == st.malformed_at + 1
+        if malformed:
+            self.log_emission(st, em.tokens, "content", "reasoning" if n_reason else "tool" if plan.call else "text")
+            st.conn.write_chunk(out + malformed_chunk(st.id_json))
+            return
+        if n_reason:
+            head, tail = reasoning_template(st.prefix)
+            out += head + reasoning + tail[:-7] + end
+            self.log_emission(st, n_reason, "content", "reasoning")
+        if n_answer:
+            call = plan.call
+            if call is None:
+                out += st.head + text + st.tail[:-7] + end
+                self.log_emission(st, n_answer, "content", "text")
+            else:
+                piece = call.piece(before + n_reason - plan.reasoning_tokens, n_answer)
+                if not st.tool_open:
+                    st.tool_open = True
+                    out += tool_call_chunk(st.prefix, call.call_id, call.name)
+                    self.log_emission(st, 0, "content", "tool")
+                head, tail = arguments_template(st.prefix)
+                out += head + orjson.dumps(piece) + tail[:-7] + end
+                self.log_emission(st, n_answer, "content", "tool")
+        st.conn.write_chunk(out)
+
     def _finish_stream(self, st: Response, req: SimRequest) -> None:
-        reason = req.finish_reason or "stop"
-        usage_all = usage_json(st.prompt_tokens, req.generated, req.cached_tokens)
+        reason = st.finish_reason()
+        usage_all = usage_json(st.prompt_tokens, req.generated, req.cached_tokens, st.reasoning_usage())
         out = finish_chunk(st.prefix, st.chat, reason, usage_all if st.continuous_usage else b"null")
         emlog = self._emlog
         if emlog is not None:
@@ -309,10 +407,23 @@ class Responder:
             st.conn.end_plain(500, body)
             return
         text = b"".join(st.pieces).decode()
-        reason = req.finish_reason or "stop"
+        reason = st.finish_reason()
+        plan = st.plan
+        reasoning: str | None = None
+        calls: list[dict[str, Any]] | None = None
+        if plan is not None:
+            reasoning = b"".join(st.reasoning).decode() if plan.effort is not None else None
+            call = plan.call
+            if call is not None:
+                arguments = call.piece(0, max(0, req.generated - plan.reasoning_tokens))
+                if st.chat:
+                    fn = {"name": call.name, "arguments": arguments}
+                    calls = [{"id": call.call_id, "index": 0, "type": "function", "function": fn}]
+                else:  # not reached: only chat answers have plans
+                    text = arguments
         body = completion_body(
             st.chat, st.rid, self.created, self.model_name, text, reason, st.prompt_tokens, req.generated,
-            req.cached_tokens,
+            req.cached_tokens, reasoning, calls, st.reasoning_usage(),
         )  # fmt: skip
         st.conn.end_plain(200, body, extra=b"x-request-id: " + st.rid.encode("latin-1", "replace") + b"\r\n")
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import json
 import os
 import select
 import selectors
@@ -47,6 +48,16 @@ from loadgen.sim.bodies import error_body, models_body, server_info_body, sim_st
 from loadgen.sim.engine import Engine, RejectError, SimRequest, natural_length
 from loadgen.sim.http import Connection
 from loadgen.sim.logsink import LogSink
+from loadgen.sim.output_plan import (
+    DEFAULT_TOOL_ROUNDS,
+    OutputPlan,
+    ToolCall,
+    count_tool_results,
+    decide_call,
+    plan_output,
+    read_effort,
+    read_tools,
+)
 from loadgen.sim.params import BadRequest, read_params
 from loadgen.sim.pooling import (
     MAX_EMBEDDING_DIM,
@@ -81,6 +92,19 @@ POOLING_PATHS = {
     "/score": "score",
 }
 RID_PREFIX = {"embeddings": "embd-", "rerank": "rerank-", "score": "score-"}
+GENERATE_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/responses")
+GET_PATHS = ("/health", "/health_generate", "/v1/models", "/metrics", "/gpu/metrics", "/server_info", "/openapi.json")
+
+
+def openapi_body(model_name: str) -> bytes:
+    """The routes served, as FastAPI servers (vLLM, SGLang) list them at /openapi.json: a client
+    that got a 404 reads what the server does serve here."""
+    paths: dict[str, dict[str, dict[str, str]]] = {
+        p: {"post": {"summary": p}} for p in (*GENERATE_PATHS, *POOLING_PATHS)
+    }
+    paths.update({p: {"get": {"summary": p}} for p in GET_PATHS})
+    doc = {"openapi": "3.1.0", "info": {"title": f"loadgen sim ({model_name})", "version": "1"}, "paths": paths}
+    return json.dumps(doc).encode()
 
 
 class PreciseEpollSelector(selectors.EpollSelector):
@@ -119,6 +143,7 @@ class ServerOptions:
     log_file: str | None = None
     metrics_style: str = "sglang"
     seed: int = 0
+    tool_rounds: int = DEFAULT_TOOL_ROUNDS  # tool_choice "auto" calls until this many tool results
     faults: Faults = field(default_factory=Faults)
 
 
@@ -306,6 +331,8 @@ class SimServer:
             conn.send(200, self.gpu.render(self.loop.time()).encode(), PROM_TYPE)
         elif path in ("/server_info", "/get_server_info"):
             conn.send_json(200, server_info_body(self.profile, self.engine))
+        elif path == "/openapi.json":
+            conn.send_json(200, openapi_body(self.model_name))
         elif path == "/sim/stats":
             conn.send_json(200, sim_stats_body(self.lateness, self.engine, self.ready))
         elif path == "/sim/stats/reset":
@@ -369,8 +396,12 @@ class SimServer:
         if self._refused(conn, now):
             return
         f = self.opts.faults
+        effort, ask = None, None
         try:
             params = read_params(body_raw, chat, self.profile.server.chars_per_token, self.opts.metrics_style)
+            if chat:
+                effort = read_effort(params.body, responses=False)
+                ask = read_tools(params.body)
         except BadRequest as exc:
             conn.send_json(400, self._error_body(400, exc.message, "BadRequestError"))
             return
@@ -381,7 +412,13 @@ class SimServer:
         except RejectError as exc:
             conn.send_json(exc.status, self._error_body(exc.status, exc.message, exc.err_type))
             return
-        limit, target, reason = self._output_length(prompt_tokens, max_tokens, params.ignore_eos, params.min_tokens)
+        call = None
+        if chat and ask is not None:
+            n_results = count_tool_results(params.body["messages"])
+            call = decide_call(ask, n_results, self.opts.tool_rounds, params.text)
+        limit, target, reason, plan = self._output_length(
+            prompt_tokens, max_tokens, params.ignore_eos, params.min_tokens, effort, call
+        )
         rid = headers.get("x-request-id") or ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         if rid in engine.requests:
             rid = f"{rid}-{uuid.uuid4().hex[:8]}"
@@ -397,6 +434,7 @@ class SimServer:
             stall_at=f.stall_after_chunks if faulty else -1,
             malformed_at=f.malformed_after_chunks if faulty else -1,
             error_at=f.error_after_chunks if faulty else -1,
+            plan=plan,
         )
         req = SimRequest(
             rid=rid,
@@ -409,9 +447,10 @@ class SimServer:
         if engine.cache is not None:
             s = self.profile.server
             req.block_hashes = prompt_block_hashes(params.body, chat, s.chars_per_token, s.prefix_block_tokens)
-            req.continued_block_hashes = self.responder.continuation(
-                st, params.body, s.chars_per_token, s.prefix_block_tokens
-            )
+            if plan is None:  # reasoning and calls are not what the next turn's prompt holds
+                req.continued_block_hashes = self.responder.continuation(
+                    st, params.body, s.chars_per_token, s.prefix_block_tokens
+                )
         req.context = st
         st.req = req
         conn.active = st
@@ -421,15 +460,23 @@ class SimServer:
         self.kick()
 
     def _output_length(
-        self, prompt_tokens: int, max_tokens: int | None, ignore_eos: bool, min_tokens: int
-    ) -> tuple[int, int, str]:
-        """(the request's token cap, the tokens it will generate, its finish reason)."""
+        self,
+        prompt_tokens: int,
+        max_tokens: int | None,
+        ignore_eos: bool,
+        min_tokens: int,
+        effort: str | None = None,
+        call: ToolCall | None = None,
+    ) -> tuple[int, int, str, OutputPlan | None]:
+        """(the request's token cap, the tokens it will generate, its finish reason, its plan:
+        reasoning and/or a tool call, :mod:`loadgen.sim.output_plan`)."""
         limit = max_tokens if max_tokens is not None else self.profile.context_length - prompt_tokens
-        if ignore_eos:
-            return limit, limit, "length"
-        s = self.profile.server
-        natural = max(natural_length(self.rng, s.natural_len_median, s.natural_len_sigma), min_tokens)
-        return (limit, natural, "stop") if natural < limit else (limit, limit, "length")
+        natural = 0
+        if not ignore_eos and call is None:
+            s = self.profile.server
+            natural = max(natural_length(self.rng, s.natural_len_median, s.natural_len_sigma), min_tokens)
+        target, reason, plan = plan_output(limit, max_tokens, natural, ignore_eos, effort, call)
+        return limit, target, reason, plan
 
     def _respond(self, conn: Connection, body_raw: bytes, headers: dict[str, str]) -> None:
         """A Responses API call: one engine request, as a chat call with the same messages."""
@@ -453,8 +500,10 @@ class SimServer:
         except RejectError as exc:
             conn.send_json(exc.status, self._error_body(exc.status, exc.message, exc.err_type))
             return
-        limit, target, reason = self._output_length(
-            prompt_tokens, request.max_output_tokens, request.ignore_eos, request.min_tokens
+        n_results = count_tool_results(request.conversation)
+        call = decide_call(request.tools, n_results, self.opts.tool_rounds, request.text)
+        limit, target, reason, plan = self._output_length(
+            prompt_tokens, request.max_output_tokens, request.ignore_eos, request.min_tokens, request.effort, call
         )
         given = headers.get("x-request-id")
         rid = given or "resp_" + uuid.uuid4().hex
@@ -471,14 +520,16 @@ class SimServer:
             stall_at=f.stall_after_chunks if faulty else -1,
             malformed_at=f.malformed_after_chunks if faulty else -1,
             error_at=f.error_after_chunks if faulty else -1,
+            plan=plan,
         )
         req = SimRequest(rid, prompt_tokens, limit, target, reason, source=classify_source(request.text))
         if engine.cache is not None:
-            chat_body = {"messages": request.messages}
+            chat_body = {"messages": request.messages, "tools": request.tools_raw}
             req.block_hashes = prompt_block_hashes(chat_body, True, s.chars_per_token, s.prefix_block_tokens)
-            req.continued_block_hashes = self.responder.continuation(
-                st, chat_body, s.chars_per_token, s.prefix_block_tokens
-            )
+            if plan is None:
+                req.continued_block_hashes = self.responder.continuation(
+                    st, chat_body, s.chars_per_token, s.prefix_block_tokens
+                )
             st.keep_text = True  # the stored turn and the final events need the text, cached or not
         req.context = st
         st.req = req

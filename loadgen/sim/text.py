@@ -6,12 +6,16 @@ bytes; building a chunk is a byte join.
 
 Prompt tokens are estimated, not tokenized: ``ceil(characters / chars_per_token)`` (4 by default,
 the usual rule of thumb for English with BPE tokenizers) over the prompt text, plus 4 tokens per
-chat message for the chat template's role markers. A completions prompt given as a list of token
-ids counts one token per id.
+chat message for the chat template's role markers. A chat message's text is its content's text
+parts and, for an assistant message, its ``tool_calls`` (names and arguments). A request's
+``tools`` add ``ceil(len(tools_text) / chars_per_token)`` tokens (:func:`tools_text`) and each
+image its own count (:mod:`loadgen.sim.images`); the caller adds those. A completions prompt
+given as a list of token ids counts one token per id.
 
 Prefix-cache blocks: :func:`prompt_block_hashes` cuts the prompt into blocks of ``block_tokens``
 estimated tokens (``block_tokens * chars_per_token`` characters; chat messages contribute their
-role marker, as long as the 4 template tokens, then their content) and names each full block by a
+role marker, as long as the 4 template tokens, then their content, an image as its hash padded to
+its tokens' length; the tools' text comes first) and names each full block by a
 hash chained over all blocks before it, so prompts sharing a prefix byte for byte share the hashes
 of its full blocks. Token-id prompts are cut every ``block_tokens`` ids.
 
@@ -27,6 +31,9 @@ import math
 from typing import Any
 
 import numpy as np
+import orjson
+
+from loadgen.sim.images import image_marker, part_image_url
 
 _WORDS = """
 the of and to in is that for it as was with be by on not he this are or his from at which but have
@@ -86,13 +93,44 @@ def _content_text(content: Any) -> str:
     return "" if content is None else str(content)
 
 
+def tools_text(tools: Any) -> str:
+    """The prompt text of a request's ``tools`` (the chat template puts their definitions first):
+    each function's name, description and parameters as compact JSON with sorted keys, the same
+    for the chat form (``{"type": "function", "function": {...}}``) and the Responses flat form;
+    "" when there are none."""
+    if not isinstance(tools, list) or not tools:
+        return ""
+    out = []
+    for tool in tools:
+        if not isinstance(tool, dict):
+            continue
+        fn = tool.get("function")
+        if not isinstance(fn, dict):
+            fn = tool
+        out.append({k: fn.get(k) for k in ("name", "description", "parameters") if k in fn})
+    return orjson.dumps(out, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def _calls_text(message: dict[str, Any]) -> str:
+    """An assistant message's ``tool_calls`` as prompt text: each call's name and arguments."""
+    calls = message.get("tool_calls")
+    if not isinstance(calls, list):
+        return ""
+    parts = []
+    for call in calls:
+        fn = call.get("function") if isinstance(call, dict) else None
+        if isinstance(fn, dict):
+            parts.append(str(fn.get("name", "")) + str(fn.get("arguments", "")))
+    return "".join(parts)
+
+
 def prompt_text(body: dict[str, Any], chat: bool) -> tuple[str, int]:
     """The prompt's text and the number of chat messages (0 for completions)."""
     if chat:
         messages = body.get("messages") or []
         if not isinstance(messages, list):
             return "", 0
-        text = "".join(_content_text(m.get("content")) for m in messages if isinstance(m, dict))
+        text = "".join(_content_text(m.get("content")) + _calls_text(m) for m in messages if isinstance(m, dict))
         return text, len(messages)
     prompt = body.get("prompt", "")
     if isinstance(prompt, list):
@@ -100,6 +138,12 @@ def prompt_text(body: dict[str, Any], chat: bool) -> tuple[str, int]:
             return "", -len(prompt)  # token ids: negative count signals "exact"
         return "".join(str(x) for x in prompt), 0
     return str(prompt), 0
+
+
+def tools_tokens(tools: Any, chars_per_token: float) -> int:
+    """Prompt tokens of a request's ``tools`` (0 without any)."""
+    text = tools_text(tools)
+    return math.ceil(len(text) / chars_per_token) if text else 0
 
 
 def count_prompt_tokens(text: str, n_messages: int, chars_per_token: float) -> int:
@@ -153,11 +197,21 @@ def _block_stream(body: dict[str, Any], chat: bool, chars_per_token: float) -> s
     if not isinstance(messages, list):
         return ""
     width = max(1, round(4 * chars_per_token))  # the template's 4 tokens per message
-    parts: list[str] = []
+    parts: list[str] = [tools_text(body.get("tools"))]
     for m in messages:
         if not isinstance(m, dict):
             continue
         marker = "<|" + str(m.get("role", "")) + "|>"
         parts.append(marker.ljust(width, "~")[:width])
-        parts.append(_content_text(m.get("content")))
+        content = m.get("content")
+        if isinstance(content, list):  # text parts as text, images as their hash (images.py)
+            for p in content:
+                url = part_image_url(p)
+                if url is not None:
+                    parts.append(image_marker(url, chars_per_token))
+                elif isinstance(p, dict):
+                    parts.append(str(p.get("text", "")))
+        else:
+            parts.append(_content_text(content))
+        parts.append(_calls_text(m))
     return "".join(parts)

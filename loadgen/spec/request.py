@@ -216,6 +216,15 @@ def responses_input(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return items
 
 
+def _message_chars(message: dict[str, Any]) -> int:
+    """A message's text, and the names and arguments of the tool calls it holds (prompt text too)."""
+    n = len(_text_of(message.get("content")))
+    for call in message.get("tool_calls") or ():
+        fn = call.get("function") or {}
+        n += len(fn.get("name") or "") + len(fn.get("arguments") or "")
+    return n
+
+
 def _text_of(content: Any) -> str:
     if isinstance(content, str):
         return content
@@ -233,7 +242,17 @@ def flatten(messages: list[dict[str, Any]] | None) -> str:
 
 def prompt_chars(spec: RequestSpec) -> tuple[int, int]:
     """Characters of the prompt text as sent (message text, the completions prompt, embedding
-    inputs, rerank query and documents) and the number of messages or items."""
+    inputs, rerank query and documents) and the number of messages or items. Tool definitions are
+    prompt text too (chat templates render their JSON into the prompt): their JSON counts as one
+    more message."""
+    chars, n = _prompt_chars(spec)
+    if spec.tools and spec.endpoint in ("chat", "responses"):
+        chars += len(orjson.dumps(spec.tools))
+        n += 1
+    return chars, n
+
+
+def _prompt_chars(spec: RequestSpec) -> tuple[int, int]:
     if spec.endpoint == "embeddings":
         inputs = spec.inputs or []
         return sum(map(len, inputs)), max(1, len(inputs))
@@ -244,7 +263,7 @@ def prompt_chars(spec: RequestSpec) -> tuple[int, int]:
         messages = spec.messages
         if spec.endpoint == "responses" and spec.previous_response_id is not None:
             messages = messages[spec.new_from :]
-        return sum(len(_text_of(m.get("content"))) for m in messages), len(messages)
+        return sum(_message_chars(m) for m in messages), len(messages)
     if spec.prompt is not None:
         return len(spec.prompt), 1
     return len(flatten(spec.messages)), 1

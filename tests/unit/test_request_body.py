@@ -111,3 +111,11 @@ def test_every_endpoint_has_a_body(endpoint: Any) -> None:
 def test_an_unknown_endpoint_is_named() -> None:
     with pytest.raises(ValueError, match="unknown endpoint 'audio'"):
         request_body(RequestSpec(endpoint="audio"), "m")  # type: ignore[arg-type]
+
+
+def test_tool_definitions_and_calls_count_as_prompt_text() -> None:
+    # the tools' JSON is one more message; an assistant turn's calls count by name and arguments
+    spec = RequestSpec(messages=AGENT_HISTORY, tools=[TOOL])
+    chars, n = prompt_chars(spec)
+    text = len("You are terse.") + len("What is here?") + len("search") + len('{"q":"x"}') + len("result text")
+    assert (chars, n) == (text + len(orjson.dumps([TOOL])), len(AGENT_HISTORY) + 1)
