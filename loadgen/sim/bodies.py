@@ -59,11 +59,32 @@ def reasoning_template(prefix: bytes) -> tuple[bytes, bytes]:
     return head, b'","tool_calls":null},' + _CHOICE_TAIL
 
 
-def tool_call_chunk(prefix: bytes, call_id: str, name: str) -> bytes:
-    """A chat stream's first chunk of a tool call: its id, type and name, empty arguments."""
-    call = {"index": 0, "id": call_id, "type": "function", "function": {"name": name, "arguments": ""}}
-    delta = b'{"role":null,"content":null,"reasoning_content":null,"tool_calls":[' + orjson.dumps(call) + b"]}"
+def tool_call_chunk(prefix: bytes, call_id: str, name: str, arguments: str = "", reasoning: bytes = b"null") -> bytes:
+    """A chat stream's first chunk of a tool call: its id, type, name and the first piece of its
+    arguments (generated in the same step), and the reasoning text that step ended (a JSON value)."""
+    call = {"index": 0, "id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+    delta = (
+        b'{"role":null,"content":null,"reasoning_content":'
+        + reasoning
+        + b',"tool_calls":['
+        + orjson.dumps(call)
+        + b"]}"
+    )
     return prefix + b',"choices":[{"index":0,"delta":' + delta + b"," + _CHOICE_TAIL
+
+
+def crossing_chunk(prefix: bytes, reasoning: bytes, text: bytes) -> bytes:
+    """One chat chunk of a step that ended the reasoning and began the answer: both fields in one
+    delta, as vLLM's reasoning parsers send it (``reasoning`` and ``text`` JSON-escaped, unquoted)."""
+    return (
+        prefix
+        + b',"choices":[{"index":0,"delta":{"role":null,"content":"'
+        + text
+        + b'","reasoning_content":"'
+        + reasoning
+        + b'","tool_calls":null},'
+        + _CHOICE_TAIL
+    )
 
 
 def arguments_template(prefix: bytes) -> tuple[bytes, bytes]:

@@ -44,6 +44,7 @@ from loadgen.sim.bodies import (
     chunk_prefix,
     completion_body,
     content_template,
+    crossing_chunk,
     error_body,
     finish_chunk,
     malformed_chunk,
@@ -353,24 +354,34 @@ class Responder:
             self.log_emission(st, em.tokens, "content", "reasoning" if n_reason else "tool" if plan.call else "text")
             st.conn.write_chunk(out + malformed_chunk(st.id_json))
             return
-        if n_reason:
+        # One chunk per emission, as a server sends one delta per step: a step that ends the
+        # reasoning and begins the answer (or the call) carries both in one delta. Two chunks in one
+        # write would be indistinguishable, for a client, from two steps its reads merged.
+        call = plan.call
+        if n_reason and not n_answer:
             head, tail = reasoning_template(st.prefix)
             out += head + reasoning + tail[:-7] + end
             self.log_emission(st, n_reason, "content", "reasoning")
-        if n_answer:
-            call = plan.call
-            if call is None:
-                out += st.head + text + st.tail[:-7] + end
-                self.log_emission(st, n_answer, "content", "text")
+        elif n_answer and call is None:
+            if n_reason:
+                out += crossing_chunk(st.prefix, reasoning, text)[:-7] + end
+                self.log_emission(st, n_reason, "content", "reasoning")
             else:
-                piece = call.piece(before + n_reason - plan.reasoning_tokens, n_answer)
-                if not st.tool_open:
-                    st.tool_open = True
-                    out += tool_call_chunk(st.prefix, call.call_id, call.name)
-                    self.log_emission(st, 0, "content", "tool")
+                out += st.head + text + st.tail[:-7] + end
+            self.log_emission(st, n_answer, "content", "text")
+        elif n_answer and call is not None:
+            piece = call.piece(before + n_reason - plan.reasoning_tokens, n_answer)
+            if n_reason:
+                self.log_emission(st, n_reason, "content", "reasoning")
+            if not st.tool_open:
+                # the call's id and name open it, with the first piece of its arguments
+                st.tool_open = True
+                said = b'"' + reasoning + b'"' if n_reason else b"null"
+                out += tool_call_chunk(st.prefix, call.call_id, call.name, piece, said)[:-7] + end
+            else:
                 head, tail = arguments_template(st.prefix)
                 out += head + orjson.dumps(piece) + tail[:-7] + end
-                self.log_emission(st, n_answer, "content", "tool")
+            self.log_emission(st, n_answer, "content", "tool")
         st.conn.write_chunk(out)
 
     def _finish_stream(self, st: Response, req: SimRequest) -> None:
