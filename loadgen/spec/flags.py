@@ -148,9 +148,9 @@ FLAGS: tuple[Flag, ...] = (
     Flag("call_type", "call-type", "choice",
          "the call type the knee verdict and plan are about, when a run mixes several (default: the one "
          "that served the most tokens)", _s("ramp", "ui", "form", "campaign"), choices=ENDPOINTS),
-    Flag("gpus", "gpus", "int",
+    Flag("gpu_count", "gpu-count", "int",
          "GPUs serving the model, for per-GPU figures (throughput per GPU on the Pareto plot); default: the "
-         "count the GPU telemetry saw", _s("ramp", "ui", "form", "campaign")),
+         "count the GPU telemetry saw (--gpus selects which GPUs telemetry reads)", _s("ramp", "ui", "form", "campaign")),
     Flag("find_knee", "find-knee", "switch",
          "search for the knee: raise the load geometrically from the first --concurrency/--rate value "
          "until saturation shows, then bisect", _s("ramp", "campaign"), default=False),

@@ -126,7 +126,7 @@ class RampOptions:
     telemetry: TelemetryOptions | None = None  # None: no side process
     slo: dict[str, float] | None = None
     call_type: str | None = None  # the call type the knee and plan are about (None: most served tokens)
-    gpus: int | None = None  # GPUs serving the model (per-GPU figures); None: from telemetry
+    gpu_count: int | None = None  # GPUs serving the model (per-GPU figures); None: from telemetry
     workers: int = 0
     prometheus_port: int | None = None
     tokenizer: str | None = None  # a local tokenizer.json / HF directory for output tokens without usage

@@ -116,3 +116,14 @@ def test_telemetry_sources_written_back_read_the_same() -> None:
     again = parser.parse_args(source_argv(first))
     assert vars(again) == vars(first)
     assert source_argv(parser.parse_args([])) == []  # defaults are left to the other side's defaults
+
+
+def test_every_subcommand_parser_builds_without_clashing_options() -> None:
+    # the option table's flags and the telemetry source flags share one parser per command: two rows
+    # with the same flag (--gpus once clashed with the telemetry's GPU selection) fail only here
+    from loadgen.cli import build_parser
+
+    parser = build_parser()
+    ns = parser.parse_args(["ramp", "--url", "http://127.0.0.1:1", "--gpu-count", "8", "--gpus", "0,1"])
+    assert ns.gpu_count == 8
+    parser.parse_args(["demo", "--concurrency", "1"])
