@@ -295,12 +295,25 @@ class StepCallTypes(TypedDict, total=False):
     images: ImageStats
 
 
+class GoodputStats(TypedDict):
+    """``step["goodput"]``: the successful requests of the window that met every SLO limit, each judged
+    on its own figures (``analysis.goodput``)."""
+
+    requests: int
+    met: int
+    frac: float | None
+    req_s: float | None
+    tok_s: float | None
+    missed_by_limit: dict[str, int]
+
+
 class StepSummary(StepStats, StepCallTypes, StepTelemetry, StepClientLoad, total=False):
     """One element of ``steps``: the step's statistics and what the enrichers added."""
 
     step_fields: dict[str, Any]  # other keys of the step's lines (free-form), when any
-    # Written by no analysis today; a step carrying it (hand-added, or a future per-request
-    # analysis) gives the capacity plan a measured goodput share instead of a bound.
+    # With an SLO (``analysis.goodput``): the requests that met every limit, judged one by one; the
+    # capacity plan reads ``goodput_frac`` (measured) instead of bounding it from percentiles.
+    goodput: GoodputStats
     goodput_frac: float
 
 
@@ -465,6 +478,35 @@ class CapacityPlan(_CapacityPlanRequired, total=False):
     reason: str
 
 
+GpusSource = Literal["option", "telemetry", "unknown"]
+"""Where the Pareto's GPU count came from: ``--gpu-count``, the GPU telemetry, or neither (1)."""
+
+
+class ParetoPoint(TypedDict):
+    """One step on the Pareto plot (``analysis.pareto``): ``per_user_tok_s`` = 1000 / TPOT p50,
+    ``tok_s_per_gpu`` = output tok/s / ``gpus``; None when the step has no such figure."""
+
+    step: int
+    concurrency: int | None
+    rate: float | None
+    context_tokens: int | None
+    tok_s_per_gpu: float | None
+    per_user_tok_s: float | None
+    on_frontier: bool
+    valid: bool
+
+
+class ParetoSummary(TypedDict):
+    """``pareto``: throughput per GPU against per-user tok/s, every step, the frontier marked (per
+    context length; INVALID steps never on it). ``note`` says when the GPU count is unknown."""
+
+    gpus: int
+    gpus_source: GpusSource
+    note: str | None
+    per_user: str  # how per_user_tok_s is computed, "1000 / tpot_ms.p50"
+    points: list[ParetoPoint]
+
+
 class _RunSummaryRequired(TypedDict):
     schema_version: int
     label: str | None
@@ -490,6 +532,8 @@ class RunSummary(_RunSummaryRequired, total=False):
     plan: CapacityPlan
     # the call type the knee and the plan are about, when the run has ``by_call`` (analysis.calltypes)
     knee_call_type: str
+    # throughput per GPU against per-user tok/s, per step, the frontier marked (analysis.pareto)
+    pareto: ParetoSummary
 
 
 __all__ = [
@@ -505,6 +549,7 @@ __all__ = [
     "EnergyMethod",
     "GpuPower",
     "GpuTelemetry",
+    "GpusSource",
     "IgnoredStep",
     "ImageStats",
     "KneeRule",
@@ -517,6 +562,8 @@ __all__ = [
     "MeanMin",
     "NextStepFails",
     "OperatingPoint",
+    "ParetoPoint",
+    "ParetoSummary",
     "PerReplica",
     "PlanCost",
     "PlanEnergy",

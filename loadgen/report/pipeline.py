@@ -17,6 +17,7 @@ import orjson
 from loadgen.analysis.calltypes import knee_steps
 from loadgen.analysis.client_load import client_load_enricher
 from loadgen.analysis.contracts import CapacityPlan, RunEvent, RunSummary
+from loadgen.analysis.goodput import add_goodput
 from loadgen.analysis.knee import knee_verdict
 from loadgen.analysis.load import Run, load_run
 from loadgen.analysis.plan import capacity_plan
@@ -43,6 +44,7 @@ def summarise(
         slo = read_manifest(Path(run_dir)).get("slo") or None
     if slo:
         summary["slo"] = dict(slo)
+        add_goodput(run, summary["steps"], slo)
     summary["knee"] = knee_verdict(knee_steps(summary), slo)
     summary["run_events"] = [cast(RunEvent, e) for e in run.events if e.get("src") == "loadgen"]
     plan_request = Path(run_dir) / PLAN_FILE

@@ -181,5 +181,34 @@ def run_events_section(summary: RunSummary) -> str | None:
     return "\n".join(lines)
 
 
+def goodput_section(summary: RunSummary) -> str | None:
+    """The requests that met every SLO limit, per step, counted from the records."""
+    steps = [s for s in summary.get("steps", []) if s.get("goodput")]
+    slo = summary.get("slo")
+    if not steps or not slo:
+        return None
+    keys = list(slo)
+    limits = ", ".join(f"{k} ≤ {v:g}" for k, v in slo.items())
+    lines = [
+        "## Goodput",
+        "",
+        f"Requests that met every limit ({escape_cell(limits)}), each judged on its own TTFT, TPOT, E2E "
+        "and inter-chunk gaps (not bounded from percentiles).",
+        "",
+        "| Step | Load | Requests | Met all | Share | Goodput req/s | Goodput tok/s | "
+        + " | ".join(f"Missed {escape_cell(k)}" for k in keys)
+        + " |",
+        "|---|---|---:|---:|---:|---:|---:|" + "---:|" * len(keys),
+    ]
+    for s in steps:
+        g = s["goodput"]
+        missed = " | ".join(str(g["missed_by_limit"].get(k, 0)) for k in keys)
+        lines.append(
+            f"| {s.get('step')} | {_load(s)} | {g['requests']} | {g['met']} | {_f(g['frac'], pct=True)} | "
+            f"{_f(g['req_s'], 2)} | {_f(g['tok_s'])} | {missed} |"
+        )
+    return "\n".join([*lines, ""])
+
+
 LEAD_SECTIONS = (knee_section,)
-TRAILING_SECTIONS = (*markdown_sections(), run_events_section, telemetry_section, plan_section)
+TRAILING_SECTIONS = (*markdown_sections(), goodput_section, run_events_section, telemetry_section, plan_section)

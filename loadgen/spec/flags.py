@@ -150,7 +150,8 @@ FLAGS: tuple[Flag, ...] = (
          "that served the most tokens)", _s("ramp", "ui", "form", "campaign"), choices=ENDPOINTS),
     Flag("gpu_count", "gpu-count", "int",
          "GPUs serving the model, for per-GPU figures (throughput per GPU on the Pareto plot); default: the "
-         "count the GPU telemetry saw (--gpus selects which GPUs telemetry reads)", _s("ramp", "ui", "form", "campaign")),
+         "count the GPU telemetry saw (--gpus selects which GPUs telemetry reads)",
+         _s("ramp", "ui", "form", "campaign")),
     Flag("find_knee", "find-knee", "switch",
          "search for the knee: raise the load geometrically from the first --concurrency/--rate value "
          "until saturation shows, then bisect", _s("ramp", "campaign"), default=False),
