@@ -251,7 +251,7 @@ class FixedStepModel:
         return self._cost(d)
 
     def prefill(self, n_tokens: int, attn_pairs: float) -> StepCost:
-        d = (self.t.ttft_ms + self.t.ttft_per_1k_ms * n_tokens / 1000.0) / 1e3
+        d = max(self.t.ttft_floor_ms, self.t.ttft_ms + self.t.ttft_per_1k_ms * n_tokens / 1000.0) / 1e3
         return self._cost(d)
 
     def _cost(self, d: float) -> StepCost:

@@ -142,13 +142,15 @@ class FixedTiming:
 
     Decode step time = ``itl_ms * (1 + itl_growth * (running - 1))``, so per-request speed falls as
     concurrency rises and aggregate throughput saturates at ``itl_ms / itl_growth`` requests' worth.
-    A prefill step takes ``ttft_ms`` (plus ``ttft_per_1k_ms`` per 1,000 prompt tokens).
+    A prefill step takes ``ttft_ms`` (plus ``ttft_per_1k_ms`` per 1,000 prompt tokens), and at least
+    ``ttft_floor_ms``: a small batch is bound by reading the weights, not by its tokens (0: no floor).
     """
 
     ttft_ms: float = 20.0
     itl_ms: float = 5.0
     itl_growth: float = 0.01
     ttft_per_1k_ms: float = 0.0
+    ttft_floor_ms: float = 0.0
     power_busy_w: float = 300.0  # per-GPU power while stepping
 
 

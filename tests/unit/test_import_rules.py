@@ -240,3 +240,18 @@ def test_a_campaign_process_really_stays_free_of_gevent() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+TWIN_MAY_IMPORT = ("loadgen.twin", "loadgen.analysis", "loadgen.rundir", "loadgen.spec", "loadgen.sim.profile")
+
+
+def test_the_twin_reads_run_dirs_and_profiles_only() -> None:
+    """The twin (``loadgen calibrate`` / ``loadgen twin``) reads run directories through analysis and
+    writes simulator profiles in sim.profile's format; it talks to the simulator and the ramp as
+    child processes, never by importing them, and never reaches the event loop."""
+    modules = [m for m in MODULES if m == "loadgen.twin" or m.startswith("loadgen.twin.")]
+    assert modules
+    for m in modules:
+        outside = {d for d in internal_deps(m) if not any(d == p or d.startswith(p + ".") for p in TWIN_MAY_IMPORT)}
+        assert not outside, f"{m} imports {sorted(outside)}"
+        assert not _hits(closure(m), EVENT_LOOP), f"{m} reaches {sorted(_hits(closure(m), EVENT_LOOP))}"

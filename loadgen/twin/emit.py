@@ -1,0 +1,218 @@
+"""A :class:`~loadgen.twin.fit.TwinFit` written as a simulator profile (``twin.toml``) and a report.
+
+The twin is a normal profile (``loadgen sim --profile-file twin.toml``). Its step times use the
+simulator's fixed-timing model (``[timing]``, ``loadgen.sim.engine.FixedStepModel``), which is the
+fitted model with the KV-context term folded in at the run's context per request:
+
+    decode step = itl_ms * (1 + itl_growth * (n - 1))      = a + b' * n,  b' = b + c * K/n
+    prefill step = ttft_ms + ttft_per_1k_ms * tokens / 1000
+
+Everything else is the simulator's scheduler as is: continuous batching, max running requests, the
+KV token pool (its size set through the notional memory plan below), speculative acceptance,
+the prefix cache and output lengths. The hardware and model parts are the toy ``tiny`` ones with
+overrides: a notional GPU whose memory plan leaves exactly the fitted KV pool (``weight_bytes``
+takes up the rest of the static fraction), never the measured hardware's real figures.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from loadgen.twin.fit import Param, TwinFit
+
+KV_CELL_BYTES = 65536
+MEM_FRACTION = 0.9
+NOTIONAL_HBM_GB = 1000.0
+DEFAULT_CONTEXT = 131072
+DEFAULT_CHUNKED_PREFILL = 8192
+
+# --set names that are not fit parameters but profile fields (SECTION.FIELD passes through)
+SET_ALIASES = {
+    "max_running_requests": "max_running_requests",
+    "max-running-requests": "max_running_requests",
+    "kv_pool_tokens": "kv_pool_tokens",
+}
+
+
+class TwinError(ValueError):
+    """Bad --set or an unusable fit; the message says what to do."""
+
+
+def apply_sets(result: TwinFit, sets: dict[str, str]) -> dict[str, str]:
+    """Apply ``--set name=value`` to the fit's parameters (a what-if); returns the SECTION.FIELD
+    overrides that go to the simulator as they are."""
+    passthrough: dict[str, str] = {}
+    for key, raw in sets.items():
+        name = SET_ALIASES.get(key, key)
+        if "." in name:
+            passthrough[name] = raw
+            continue
+        if name not in result.params:
+            known = ", ".join(sorted(result.params))
+            raise TwinError(f"--set {key}={raw}: unknown parameter; use one of {known}, or SECTION.FIELD")
+        try:
+            value = float(raw)
+        except ValueError as exc:
+            raise TwinError(f"--set {key}={raw}: not a number") from exc
+        old = result.params[name]
+        result.params[name] = Param(value, None, old.unit, f"set by --set (what-if; fitted {old.value:.6g})", False)
+        result.measured.setdefault("what_if", {})[name] = {"value": value, "fitted": old.value}
+    return passthrough
+
+
+def _get(result: TwinFit, name: str, default: float) -> float:
+    p = result.params.get(name)
+    return p.value if p is not None else default
+
+
+def _comment(result: TwinFit, *names: str) -> str:
+    parts = []
+    for n in names:
+        p = result.params.get(n)
+        if p is not None:
+            parts.append(f"{n} = {p.describe()}")
+        else:
+            parts.append(f"{n}: not fitted")
+    return "  # " + "; ".join(parts)
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return repr(round(v, 9))
+    return json.dumps(str(v))
+
+
+def timing_fields(result: TwinFit) -> dict[str, float]:
+    """The ``[timing]`` section: the fitted step model in the simulator's fixed-timing form."""
+    a = _get(result, "decode_ms_fixed", 5.0)
+    b = _get(result, "decode_ms_per_request", 0.0)
+    c = _get(result, "decode_ms_per_1k_ctx", 0.0)
+    ctx = float(result.measured.get("ctx_per_request_tokens", 0.0))
+    b_eff = b + c * ctx / 1000.0
+    itl = max(a + b_eff, 1e-3)
+    return {
+        "ttft_ms": max(_get(result, "prefill_ms_fixed", 20.0), 0.0),
+        "ttft_per_1k_ms": max(_get(result, "prefill_ms_per_1k_tokens", 0.0), 0.0),
+        "ttft_floor_ms": max(_get(result, "prefill_ms_floor", 0.0), 0.0),
+        "itl_ms": itl,
+        "itl_growth": b_eff / itl,
+        "power_busy_w": _get(result, "busy_w", 200.0),
+    }
+
+
+def profile_text(result: TwinFit, *, name: str, served_name: str) -> str:
+    """The twin as profile TOML, every value with its uncertainty and evidence as a comment."""
+    pool = round(_get(result, "kv_pool_tokens", 10_000_000))
+    hbm_gb = max(NOTIONAL_HBM_GB, math.ceil(pool * KV_CELL_BYTES / MEM_FRACTION / 1e9 * 1.2))
+    static = MEM_FRACTION * hbm_gb * 1e9
+    weight_bytes = static - (pool + 0.5) * KV_CELL_BYTES
+    depth = int(_get(result, "spec_depth", 0.0))
+    spec = depth > 0
+    tau = min(max(_get(result, "tokens_per_chunk", 1.0), 1.0), depth + 1 - 1e-3) if spec else 1.0
+    max_running = round(_get(result, "max_running_requests", 4096))
+    timing = timing_fields(result)
+    ctx = result.measured.get("ctx_per_request_tokens")
+    idle = _get(result, "idle_w", 40.0)
+    busy = timing["power_busy_w"]
+    limit = max(_get(result, "power_limit_w", 0.0), busy, idle) or 300.0
+    prefix_on = _get(result, "prefix_cache", 1.0) >= 0.5
+    lines = [
+        "# A digital twin calibrated by `loadgen calibrate` (docs/twin.md). Serve it with",
+        f"#   loadgen sim --profile-file {name}.toml",
+        "# Each value carries its fit in a comment: value ± standard uncertainty (fitted: evidence) or",
+        "# ASSUMED where the run could not determine it.",
+    ]
+    for line in result.cannot_fit:
+        lines.append(f"# cannot fit: {line}")
+    names = ", ".join(Path(s).name for s in result.measured.get("sources", []))
+    lines += [
+        f"description = {_toml_value('Twin calibrated from ' + names)}",
+        'hardware = "tiny"',
+        'model = "tiny"',
+        f'spec = "{"tiny-spec" if spec else "none"}"',
+        f"sources = {json.dumps([str(s) for s in result.measured.get('sources', [])])}",
+        "",
+        "[hardware_overrides]",
+        "# a notional GPU: its memory plan leaves exactly the fitted KV pool (see model_overrides)",
+        'gpu_name = "twin"',
+        f"gpus = {int(_get(result, 'gpus', 1))}" + _comment(result, "gpus"),
+        f"hbm_gb = {_toml_value(float(hbm_gb))}",
+        "cuda_context_gb = 0.0",
+        f"idle_w = {_toml_value(idle)}" + _comment(result, "idle_w"),
+        f"power_limit_w = {_toml_value(limit)}" + _comment(result, "power_limit_w"),
+        "",
+        "[model_overrides]",
+        f"served_name = {_toml_value(served_name)}",
+        f"kv_bytes_per_token = {KV_CELL_BYTES}",
+        f"# weight_bytes: the static memory fraction less the KV pool of {pool} tokens"
+        + _comment(result, "kv_pool_tokens"),
+        f"weight_bytes = {_toml_value(weight_bytes)}",
+        f"streamed_dense_bytes = {_toml_value(weight_bytes)}",
+        f"context_length = {DEFAULT_CONTEXT}  # ASSUMED: a run directory does not record the server's context length",
+    ]
+    if spec:
+        lines += [
+            "",
+            "[spec_overrides]",
+            'algorithm = "chain"',
+            f"depth = {depth}" + _comment(result, "spec_depth"),
+            f"num_draft_tokens = {depth + 1}  # ASSUMED: verify width = depth + 1 (sets KV per step only)",
+            f"tau = {_toml_value(tau)}" + _comment(result, "tokens_per_chunk", "tokens_per_chunk_per_request"),
+            "tau_code = 0.0",
+            "tau_prose = 0.0",
+            "beta = 1.0",
+            "drafter_ms = 0.0  # the fitted step time includes drafting",
+            "drafter_bytes = 0.0",
+            "drafter_kv_bytes_per_token = 0",
+            "draft_block_tokens = 0",
+            "target_hidden_layers = 0",
+        ]
+    lines += [
+        "",
+        "[server]",
+        "tp = 1",
+        f"max_running_requests = {max_running}" + _comment(result, "max_running_requests"),
+        "max_queued_requests = 0",
+        f"mem_fraction_static = {MEM_FRACTION}",
+        f"cuda_graph_max_bs = {min(max_running, 512)}",
+        f"chunked_prefill_size = {DEFAULT_CHUNKED_PREFILL}  # ASSUMED: SGLang's default",
+        "startup_s = 0.0",
+        f"natural_len_median = {max(1, round(_get(result, 'natural_len_median', 300.0)))}"
+        + _comment(result, "natural_len_median"),
+        f"natural_len_sigma = {_toml_value(max(_get(result, 'natural_len_sigma', 0.8), 1e-3))}"
+        + _comment(result, "natural_len_sigma"),
+        f"disable_radix_cache = {_toml_value(not prefix_on)}" + _comment(result, "prefix_cache"),
+        f"prefix_block_tokens = {int(_get(result, 'prefix_block_tokens', 64))}"
+        + _comment(result, "prefix_block_tokens"),
+        "",
+        "[timing]",
+        "# decode step = itl_ms * (1 + itl_growth * (running - 1)); the fitted a + b*n + c*K/1000 with the",
+        f"# KV term folded in at {ctx if ctx is None else round(ctx)} tokens per running request",
+        f"ttft_ms = {_toml_value(timing['ttft_ms'])}" + _comment(result, "prefill_ms_fixed"),
+        f"ttft_per_1k_ms = {_toml_value(timing['ttft_per_1k_ms'])}" + _comment(result, "prefill_ms_per_1k_tokens"),
+        f"ttft_floor_ms = {_toml_value(timing['ttft_floor_ms'])}" + _comment(result, "prefill_ms_floor"),
+        f"itl_ms = {_toml_value(timing['itl_ms'])}" + _comment(result, "decode_ms_fixed"),
+        f"itl_growth = {_toml_value(timing['itl_growth'])}"
+        + _comment(result, "decode_ms_per_request", "decode_ms_per_1k_ctx"),
+        f"power_busy_w = {_toml_value(busy)}" + _comment(result, "busy_w"),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_twin(result: TwinFit, out: Path, *, served_name: str) -> tuple[Path, Path]:
+    """Write ``out`` (the profile) and ``out`` with ``.fit.json`` (the fit report)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(profile_text(result, name=out.stem, served_name=served_name))
+    report = out.with_suffix(".fit.json")
+    data = result.as_json()
+    data["twin_timing"] = timing_fields(result)
+    report.write_text(json.dumps(data, indent=2) + "\n")
+    return out, report

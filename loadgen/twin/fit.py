@@ -1,0 +1,433 @@
+"""Fit the engine model of docs/twin.md to :class:`~loadgen.twin.observe.Observations` (pure).
+
+``fit(obs)`` returns a :class:`TwinFit`: one :class:`Param` per engine parameter, each with its
+value, its standard uncertainty (from the Jacobian of the least-squares fit, or the inverse Hessian
+of a likelihood; None where the value is read, not fitted), the evidence it came from, and
+``assumed=True`` with the value used when the run cannot determine it. ``cannot_fit`` says, in
+words, what the run could not tell and why.
+
+Models (times in ms, tokens as counts; docs/twin.md has the derivations):
+
+    decode step     T_d(n, K) = a + b * n + c * K / 1000      n running requests, K tokens in their KV
+    prefill step    T_p(k)    = p0 + p1 * k / 1000            k uncached prompt tokens in the batch
+    tokens / chunk  tau(n)    = tau0 + tau1 * n               (1 without speculative decoding)
+    output length   log-normal(median, sigma), right-censored at max_tokens (finish "length")
+    GPU power       P         = idle + (busy - idle) * [a request in flight]
+
+All least-squares fits use scipy's ``least_squares`` with a soft-L1 loss (client-side timing has
+a heavy right tail: the load generator's own scheduling, the kernel) scaled to the data.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from scipy.optimize import least_squares, minimize
+from scipy.stats import norm
+
+from loadgen.twin.observe import Observations
+
+F64 = npt.NDArray[np.float64]
+
+MIN_GAPS = 50
+"""Clean decode gaps needed to fit the decode step at all."""
+MIN_PREFILLS = 5
+REL_UNCERTAINTY_MAX = 1.0 / 3.0
+"""A coefficient known to less than three standard errors is not determined: it is dropped."""
+DEFAULT_MAX_RUNNING_AR = 4096  # the simulator's (and a large SGLang pool's) cap without speculation
+DEFAULT_MAX_RUNNING_SPEC = 48  # SGLang's default with speculative decoding
+UNBOUNDED_KV_TOKENS = 10_000_000
+DEFAULT_PREFIX_BLOCK = 64
+
+
+@dataclass
+class Param:
+    """One fitted (or assumed) engine parameter."""
+
+    value: float
+    uncertainty: float | None
+    unit: str
+    evidence: str
+    assumed: bool = False
+
+    def describe(self) -> str:
+        unc = f" ± {self.uncertainty:.4g}" if self.uncertainty is not None else ""
+        tag = "ASSUMED" if self.assumed else "fitted"
+        return f"{self.value:.6g}{unc} {self.unit} ({tag}: {self.evidence})"
+
+
+@dataclass
+class TwinFit:
+    params: dict[str, Param]
+    cannot_fit: list[str] = field(default_factory=list)
+    measured: dict[str, Any] = field(default_factory=dict)  # the range the fit saw (what-if distances)
+
+    def value(self, name: str) -> float:
+        return self.params[name].value
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "params": {k: asdict(v) for k, v in self.params.items()},
+            "cannot_fit": self.cannot_fit,
+            "measured": self.measured,
+        }
+
+
+def _lsq(fun: Any, x0: list[float], scale: float, n_obs: int) -> tuple[F64, F64]:
+    """Robust least squares; returns (x, standard errors from the Jacobian)."""
+    res = least_squares(fun, x0, loss="soft_l1", f_scale=max(scale, 1e-9))
+    jac = res.jac
+    dof = max(1, n_obs - len(x0))
+    s2 = 2.0 * res.cost / dof
+    try:
+        cov = np.linalg.pinv(jac.T @ jac) * s2
+        err = np.sqrt(np.clip(np.diag(cov), 0.0, None))
+    except np.linalg.LinAlgError:
+        err = np.full(len(x0), np.nan)
+    return np.asarray(res.x, dtype=np.float64), err
+
+
+def _mad_scale(x: F64) -> float:
+    return float(1.4826 * np.median(np.abs(x - np.median(x)))) if len(x) else 0.0
+
+
+def _bin_summary(values: F64, keys: F64) -> str:
+    ks, counts = np.unique(keys, return_counts=True)
+    top = ks[np.argsort(-counts)][:6]
+    return ", ".join(f"n={int(k)}: {np.median(values[keys == k]):.3f} ms" for k in sorted(top))
+
+
+def _fit_decode(obs: Observations, params: dict[str, Param], cannot: list[str], measured: dict[str, Any]) -> None:
+    g_ms = obs.gap_s * 1e3
+    n = obs.gap_batch
+    ok = (n >= 1) & np.isfinite(g_ms) & (g_ms > 0)
+    g_ms, n, k = g_ms[ok], n[ok], obs.gap_ctx_tokens[ok] / 1000.0
+    evid_steps = ", ".join(sorted({obs.gap_run_step[i] for i in np.unique(obs.gap_step_idx[ok])})) if len(n) else ""
+    if len(g_ms) < MIN_GAPS:
+        cannot.append(
+            f"decode step time: {len(g_ms)} clean inter-chunk gaps (need {MIN_GAPS}); the run has no streamed "
+            "output to time (non-streaming requests or every request failed)"
+        )
+        return
+    distinct_n = np.unique(np.round(n))
+    measured["batch_min"] = float(n.min())
+    measured["batch_max"] = float(n.max())
+    measured["ctx_per_request_tokens"] = float(np.median(k * 1000.0 / n))
+    scale = max(_mad_scale(g_ms), 0.02 * float(np.median(g_ms)))
+    evidence = f"{len(g_ms)} clean inter-chunk gaps over {evid_steps}; medians {_bin_summary(g_ms, np.round(n))}"
+    mean_ctx = float(np.mean(k / n))
+    b: float
+    c: float
+    err_c: float | None = None
+    if len(distinct_n) >= 2:
+        x, err = _lsq(lambda p: p[0] + p[1] * n + p[2] * k - g_ms, [float(np.median(g_ms)), 0.0, 0.0], scale, len(g_ms))
+        a, b, c = float(x[0]), float(x[1]), float(x[2])
+        ea, eb, ec = (float(e) for e in err)
+        if not (c > 0 and ec < REL_UNCERTAINTY_MAX * c):
+            cannot.append(
+                "decode step vs tokens in the KV cache: not separable from the batch size in this run "
+                f"(fitted {c:.4g} ± {ec:.2g} ms per 1k tokens); folded into the per-request term at the run's "
+                f"{mean_ctx * 1000:.0f} tokens per request. Runs at two or more --context-tokens separate them"
+            )
+            x, err = _lsq(lambda p: p[0] + p[1] * n - g_ms, [float(np.median(g_ms)), 0.0], scale, len(g_ms))
+            a, b, c = float(x[0]), float(x[1]), 0.0
+            ea, eb = float(err[0]), float(err[1])
+            ec = 0.0
+        else:
+            err_c = ec
+        params["decode_ms_fixed"] = Param(a, ea, "ms", evidence)
+        params["decode_ms_per_request"] = Param(b, eb, "ms", evidence)
+        params["decode_ms_per_1k_ctx"] = Param(
+            c,
+            err_c,
+            "ms",
+            evidence if err_c is not None else "not separable from the batch (see cannot_fit)",
+            assumed=err_c is None,
+        )
+    else:
+        med = float(np.median(g_ms))
+        params["decode_ms_fixed"] = Param(med, scale / math.sqrt(len(g_ms)), "ms", evidence)
+        params["decode_ms_per_request"] = Param(
+            0.0, None, "ms", f"one batch size only (n={int(distinct_n[0])}): growth with batch unknown", assumed=True
+        )
+        params["decode_ms_per_1k_ctx"] = Param(0.0, None, "ms", "one batch size only", assumed=True)
+        cannot.append(
+            f"decode step growth with batch: every clean gap had batch {int(distinct_n[0])}; a ramp over two or "
+            "more concurrencies is needed (assumed flat)"
+        )
+
+
+def _fit_prefill(obs: Observations, params: dict[str, Param], cannot: list[str], measured: dict[str, Any]) -> None:
+    t_ms = obs.prefill_s * 1e3
+    k = obs.prefill_tokens / 1000.0
+    ok = np.isfinite(t_ms) & (t_ms > 0)
+    t_ms, k, reqs = t_ms[ok], k[ok], obs.prefill_reqs[ok]
+    if len(t_ms) < MIN_PREFILLS:
+        cannot.append(f"prefill step: {len(t_ms)} prefill steps timed (need {MIN_PREFILLS}); no streamed first chunks")
+        return
+    measured["prefill_tokens_max"] = float(k.max() * 1000.0)
+    measured["prompt_tokens_max"] = float(np.nanmax(obs.prompt_tokens)) if len(obs.prompt_tokens) else 0.0
+    scale = max(_mad_scale(t_ms), 0.01 * float(np.median(t_ms)))
+    evidence = (
+        f"{len(t_ms)} prefill steps (first chunks arriving together), {int(reqs.max())} requests and "
+        f"{k.min() * 1000:.0f}-{k.max() * 1000:.0f} uncached tokens at most per step"
+    )
+    if k.max() - k.min() > 0.02 and len(np.unique(np.round(k * 1000))) >= 2:
+        x, err = _lsq(lambda p: p[0] + p[1] * k - t_ms, [float(np.median(t_ms)), 0.0], scale, len(t_ms))
+        p0, p1, e0, e1 = float(x[0]), float(x[1]), float(err[0]), float(err[1])
+        if p1 > 0 and e1 < REL_UNCERTAINTY_MAX * p1:
+            params["prefill_ms_fixed"] = Param(p0, e0, "ms", evidence)
+            params["prefill_ms_per_1k_tokens"] = Param(p1, e1, "ms", evidence)
+            _fit_prefill_floor(t_ms, k, p0, p1, scale, params, evidence)
+            return
+        cannot.append(
+            f"prefill cost per token: {p1:.3g} ± {e1:.2g} ms per 1k tokens over {k.min() * 1000:.0f}-"
+            f"{k.max() * 1000:.0f} tokens a step: not determined (assumed 0); runs with longer prompts "
+            "(--context-tokens) measure it"
+        )
+    else:
+        cannot.append("prefill cost per token: every prefill step had the same token count (assumed 0)")
+    med = float(np.median(t_ms))
+    params["prefill_ms_fixed"] = Param(med, scale / math.sqrt(len(t_ms)), "ms", evidence)
+    params["prefill_ms_per_1k_tokens"] = Param(0.0, None, "ms", "not determined by this run", assumed=True)
+
+
+def _fit_prefill_floor(
+    t_ms: F64, k: F64, p0: float, p1: float, scale: float, params: dict[str, Param], evidence: str
+) -> None:
+    """A floor under the prefill line, T = max(f, p0 + p1 k): small batches are bound by reading the
+    weights, not by their tokens, so a straight line through big and small batches undershoots the
+    small ones (a single request's TTFT). Kept only when the floor binds for some measured steps,
+    is determined to within REL_UNCERTAINTY_MAX, and explains the data clearly better (cost -20 %)."""
+    line = p0 + p1 * k
+    f0 = float(np.median(t_ms[k <= np.quantile(k, 0.25)]))
+    if f0 <= float(line.min()):
+        return
+
+    def hinge(x: F64) -> F64:
+        return np.maximum(x[0], x[1] + x[2] * k) - t_ms
+
+    x, err = _lsq(hinge, [f0, p0, p1], scale, len(t_ms))
+    f, q0, q1 = float(x[0]), float(x[1]), float(x[2])
+    binds = int((f > q0 + q1 * k).sum())
+    cost_line = float(np.sum(np.minimum(np.abs(line - t_ms), 3 * scale) ** 2))
+    cost_hinge = float(np.sum(np.minimum(np.abs(hinge(x)), 3 * scale) ** 2))
+    if binds < 3 or q1 <= 0 or not (err[0] < REL_UNCERTAINTY_MAX * f) or cost_hinge > 0.8 * cost_line:
+        return
+    params["prefill_ms_fixed"] = Param(q0, float(err[1]), "ms", evidence + "; with a floor")
+    params["prefill_ms_per_1k_tokens"] = Param(q1, float(err[2]), "ms", evidence + "; with a floor")
+    params["prefill_ms_floor"] = Param(
+        f, float(err[0]), "ms", f"{binds} prefill steps on the floor (small batches: bound by the weights)"
+    )
+
+
+def _fit_chunks(obs: Observations, params: dict[str, Param], cannot: list[str]) -> None:
+    tok, n = obs.chunk_tokens, obs.chunk_batch
+    if len(tok) < MIN_GAPS:
+        params["tokens_per_chunk"] = Param(1.0, None, "tokens", "no streamed chunks", assumed=True)
+        params["spec_depth"] = Param(0.0, None, "tokens", "no streamed chunks", assumed=True)
+        cannot.append("tokens per chunk (speculative acceptance): no streamed chunks; assumed 1 (no speculation)")
+        return
+    mean = float(tok.mean())
+    depth = float(np.max(tok) - 1)
+    evidence = f"{len(tok)} chunks (first and last of each request left out)"
+    params["tokens_per_chunk"] = Param(mean, float(tok.std() / math.sqrt(len(tok))), "tokens", evidence)
+    params["spec_depth"] = Param(depth, None, "tokens", f"largest chunk seen ({int(np.max(tok))} tokens) - 1")
+    if depth > 0 and len(np.unique(n)) >= 2:
+        x, err = _lsq(lambda p: p[0] + p[1] * n - tok, [mean, 0.0], max(float(tok.std()), 0.1), len(tok))
+        params["tokens_per_chunk_per_request"] = Param(
+            float(x[1]),
+            float(err[1]),
+            "tokens",
+            evidence + "; the twin uses the mean (its acceptance does not vary with batch)",
+        )
+
+
+def _fit_lengths(obs: Observations, params: dict[str, Param], cannot: list[str]) -> None:
+    out = obs.output_tokens
+    ok = np.isfinite(out) & (out >= 1)
+    out, stop, cap = out[ok], obs.finished_stop[ok], obs.max_tokens[ok]
+    cap_max = float(np.nanmax(np.where(cap > 0, cap, np.nan))) if len(cap) and np.any(cap > 0) else 512.0
+    if not len(out):
+        cannot.append("output lengths: no successful request")
+        return
+    n_stop = int(stop.sum())
+    if n_stop < 5:
+        median = max(300.0, 8.0 * cap_max)
+        params["natural_len_median"] = Param(
+            median,
+            None,
+            "tokens",
+            f"{n_stop} of {len(out)} requests stopped before max_tokens: lengths are censored "
+            f"at {cap_max:.0f}; assumed long enough that almost none stop",
+            assumed=True,
+        )
+        params["natural_len_sigma"] = Param(0.8, None, "", "the simulator's default", assumed=True)
+        return
+    lo = np.log(np.maximum(out, 1.0))
+    hi = np.log(out + 1.0)
+    log_cap = np.log(np.maximum(out, 1.0))
+
+    def nll(p: F64) -> float:
+        mu, s = float(p[0]), math.exp(float(p[1]))
+        ll_stop = np.log(np.clip(norm.cdf((hi[stop] - mu) / s) - norm.cdf((lo[stop] - mu) / s), 1e-300, None))
+        ll_len = norm.logsf((log_cap[~stop] - mu) / s)
+        return -float(ll_stop.sum() + ll_len.sum())
+
+    x0 = np.array([float(np.median(np.log(out))), math.log(0.8)])
+    res = minimize(nll, x0, method="BFGS")
+    mu, ls = float(res.x[0]), float(res.x[1])
+    cov = np.asarray(res.hess_inv)
+    e_mu, e_ls = (math.sqrt(max(cov[0, 0], 0.0)), math.sqrt(max(cov[1, 1], 0.0)))
+    ev = f"{n_stop} requests stopped on their own, {len(out) - n_stop} at max_tokens (censored log-normal likelihood)"
+    params["natural_len_median"] = Param(math.exp(mu), math.exp(mu) * e_mu, "tokens", ev)
+    params["natural_len_sigma"] = Param(math.exp(ls), math.exp(ls) * e_ls, "", ev)
+
+
+def _fit_capacity(obs: Observations, params: dict[str, Param], cannot: list[str], spec: bool) -> None:
+    if obs.kv_capacity_tokens:
+        params["kv_pool_tokens"] = Param(
+            float(obs.kv_capacity_tokens), 0.0, "tokens", "server /metrics (max_total_num_tokens)"
+        )
+    elif len(obs.kv_ratio) >= 3:
+        r = obs.kv_ratio
+        params["kv_pool_tokens"] = Param(
+            float(np.median(r)),
+            _mad_scale(r) / math.sqrt(len(r)),
+            "tokens",
+            f"{len(r)} /metrics samples: tokens held by running requests / KV usage fraction",
+        )
+    else:
+        params["kv_pool_tokens"] = Param(
+            float(UNBOUNDED_KV_TOKENS),
+            None,
+            "tokens",
+            "the run exported no KV usage or capacity; assumed large enough never to fill",
+            assumed=True,
+        )
+        cannot.append("KV pool size: no server metrics (pass --metrics-url); assumed never full")
+    conc = [s.concurrency for s in obs.steps if s.concurrency]
+    c_max = max(conc) if conc else 0
+    batch_max = float(np.max(obs.gap_batch)) if len(obs.gap_batch) else 0.0
+    if obs.logged_max_running:
+        params["max_running_requests"] = Param(
+            float(obs.logged_max_running), 0.0, "requests", "server log capacity line"
+        )
+    elif obs.running_max is not None and obs.queued_while_running_max:
+        params["max_running_requests"] = Param(
+            obs.running_max, 0.0, "requests", "/metrics: requests queued while running held its maximum"
+        )
+    elif c_max and batch_max < c_max - 1 and len(obs.gap_batch):
+        plateau = float(np.quantile(obs.gap_batch, 0.999))
+        params["max_running_requests"] = Param(
+            round(plateau),
+            1.0,
+            "requests",
+            f"client side: the decode batch never exceeded {plateau:.0f} at concurrency up to {c_max}",
+        )
+    else:
+        default = DEFAULT_MAX_RUNNING_SPEC if spec else DEFAULT_MAX_RUNNING_AR
+        seen = max(batch_max, float(obs.running_max or 0.0))
+        params["max_running_requests"] = Param(
+            max(float(default), seen),
+            None,
+            "requests",
+            f"never reached: the batch grew to {seen:.0f} with the load (at least that); assumed the default cap",
+            assumed=True,
+        )
+        cannot.append(
+            f"max running requests: never reached in this run (batch up to {seen:.0f}); assumed "
+            f"{max(default, int(seen))}"
+        )
+    if obs.preemptions:
+        params["preemptions_seen"] = Param(obs.preemptions, 0.0, "requests", "/metrics retraction counter")
+
+
+def _fit_prefix(obs: Observations, params: dict[str, Param], cannot: list[str]) -> None:
+    cached = obs.cached_tokens
+    known = np.isfinite(cached)
+    if not known.any():
+        params["prefix_cache"] = Param(1.0, None, "", "the server reported no cached_tokens; assumed on", assumed=True)
+        params["prefix_block_tokens"] = Param(float(DEFAULT_PREFIX_BLOCK), None, "tokens", "assumed", assumed=True)
+        cannot.append("prefix cache: the server reports no cached_tokens; assumed on (SGLang's default)")
+        return
+    hits = cached[known]
+    share = float(hits.sum() / max(1.0, np.nansum(obs.prompt_tokens[known])))
+    nonzero = hits[hits > 0].astype(np.int64)
+    if len(nonzero):
+        block = int(np.gcd.reduce(nonzero))
+        params["prefix_cache"] = Param(
+            1.0, 0.0, "", f"{len(nonzero)} requests had cached prompt tokens ({share:.1%} of prompt tokens)"
+        )
+        params["prefix_block_tokens"] = Param(float(block), None, "tokens", "greatest common divisor of cached_tokens")
+    else:
+        params["prefix_cache"] = Param(
+            1.0,
+            None,
+            "",
+            "no prompt was served from cache: the workload shared no prefix, or the cache is off",
+            assumed=True,
+        )
+        params["prefix_block_tokens"] = Param(float(DEFAULT_PREFIX_BLOCK), None, "tokens", "assumed", assumed=True)
+        cannot.append("prefix cache: no cached tokens in this workload; on/off and block size assumed")
+
+
+def _fit_power(obs: Observations, params: dict[str, Param], cannot: list[str]) -> None:
+    p, busy = obs.power_w, obs.power_busy
+    if len(p) < 5 or not (busy > 0).any():
+        params["gpus"] = Param(
+            float(max(obs.gpus, 1)), None, "", "no GPU samples" if not len(p) else "GPU samples", assumed=not len(p)
+        )
+        params["idle_w"] = Param(40.0, None, "W", "no GPU power samples", assumed=True)
+        params["busy_w"] = Param(200.0, None, "W", "no GPU power samples", assumed=True)
+        cannot.append("GPU power: no GPU samples under load in this run")
+        return
+    params["gpus"] = Param(float(obs.gpus), 0.0, "", "GPU samples")
+    ev = f"{len(p)} GPU power samples, {int((busy > 0).sum())} with a request in flight"
+    if (busy == 0).sum() >= 3:
+        x, err = _lsq(
+            lambda q: q[0] + (q[1] - q[0]) * busy - p, [float(p.min()), float(p.max())], max(_mad_scale(p), 1.0), len(p)
+        )
+        params["idle_w"] = Param(float(x[0]), float(err[0]), "W", ev)
+        params["busy_w"] = Param(float(x[1]), float(err[1]), "W", ev)
+    else:
+        loaded = p[busy > 0]
+        params["idle_w"] = Param(float(p.min()), None, "W", "no idle sample: lowest reading", assumed=True)
+        params["busy_w"] = Param(float(np.median(loaded)), _mad_scale(loaded) / math.sqrt(len(loaded)), "W", ev)
+    if obs.power_limit_w:
+        params["power_limit_w"] = Param(obs.power_limit_w, 0.0, "W", "GPU samples")
+
+
+def fit(obs: Observations) -> TwinFit:
+    """Fit every parameter the observations determine; assume (and say so) the rest."""
+    params: dict[str, Param] = {}
+    cannot: list[str] = []
+    measured: dict[str, Any] = {
+        "records": obs.records,
+        "ok_records": obs.ok_records,
+        "streamed_records": obs.streamed_records,
+        "concurrency": sorted({s.concurrency for s in obs.steps if s.concurrency}),
+        "rates": sorted({s.rate for s in obs.steps if s.rate}),
+        "context_tokens": sorted({s.context_tokens for s in obs.steps if s.context_tokens}),
+        "sources": obs.sources,
+    }
+    if len(obs.steps) < 2:
+        cannot.append(
+            f"only {len(obs.steps)} step(s): growth of the step time with load is identified from two or more "
+            "load levels"
+        )
+    if obs.streamed_records == 0:
+        cannot.append("no streamed output: decode and prefill step times, tokens per chunk cannot be fitted")
+    _fit_decode(obs, params, cannot, measured)
+    _fit_prefill(obs, params, cannot, measured)
+    _fit_chunks(obs, params, cannot)
+    _fit_lengths(obs, params, cannot)
+    spec = "spec_depth" in params and params["spec_depth"].value > 0
+    _fit_capacity(obs, params, cannot, spec)
+    _fit_prefix(obs, params, cannot)
+    _fit_power(obs, params, cannot)
+    return TwinFit(params=params, cannot_fit=cannot, measured=measured)

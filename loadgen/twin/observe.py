@@ -1,0 +1,308 @@
+"""What a run directory says about the server's engine, as arrays the fit reads (``observe(run)``).
+
+Everything here is derived from the client's own timestamps (wall-clock ns) plus, where the run has
+them, the server's /metrics samples and GPU samples. The engine model behind the derivations is the
+simulator's (docs/twin.md): steps are either a prefill batch or a decode batch; every running
+request gets one chunk per decode step; a prefill step ends with the first chunk of every request
+it admitted.
+
+* Decode gaps: the gap between two successive chunks of one request spans one decode step, plus
+  any prefill step that ran in between. A prefill step ends with a first chunk of *another* request,
+  so a gap with no other request's first chunk strictly inside it is "clean": it is one decode step.
+  The batch of that step is the number of requests between their first and last chunk at the gap's
+  midpoint; the tokens in KV are their prompt tokens plus the tokens they had received by then.
+* Prefill events: first chunks that arrive together (within ``CLUSTER_NS``) are one prefill step. It
+  started at the later of the previous chunk arrival of any request (the end of the step before)
+  and the last send time among its requests (an idle engine starts on arrival).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from loadgen.analysis.load import MISSING, Run
+from loadgen.analysis.steps import ok_mask
+
+F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
+BArr = npt.NDArray[np.bool_]
+
+CLUSTER_NS = 300_000
+"""First chunks closer than this (0.3 ms) came from one prefill step (a step's chunks leave the
+server back to back; distinct steps are a step time, milliseconds, apart)."""
+EDGE_NS = 200_000
+"""A first chunk within this of a gap's ends does not make the gap dirty (same step's emissions)."""
+
+_CAPACITY = re.compile(r"max_running_requests=(\d+)")
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    step: int
+    concurrency: int | None
+    rate: float | None
+    context_tokens: int | None
+    steady_ns: int
+    end_ns: int
+
+
+@dataclass
+class Observations:
+    """Arrays derived from one or more runs (concatenated). Times in seconds, tokens as counts."""
+
+    # clean decode gaps
+    gap_s: F64
+    gap_batch: F64
+    gap_ctx_tokens: F64
+    gap_run_step: list[str]  # "run:step" label per distinct step (evidence)
+    gap_step_idx: I64  # index into gap_run_step
+    # tokens per chunk (every non-first, non-last chunk, clean or not)
+    chunk_tokens: F64
+    chunk_batch: F64
+    # prefill events
+    prefill_s: F64
+    prefill_reqs: I64
+    prefill_tokens: F64
+    # per successful request (ttft_s: streamed ones only)
+    ttft_s: F64
+    prompt_tokens: F64
+    cached_tokens: F64  # NaN where the server did not say
+    output_tokens: F64
+    finished_stop: BArr
+    max_tokens: F64
+    # run facts
+    steps: list[StepInfo]
+    records: int
+    ok_records: int
+    streamed_records: int
+    # server metrics (None where the run has none)
+    kv_capacity_tokens: float | None = None
+    kv_ratio: F64 = field(default_factory=lambda: np.zeros(0))  # sampled ctx tokens / kv_usage
+    running_max: float | None = None
+    queued_while_running_max: bool = False
+    preemptions: float | None = None
+    logged_max_running: int | None = None
+    # GPU power samples (per GPU) with whether any request was in flight then
+    power_w: F64 = field(default_factory=lambda: np.zeros(0))
+    power_busy: F64 = field(default_factory=lambda: np.zeros(0))
+    gpus: int = 0
+    power_limit_w: float | None = None
+    sources: list[str] = field(default_factory=list)
+
+
+def _csr_rows(counts: I64) -> I64:
+    return np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+
+
+def _one_run(run: Run) -> dict[str, Any]:
+    req = run.requests
+    n = len(req.sent_ns)
+    counts = np.diff(req.chunk_start)
+    ok = ok_mask(req) if n else np.zeros(0, dtype=bool)
+    has_first = (req.first_chunk_ns != MISSING) & (counts > 0) & (req.sent_ns != MISSING)
+    rows = np.flatnonzero(has_first)
+    # every chunk of every record that streamed something (failed ones occupied the batch too)
+    sel_counts = counts[rows]
+    starts = req.chunk_start[rows]
+    idx = np.repeat(starts, sel_counts) + (
+        np.arange(int(sel_counts.sum())) - np.repeat(np.cumsum(sel_counts) - sel_counts, sel_counts)
+    )
+    rec = _csr_rows(sel_counts)
+    t = req.sent_ns[rows][rec] + req.chunk_offsets_ns[idx]
+    tok = req.chunk_tokens[idx].astype(np.float64)
+    pos = np.arange(len(idx)) - np.repeat(np.cumsum(sel_counts) - sel_counts, sel_counts)
+    last_pos = sel_counts[rec] - 1
+    first_t = t[pos == 0]
+    last_t = t[pos == last_pos]
+    prompt = np.where(req.prompt_tokens[rows] >= 0, req.prompt_tokens[rows], 0).astype(np.float64)
+    # decode-phase membership at time x: first <= x and last >= x
+    order_first = np.argsort(first_t, kind="stable")
+    order_last = np.argsort(last_t, kind="stable")
+    f_sorted, l_sorted = first_t[order_first], last_t[order_last]
+    cum_prompt_f = np.concatenate(([0.0], np.cumsum(prompt[order_first])))
+    cum_prompt_l = np.concatenate(([0.0], np.cumsum(prompt[order_last])))
+    rec_tokens = np.bincount(rec, weights=tok, minlength=len(rows))
+    cum_out_l = np.concatenate(([0.0], np.cumsum(rec_tokens[order_last])))
+    t_order = np.argsort(t, kind="stable")
+    t_sorted = t[t_order]
+    cum_tok = np.concatenate(([0.0], np.cumsum(tok[t_order])))
+
+    def batch_ctx(x: I64) -> tuple[F64, F64]:
+        a = np.searchsorted(f_sorted, x, side="right")
+        b = np.searchsorted(l_sorted, x, side="left")  # last < x: left the batch
+        nb = (a - b).astype(np.float64)
+        ctx = (cum_prompt_f[a] - cum_prompt_l[b]) + (cum_tok[np.searchsorted(t_sorted, x, side="right")] - cum_out_l[b])
+        return nb, ctx
+
+    later = pos > 0
+    g_end = t[later]
+    g_start = t[np.flatnonzero(later) - 1]
+    mid = (g_start + g_end) // 2
+    nb, ctx = batch_ctx(mid)
+    inside = np.searchsorted(f_sorted, g_end - EDGE_NS, side="left") - np.searchsorted(
+        f_sorted, g_start + EDGE_NS, side="right"
+    )
+    clean = inside <= 0
+    step_of_gap = req.step[rows][rec[later]]
+    not_last = pos[later] < last_pos[later]
+    # prefill events
+    if len(f_sorted):
+        split = np.flatnonzero(np.diff(f_sorted) > CLUSTER_NS) + 1
+        c_start = np.concatenate(([0], split))
+        c_end = np.concatenate((split, [len(f_sorted)]))
+        c_t = f_sorted[c_start]
+        prev = np.searchsorted(t_sorted, c_t - CLUSTER_NS, side="left") - 1
+        prev_t = np.where(prev >= 0, t_sorted[np.maximum(prev, 0)], np.iinfo(np.int64).min)
+        sent_sorted = req.sent_ns[rows][order_first]
+        cached = np.where(req.cached_tokens[rows] >= 0, req.cached_tokens[rows], 0).astype(np.float64)
+        new_tokens = np.maximum(prompt - cached, 0.0)[order_first]
+        cum_new = np.concatenate(([0.0], np.cumsum(new_tokens)))
+        max_sent = np.maximum.reduceat(sent_sorted, c_start)
+        begin = np.maximum(prev_t, max_sent)
+        p_s = (c_t - begin) / 1e9
+        p_reqs = c_end - c_start
+        p_tok = cum_new[c_end] - cum_new[c_start]
+        good = (p_s > 0) & (prompt[order_first][c_start] > 0)
+        p_s, p_reqs, p_tok = p_s[good], p_reqs[good], p_tok[good]
+    else:
+        p_s = np.zeros(0)
+        p_reqs = np.zeros(0, dtype=np.int64)
+        p_tok = np.zeros(0)
+    # per successful streamed request
+    streamed_ok = np.flatnonzero(ok & has_first)
+    ttft = (req.first_chunk_ns[streamed_ok] - req.intended_ns[streamed_ok]) / 1e9
+    okr = np.flatnonzero(ok)
+    fr = req.finish_reason.values(okr)
+    cached_col = req.cached_tokens[okr].astype(np.float64)
+    cached_col[req.cached_tokens[okr] < 0] = np.nan
+    out_tok = req.output_tokens[okr].astype(np.float64)
+    out_tok[req.output_tokens[okr] < 0] = np.nan
+    # server samples
+    server = [s for s in run.samples if s.get("src") == "server"]
+    kv_cap = [float(s["kv_capacity_tokens"]) for s in server if isinstance(s.get("kv_capacity_tokens"), (int, float))]
+    kv_ratio: list[float] = []
+    running = [float(s["running"]) for s in server if isinstance(s.get("running"), (int, float))]
+    run_max = max(running) if running else None
+    queued_at_max = any(
+        isinstance(s.get("queued"), (int, float))
+        and s["queued"] > 0
+        and run_max is not None
+        and s.get("running") == run_max
+        and float(s.get("kv_usage") or 0.0) < 0.9
+        for s in server
+    )
+    usage = [(int(s["t_ns"]), float(s["kv_usage"])) for s in server if isinstance(s.get("kv_usage"), (int, float))]
+    if usage:
+        ts = np.array([u[0] for u in usage], dtype=np.int64)
+        frac = np.array([u[1] for u in usage])
+        _, ctx_at = batch_ctx(ts)
+        keep = frac > 0.01
+        kv_ratio = (ctx_at[keep] / frac[keep]).tolist()
+    pre = [float(s["preemptions_total"]) for s in server if isinstance(s.get("preemptions_total"), (int, float))]
+    logged: int | None = None
+    for ev in run.events:
+        m = _CAPACITY.search(str(ev.get("line", "")))
+        if m:
+            logged = int(m.group(1))
+    # GPU power
+    gpu = [s for s in run.samples if s.get("src") == "gpu" and isinstance(s.get("power_w"), (int, float))]
+    p_w = np.array([float(s["power_w"]) for s in gpu])
+    if gpu:
+        gt = np.array([int(s["t_ns"]) for s in gpu], dtype=np.int64)
+        sent_sorted_all = np.sort(req.sent_ns[req.sent_ns != MISSING])
+        ends_sorted = np.sort(req.end_ns[(req.sent_ns != MISSING) & (req.end_ns != MISSING)])
+        inflight = np.searchsorted(sent_sorted_all, gt, side="right") - np.searchsorted(ends_sorted, gt, side="right")
+        p_busy = (inflight > 0).astype(np.float64)
+    else:
+        p_busy = np.zeros(0)
+    limits = [float(s["power_limit_w"]) for s in gpu if isinstance(s.get("power_limit_w"), (int, float))]
+    return {
+        "gap_s": (g_end - g_start)[clean] / 1e9,
+        "gap_batch": nb[clean],
+        "gap_ctx_tokens": ctx[clean],
+        "gap_step": step_of_gap[clean],
+        "chunk_tokens": tok[later][not_last],
+        "chunk_batch": nb[not_last],
+        "prefill_s": p_s,
+        "prefill_reqs": p_reqs.astype(np.int64),
+        "prefill_tokens": p_tok,
+        "ttft_s": ttft,
+        "prompt_tokens": req.prompt_tokens[okr].astype(np.float64),
+        "cached_tokens": cached_col,
+        "output_tokens": out_tok,
+        "finished_stop": np.array([f == "stop" for f in fr], dtype=bool),
+        "max_tokens": req.max_tokens[okr].astype(np.float64),
+        "steps": [StepInfo(s.step, s.concurrency, s.rate, s.context_tokens, s.steady_ns, s.end_ns) for s in run.steps],
+        "records": n,
+        "ok_records": int(ok.sum()),
+        "streamed_records": len(rows),
+        "kv_capacity_tokens": max(kv_cap) if kv_cap else None,
+        "kv_ratio": np.array(kv_ratio),
+        "running_max": run_max,
+        "queued_while_running_max": queued_at_max,
+        "preemptions": (max(pre) - min(pre)) if pre else None,
+        "logged_max_running": logged,
+        "power_w": p_w,
+        "power_busy": p_busy,
+        "gpus": len({s.get("gpu") for s in gpu}),
+        "power_limit_w": max(limits) if limits else None,
+    }
+
+
+def observe(runs: list[Run]) -> Observations:
+    """Observations of one or more runs of the same deployment, concatenated."""
+    parts = [_one_run(r) for r in runs]
+    labels: list[str] = []
+    step_idx: list[I64] = []
+    for run, p in zip(runs, parts, strict=True):
+        uniq = np.unique(p["gap_step"])
+        base = len(labels)
+        labels.extend(f"{run.path.name}:step {int(s)}" for s in uniq)
+        step_idx.append(base + np.searchsorted(uniq, p["gap_step"]))
+
+    def cat(key: str) -> Any:
+        return np.concatenate([p[key] for p in parts]) if parts else np.zeros(0)
+
+    def first(key: str) -> Any:
+        vals = [p[key] for p in parts if p[key] is not None]
+        return max(vals) if vals else None
+
+    pre = [p["preemptions"] for p in parts if p["preemptions"] is not None]
+    return Observations(
+        gap_s=cat("gap_s"),
+        gap_batch=cat("gap_batch"),
+        gap_ctx_tokens=cat("gap_ctx_tokens"),
+        gap_run_step=labels,
+        gap_step_idx=np.concatenate(step_idx) if step_idx else np.zeros(0, dtype=np.int64),
+        chunk_tokens=cat("chunk_tokens"),
+        chunk_batch=cat("chunk_batch"),
+        prefill_s=cat("prefill_s"),
+        prefill_reqs=cat("prefill_reqs"),
+        prefill_tokens=cat("prefill_tokens"),
+        ttft_s=cat("ttft_s"),
+        prompt_tokens=cat("prompt_tokens"),
+        cached_tokens=cat("cached_tokens"),
+        output_tokens=cat("output_tokens"),
+        finished_stop=cat("finished_stop"),
+        max_tokens=cat("max_tokens"),
+        steps=[s for p in parts for s in p["steps"]],
+        records=sum(p["records"] for p in parts),
+        ok_records=sum(p["ok_records"] for p in parts),
+        streamed_records=sum(p["streamed_records"] for p in parts),
+        kv_capacity_tokens=first("kv_capacity_tokens"),
+        kv_ratio=cat("kv_ratio"),
+        running_max=first("running_max"),
+        queued_while_running_max=any(p["queued_while_running_max"] for p in parts),
+        preemptions=sum(pre) if pre else None,
+        logged_max_running=first("logged_max_running"),
+        power_w=cat("power_w"),
+        power_busy=cat("power_busy"),
+        gpus=max((p["gpus"] for p in parts), default=0),
+        power_limit_w=first("power_limit_w"),
+        sources=[str(r.path) for r in runs],
+    )

@@ -1,0 +1,248 @@
+"""The twin's fit on synthetic run directories with known parameters (no server, no jitter).
+
+``synth_run`` plays a closed-loop ramp against the engine model of docs/twin.md on exact times:
+prefill batches of every waiting request (p0 + p1 * tokens / 1000 ms), decode steps of every
+running request (a + b * n + c * K / 1000 ms), one chunk per request per decode step, a user sends
+its next request when the previous one ends. The fit must recover the parameters within their
+uncertainty (or say they are not determined).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from loadgen.analysis.load import load_run
+from loadgen.twin.cli import calibrate_main
+from loadgen.twin.emit import apply_sets, profile_text
+from loadgen.twin.fit import fit
+from loadgen.twin.observe import observe
+
+T0 = 1_800_000_000_000_000_000
+
+
+@dataclass
+class Truth:
+    a_ms: float = 5.0
+    b_ms: float = 0.05
+    c_ms: float = 0.0  # per 1k tokens in KV
+    p0_ms: float = 20.0
+    p1_ms: float = 2.0  # per 1k prefilled tokens
+    max_running: int = 10_000
+
+
+def synth_run(
+    path: Path,
+    truth: Truth,
+    concurrency: list[int],
+    *,
+    step_s: float = 3.0,
+    max_tokens: int = 64,
+    prompt_tokens: list[int] | None = None,
+    stream: bool = True,
+    seed: int = 0,
+) -> Path:
+    """Write a run directory of a closed-loop ramp over ``concurrency`` against ``truth``."""
+    rng = np.random.default_rng(seed)
+    prompts = prompt_tokens or [60]
+    path.mkdir(parents=True, exist_ok=True)
+    recs: list[dict[str, object]] = []
+    steps: list[dict[str, object]] = []
+    t = 0.0  # seconds since T0
+    rid = 0
+    for si, conc in enumerate(concurrency):
+        start = t
+        steps.append(
+            {"step": si, "event": "start", "t_ns": T0 + int(start * 1e9), "concurrency": conc, "warmup_s": 0.5}
+        )
+        steps.append({"step": si, "event": "steady", "t_ns": T0 + int((start + 0.5) * 1e9)})
+        end = start + step_s
+        waiting: list[dict[str, object]] = []
+        running: list[dict[str, object]] = []
+
+        def new_request(now: float, user: int, si: int = si) -> dict[str, object]:
+            nonlocal rid
+            rid += 1
+            return {
+                "id": f"r{rid}",
+                "user": user,
+                "sent": now,
+                "prompt": int(rng.choice(prompts)),
+                "chunks": [],
+                "step": si,
+            }
+
+        waiting = [new_request(t, u) for u in range(conc)]
+        while waiting or running:
+            if waiting and len(running) < truth.max_running:
+                batch = waiting[: truth.max_running - len(running)]
+                del waiting[: len(batch)]
+                tokens = sum(int(r["prompt"]) for r in batch)  # type: ignore[misc]
+                t += (truth.p0_ms + truth.p1_ms * tokens / 1000.0) / 1e3
+                for r in batch:
+                    r["chunks"].append(t)  # type: ignore[attr-defined]
+                    running.append(r)
+                continue
+            n = len(running)
+            ctx = sum(int(r["prompt"]) + len(r["chunks"]) for r in running)  # type: ignore[arg-type, misc]
+            t += (truth.a_ms + truth.b_ms * n + truth.c_ms * ctx / 1000.0) / 1e3
+            done = []
+            for r in running:
+                r["chunks"].append(t)  # type: ignore[attr-defined]
+                if len(r["chunks"]) >= max_tokens:  # type: ignore[arg-type]
+                    done.append(r)
+            for r in done:
+                running.remove(r)
+                r["end"] = t
+                recs.append(r)
+                if t < end:
+                    waiting.append(new_request(t, int(r["user"])))  # type: ignore[call-overload]
+        steps.append({"step": si, "event": "end", "t_ns": T0 + int(t * 1e9), "reason": "duration"})
+    with (path / "requests-w0.jsonl").open("w") as fh:
+        for r in recs:
+            sent = T0 + int(float(r["sent"]) * 1e9)  # type: ignore[arg-type]
+            chunks = [T0 + int(c * 1e9) - sent for c in r["chunks"]]  # type: ignore[attr-defined]
+            rec = {
+                "id": r["id"],
+                "worker": "w0",
+                "step": r["step"],
+                "user": r["user"],
+                "intended_ns": sent,
+                "sent_ns": sent,
+                "first_chunk_ns": sent + chunks[0] if stream else None,
+                "end_ns": T0 + int(float(r["end"]) * 1e9),  # type: ignore[arg-type]
+                "chunk_offsets_ns": chunks if stream else [],
+                "chunk_tokens": [1] * len(chunks) if stream else [],
+                "prompt_tokens": r["prompt"],
+                "output_tokens": len(chunks),
+                "tokens_source": "usage",
+                "finish_reason": "length",
+                "status": 200,
+                "error_class": None,
+                "error": None,
+                "endpoint": "chat",
+                "stream": stream,
+                "max_tokens": max_tokens,
+                "context_tokens": 60,
+                "cached_tokens": 0,
+            }
+            fh.write(json.dumps(rec) + "\n")
+    with (path / "steps.jsonl").open("w") as fh:
+        for s in steps:
+            fh.write(json.dumps(s) + "\n")
+    options = {
+        "url": "http://x",
+        "model": "m",
+        "concurrency": concurrency,
+        "step_seconds": step_s,
+        "warmup_seconds": 0.5,
+        "max_tokens": max_tokens,
+        "stream": stream,
+    }
+    (path / "manifest.json").write_text(json.dumps({"kind": "ramp", "run_id": path.name, "options": options}))
+    return path
+
+
+def _fit(path: Path):  # type: ignore[no-untyped-def]
+    return fit(observe([load_run(path)]))
+
+
+def test_exact_recovery_of_decode_and_prefill(tmp_path: Path) -> None:
+    truth = Truth(a_ms=5.0, b_ms=0.05, p0_ms=20.0, p1_ms=2.0)
+    run = synth_run(tmp_path / "run", truth, [1, 4, 16, 32], prompt_tokens=[60, 500, 2000])
+    result = _fit(run)
+    p = result.params
+    # decode: a + b * n (+ c * K, which the fit must find to be ~0 or fold in)
+    ctx = result.measured["ctx_per_request_tokens"]
+    per_req = p["decode_ms_per_request"].value + p["decode_ms_per_1k_ctx"].value * ctx / 1000
+    assert p["decode_ms_fixed"].value + per_req * 1 == pytest.approx(truth.a_ms + truth.b_ms, rel=1e-3)
+    assert per_req == pytest.approx(truth.b_ms, rel=0.02)
+    assert p["prefill_ms_fixed"].value == pytest.approx(truth.p0_ms, rel=1e-3)
+    assert p["prefill_ms_per_1k_tokens"].value == pytest.approx(truth.p1_ms, rel=1e-2)
+    assert not p["prefill_ms_per_1k_tokens"].assumed
+    unc = p["prefill_ms_fixed"].uncertainty
+    assert unc is not None and abs(p["prefill_ms_fixed"].value - truth.p0_ms) <= 3 * unc + 1e-6
+    assert p["tokens_per_chunk"].value == 1.0 and p["spec_depth"].value == 0
+
+
+def test_context_term_is_separated_when_contexts_vary(tmp_path: Path) -> None:
+    truth = Truth(a_ms=6.0, b_ms=0.01, c_ms=0.5)
+    run = synth_run(tmp_path / "run", truth, [2, 8, 16], prompt_tokens=[100, 4000])
+    p = _fit(run).params
+    assert not p["decode_ms_per_1k_ctx"].assumed
+    assert p["decode_ms_per_1k_ctx"].value == pytest.approx(truth.c_ms, rel=0.02)
+    assert p["decode_ms_fixed"].value == pytest.approx(truth.a_ms, rel=0.01)
+
+
+def test_max_running_is_found_from_the_batch_plateau(tmp_path: Path) -> None:
+    truth = Truth(max_running=8)
+    result = _fit(synth_run(tmp_path / "run", truth, [2, 4, 16], step_s=2.0))
+    mr = result.params["max_running_requests"]
+    assert not mr.assumed and mr.value == 8
+
+
+def test_one_step_says_what_it_cannot_fit_and_keeps_the_rest(tmp_path: Path) -> None:
+    result = _fit(synth_run(tmp_path / "run", Truth(), [4], step_s=2.0))
+    assert any("only 1 step" in c for c in result.cannot_fit)
+    assert result.params["decode_ms_per_request"].assumed
+    assert result.params["decode_ms_fixed"].value == pytest.approx(5.0 + 0.05 * 4, rel=1e-3)
+    assert "prefill_ms_fixed" in result.params
+    text = profile_text(result, name="twin", served_name="m")
+    assert "cannot fit" in text and "[timing]" in text
+
+
+def test_no_streaming_writes_what_it_can(tmp_path: Path) -> None:
+    run = synth_run(tmp_path / "run", Truth(), [1, 4], step_s=1.0, stream=False)
+    out = tmp_path / "twin.toml"
+    assert calibrate_main([str(run), "-o", str(out)]) == 0
+    report = json.loads(out.with_suffix(".fit.json").read_text())
+    assert any("no streamed output" in c for c in report["cannot_fit"])
+    assert "decode_ms_fixed" not in report["params"]
+    assert "natural_len_median" in report["params"]
+    from loadgen.sim.profile import load_profile_file
+
+    prof = load_profile_file(out)  # the written file is a valid profile even so
+    assert prof.timing is not None
+
+
+def test_corrupt_run_dir_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "requests-w0.jsonl").write_text('{"id": "x", "sent_ns": "not a number"}\n')
+    assert calibrate_main([str(bad), "-o", str(tmp_path / "t.toml")]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and "error:" in err
+    assert calibrate_main([str(tmp_path / "missing"), "-o", str(tmp_path / "t.toml")]) == 2
+    assert "not a directory" in capsys.readouterr().err
+
+
+def test_twin_profile_round_trips_through_the_simulator_loader(tmp_path: Path) -> None:
+    from loadgen.sim.engine import Engine
+    from loadgen.sim.profile import load_profile_file
+
+    result = _fit(synth_run(tmp_path / "run", Truth(max_running=8), [2, 4, 16], step_s=2.0))
+    apply_sets(result, {"kv_pool_tokens": "123456"})
+    path = tmp_path / "twin.toml"
+    path.write_text(profile_text(result, name="twin", served_name="m"))
+    prof = load_profile_file(path)
+    engine = Engine(prof)
+    assert engine.pool_tokens == 123456
+    assert prof.max_running_requests == 8
+    assert prof.timing is not None
+    assert engine.timing.decode(1, 0).duration_s * 1e3 == pytest.approx(5.05, rel=1e-3)
+    assert engine.timing.decode(8, 0).duration_s * 1e3 == pytest.approx(5.4, rel=1e-3)
+
+
+def test_the_fixed_timing_prefill_has_a_floor() -> None:
+    # a prefill step takes max(floor, ttft_ms + ttft_per_1k_ms * k / 1000): small batches sit on the floor
+    from loadgen.sim.engine import FixedStepModel
+    from loadgen.sim.profile import FixedTiming
+
+    model = FixedStepModel(FixedTiming(ttft_ms=2.0, ttft_per_1k_ms=4.0, ttft_floor_ms=6.0), real=None)  # type: ignore[arg-type]
+    model._cost = lambda d: d  # type: ignore[method-assign,assignment,return-value]
+    assert model.prefill(100, 0.0) == pytest.approx(6.0e-3)  # 2 + 0.4 < 6: the floor
+    assert model.prefill(2000, 0.0) == pytest.approx(10.0e-3)  # 2 + 8 > 6: the line
