@@ -24,6 +24,7 @@ EXIT_OK = 0
 EXIT_USAGE = 2
 EXIT_NOT_READY = 3
 EXIT_RUN_DIR = 4
+EXIT_THRESHOLDS = 5  # a --fail-on / --abort-on threshold was breached (the run and its report are complete)
 
 
 class UsageError(OptionError):
@@ -109,6 +110,13 @@ def _ramp_options(ns: argparse.Namespace, argv: list[str]) -> Any:
         raise UsageError(f"--max-tokens {max_tokens}: must be above 0")
     if requests is not None and requests <= 0:
         raise UsageError(f"--requests-per-step {requests}: must be above 0")
+    gate = scenario.gate if scenario is not None else None
+    fail_on = _thresholds(value("fail_on"), "--fail-on") or _thresholds(
+        gate.fail_on if gate else None, f"{ns.scenario}: [gate] fail_on"
+    )
+    abort_on = _thresholds(value("abort_on"), "--abort-on") or _thresholds(
+        gate.abort_on if gate else None, f"{ns.scenario}: [gate] abort_on"
+    )
     if scenario is not None and (ns.max_tokens is not None or ns.extra_body):
         raise UsageError(
             "--max-tokens / --extra-body with --scenario: set output lengths and body fields in the scenario file"
@@ -142,6 +150,9 @@ def _ramp_options(ns: argparse.Namespace, argv: list[str]) -> Any:
         prometheus_port=ns.prometheus_port,
         tokenizer=value("tokenizer"),
         wait_ready_s=ns.wait_ready,
+        fail_on=fail_on,
+        abort_on=abort_on,
+        junit=value("junit"),
         find_knee=ns.find_knee,
         search_max_steps=ns.max_steps,
         search_max_seconds=ns.max_seconds,
@@ -149,6 +160,43 @@ def _ramp_options(ns: argparse.Namespace, argv: list[str]) -> Any:
         search_max_load=ns.max_load,
         argv=_redact(argv),
     )
+
+
+def _thresholds(text: str | None, flag: str) -> str | None:
+    """``text`` when its thresholds read (kept as written: the manifest holds the text); None when
+    empty; a UsageError naming ``flag``, the threshold and what is allowed otherwise."""
+    if not text or not text.strip():
+        return None
+    from loadgen.analysis.thresholds import ThresholdError, parse_thresholds
+
+    try:
+        parse_thresholds(text, flag)
+    except ThresholdError as exc:
+        raise UsageError(str(exc)) from None
+    return text.strip()
+
+
+def _judged(summary: Any, junit: str | None) -> int:
+    """After a run or a rebuild: print the thresholds' verdict, write ``--junit`` and the GitHub
+    step summary; EXIT_THRESHOLDS when a threshold was breached, else EXIT_OK."""
+    from loadgen.analysis.thresholds import verdict_lines
+    from loadgen.report.ci import write_ci_outputs
+
+    verdict = summary.get("thresholds")
+    if verdict:
+        print("\n".join(verdict_lines(verdict)), file=sys.stderr)
+    try:
+        for path in write_ci_outputs(summary, junit):
+            print(f"wrote {path}", file=sys.stderr)
+    except OSError as exc:
+        from loadgen.rundir.records import RunDirError
+
+        raise RunDirError(f"cannot write the CI outputs ({junit or '$GITHUB_STEP_SUMMARY'}): {exc}") from exc
+    return EXIT_THRESHOLDS if verdict and verdict.get("verdict") == "fail" else EXIT_OK
+
+
+def _read_summary(run_dir: Path) -> Any:
+    return orjson.loads((run_dir / "summary.json").read_bytes())
 
 
 def _telemetry_options(ns: argparse.Namespace) -> Any:
@@ -234,9 +282,10 @@ def cmd_ramp(ns: argparse.Namespace, argv: list[str]) -> int:
         print(f"error: {exc}\npartial report: {exc.run_dir / 'report.md'}", file=sys.stderr)
         print(exc.run_dir)
         return EXIT_USAGE
+    code = _judged(_read_summary(run_dir), opts.junit)
     print(f"report: {run_dir / 'report.md'}")
     print(run_dir)
-    return EXIT_OK
+    return code
 
 
 def cmd_demo(ns: argparse.Namespace, argv: list[str]) -> int:
@@ -307,9 +356,10 @@ def cmd_demo(ns: argparse.Namespace, argv: list[str]) -> int:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+    code = _judged(_read_summary(run_dir), opts.junit)
     print(f"report: {run_dir / 'report.md'}")
     print(run_dir)
-    return EXIT_OK
+    return code
 
 
 def cmd_report(ns: argparse.Namespace, argv: list[str]) -> int:
@@ -317,13 +367,15 @@ def cmd_report(ns: argparse.Namespace, argv: list[str]) -> int:
     from loadgen.report.pipeline import rebuild
 
     run_dir = _existing_run_dir(ns.run_dir)
+    fail_on = _thresholds(ns.fail_on, "--fail-on")
     try:
-        rebuild(run_dir, _slo(ns.slo), call_type=ns.call_type)
+        summary = rebuild(run_dir, _slo(ns.slo), call_type=ns.call_type, fail_on=fail_on)
     except CallTypeError as exc:
         raise UsageError(f"--call-type {ns.call_type}: {exc}") from None
+    code = _judged(summary, ns.junit)
     print(f"report: {run_dir / 'report.md'}")
     print(run_dir)
-    return EXIT_OK
+    return code
 
 
 def cmd_sim(ns: argparse.Namespace, argv: list[str]) -> int:
@@ -388,7 +440,7 @@ def cmd_plan(ns: argparse.Namespace, argv: list[str]) -> int:
 
 
 def cmd_compare(ns: argparse.Namespace, argv: list[str]) -> int:
-    from loadgen.report.compare import compare_runs, render_compare_html, render_compare_md
+    from loadgen.report.compare import compare_runs, render_compare_md, render_compare_page
     from loadgen.report.pipeline import summarise
     from loadgen.rundir.layout import create_run_dir
 
@@ -405,27 +457,11 @@ def cmd_compare(ns: argparse.Namespace, argv: list[str]) -> int:
     out = create_run_dir(ns.out, "compare")
     md = render_compare_md(cmp)
     (out / "compare.md").write_text(md)
-    (out / "compare.html").write_text(_html_page("Comparison: " + " vs ".join(labels), render_compare_html(cmp)))
+    (out / "compare.html").write_text(render_compare_page(cmp, summaries), encoding="utf-8")
     (out / "compare.json").write_bytes(orjson.dumps(cmp, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
     print(md)
     print(out)
     return EXIT_OK
-
-
-def _html_page(title: str, body: str) -> str:
-    import html
-
-    return (
-        "<!doctype html><html><head><meta charset='utf-8'><title>"
-        + html.escape(title)
-        + "</title><style>body{font:14px/1.5 system-ui,sans-serif;margin:2em;color:#222}"
-        "table{border-collapse:collapse}td,th{border-bottom:1px solid #ddd;padding:4px 10px;text-align:right}"
-        "th:first-child,td:first-child{text-align:left}</style></head><body><h1>"
-        + html.escape(title)
-        + "</h1>"
-        + body
-        + "</body></html>"
-    )
 
 
 def cmd_ui(ns: argparse.Namespace, argv: list[str]) -> int:
@@ -469,6 +505,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="the call type the knee verdict and plan are about, when the run mixes several "
         "(default: the run's own choice, else the one that served the most tokens)",
     )
+    p.add_argument(
+        "--fail-on",
+        metavar="THRESHOLDS",
+        help="re-judge the run against these thresholds (loadgen ramp's syntax; replaces the run's own "
+        "--fail-on/--abort-on); exit 5 when one is breached",
+    )
+    p.add_argument("--junit", metavar="FILE", help="write the thresholds' results as JUnit XML to this file")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("sim", help="the simulated server on its own (loadgen sim --help)", add_help=False)
@@ -510,7 +553,35 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("monitor", help="the telemetry side process on its own (loadgen monitor --help)", add_help=False)
     p.add_argument("monitor_args", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_monitor)
+
+    p = sub.add_parser(
+        "calibrate",
+        help="fit a simulator profile (a twin) to what a run observed (loadgen calibrate --help)",
+        add_help=False,
+    )
+    p.add_argument("twin_args", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_calibrate)
+
+    p = sub.add_parser(
+        "twin",
+        help="calibrate a twin, replay the ramp against it, compare; what-ifs (loadgen twin --help)",
+        add_help=False,
+    )
+    p.add_argument("twin_args", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_twin)
     return parser
+
+
+def cmd_calibrate(ns: argparse.Namespace, argv: list[str]) -> int:
+    from loadgen.twin.cli import calibrate_main
+
+    return calibrate_main(ns.twin_args)
+
+
+def cmd_twin(ns: argparse.Namespace, argv: list[str]) -> int:
+    from loadgen.twin.cli import twin_main
+
+    return twin_main(ns.twin_args)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -524,6 +595,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_monitor(argparse.Namespace(monitor_args=argv[1:]), argv)
     if argv and argv[0] == "ui":
         return cmd_ui(argparse.Namespace(ui_args=argv[1:]), argv)
+    if argv and argv[0] in ("calibrate", "twin"):
+        return (cmd_calibrate if argv[0] == "calibrate" else cmd_twin)(argparse.Namespace(twin_args=argv[1:]), argv)
     ns = parser.parse_args(argv)
     try:
         code: int = ns.func(ns, argv)

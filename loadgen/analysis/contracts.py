@@ -295,6 +295,30 @@ class StepCallTypes(TypedDict, total=False):
     images: ImageStats
 
 
+class ConfidenceInterval(TypedDict):
+    """A figure over repeated steps (``analysis.repeats``): mean and 95 % Student-t interval over the
+    repeats (``low``/``high`` None with one repeat), their number and sample standard deviation."""
+
+    mean: float | None
+    low: float | None
+    high: float | None
+    n: int
+    sd: float | None
+
+
+class RepeatGroup(TypedDict):
+    """The repeats of one load (``--repeat N``): their step ids, how many were VALID, and each figure
+    with its interval (``analysis.repeats.FIGURES``)."""
+
+    context_tokens: int | None
+    concurrency: int | None
+    rate: float | None
+    steps: list[int]
+    repeats: int
+    valid_repeats: int
+    figures: dict[str, ConfidenceInterval]
+
+
 class GoodputStats(TypedDict):
     """``step["goodput"]``: the successful requests of the window that met every SLO limit, each judged
     on its own figures (``analysis.goodput``)."""
@@ -532,6 +556,9 @@ class RunSummary(_RunSummaryRequired, total=False):
     plan: CapacityPlan
     # the call type the knee and the plan are about, when the run has ``by_call`` (analysis.calltypes)
     knee_call_type: str
+    # ``--fail-on`` / ``--abort-on`` judged, when the run or ``loadgen report`` had any: the shape of
+    # ``analysis.thresholds.ThresholdVerdict`` (typed there)
+    thresholds: dict[str, Any]
     # throughput per GPU against per-user tok/s, per step, the frontier marked (analysis.pareto)
     pareto: ParetoSummary
 

@@ -18,6 +18,7 @@ import numpy as np
 from loadgen.analysis.calltypes import CallTypes, resolve_call_type
 from loadgen.analysis.contracts import RunSummary, RunTotals, StepSummary
 from loadgen.analysis.load import Run
+from loadgen.analysis.pareto import pareto_summary
 from loadgen.analysis.steps import DEFAULT_MIN_OK_REQUESTS, PERCENTILE_METHOD, StepAnalysis
 
 StepEnricher = Callable[[Run, list[StepSummary]], None]
@@ -123,6 +124,7 @@ def build_summary(
         "steps": steps,
         "totals": _totals(run, analysis, steps),
     }
+    summary["pareto"] = pareto_summary(steps, manifest_value(manifest, "gpu_count"))
     if knee_call is not None:
         summary["knee_call_type"] = knee_call
     return summary

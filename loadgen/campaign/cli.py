@@ -1,7 +1,8 @@
 """``loadgen campaign FILE.toml [--out DIR] [--only NAME]... [--check]``: the command line.
 
 Exit codes: 0 every selected variant was tried (a variant that failed is a result in the report,
-not an error) or ``--check`` printed the plan; 2 an unusable file, flag or ``--only`` name (the
+not an error) or ``--check`` printed the plan; 5 every variant was tried and one of them breached
+its ``fail_on`` / ``abort_on`` thresholds; 2 an unusable file, flag or ``--only`` name (the
 message says which and where); 4 the campaign directory cannot be created; 130 interrupted by
 Ctrl-C or SIGTERM, after writing a partial report. Progress goes to ``out`` (stderr); the report's
 Markdown, its path and the campaign directory (last line, for scripts) go to stdout.
@@ -25,6 +26,7 @@ from loadgen.rundir.records import RunDirError
 EXIT_OK = 0
 EXIT_USAGE = 2
 EXIT_RUN_DIR = 4
+EXIT_THRESHOLDS = 5
 EXIT_INTERRUPTED = 130
 
 
@@ -104,4 +106,6 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
     print(render_markdown(report))
     print(f"report: {campaign_dir / 'campaign.md'}")
     print(campaign_dir)
-    return EXIT_INTERRUPTED if interrupted else EXIT_OK
+    if interrupted:
+        return EXIT_INTERRUPTED
+    return EXIT_THRESHOLDS if any(r.get("status") == "thresholds_breached" for r in runner.results) else EXIT_OK

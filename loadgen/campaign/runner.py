@@ -39,6 +39,7 @@ from loadgen.campaign.spec import Campaign, Command, Variant, fill, slug
 from loadgen.lifecycle import NotReady, ServerProcess, capture_logs, match_failures, wait_ready
 from loadgen.spec import flags
 
+EXIT_THRESHOLDS = 5  # loadgen ramp's exit code when a threshold was breached
 CONTEXT_LINES = 8  # log lines kept from the first fatal match on
 
 
@@ -87,6 +88,8 @@ def _ramp_argv(v: Variant, url: str, variant_dir: Path, label: str, env: dict[st
         "max_tokens": spec.max_tokens,
         "scenario": spec.scenario,
         "model": spec.model,
+        "fail_on": spec.fail_on,
+        "abort_on": spec.abort_on,
         "find_knee": spec.mode == "knee",
         "wait_ready_s": wait_s,
     }
@@ -247,6 +250,9 @@ class CampaignRunner:
             result["status"] = "server_died"
             result["reason"] = f"the server went down during the {v.load.mode} (step at {load})"
             self._capture(v, vdir, env, result)
+        elif code == EXIT_THRESHOLDS:
+            result["status"] = "thresholds_breached"
+            result["reason"] = _breaches(run_dir) or f"a threshold was breached; see {vdir.name}/ramp.log"
         elif code != 0:
             result["status"] = "ramp_failed"
             result["reason"] = f"loadgen ramp exited with {code}; see {vdir.name}/ramp.log"
@@ -286,6 +292,18 @@ class CampaignRunner:
         if run_dir is not None and not run_dir.is_dir():
             run_dir = None
         return proc.returncode, run_dir
+
+
+def _breaches(run_dir: Path | None) -> str | None:
+    """The breached thresholds of a run, from its summary.json: "ttft_p99>2s: ttft_p99 2,431 ms > ..."."""
+    path = run_dir / "summary.json" if run_dir is not None else None
+    if path is None or not path.exists():
+        return None
+    verdict = orjson.loads(path.read_bytes()).get("thresholds") or {}
+    found = [f"{r['threshold']}: {r['message']}" for r in verdict.get("results") or [] if r.get("breached")]
+    if verdict.get("aborted_by"):
+        found.insert(0, f"aborted by --abort-on {verdict['aborted_by']}")
+    return "; ".join(found) or None
 
 
 def _newest_run_dir(folder: Path) -> Path | None:

@@ -44,6 +44,8 @@ RAMP_KEYS = (
     "max_tokens",
     "scenario",
     "model",
+    "fail_on",
+    "abort_on",
     "args",
     "timeout_s",
 )
@@ -69,6 +71,8 @@ class LoadSpec:
     max_tokens: int | None = None
     scenario: str | None = None
     model: str | None = None
+    fail_on: str | None = None  # thresholds (``loadgen ramp --fail-on``): a breach makes the campaign exit 5
+    abort_on: str | None = None  # thresholds that stop the variant's ramp early (``--abort-on``)
     args: list[str] = field(default_factory=list)
     timeout_s: float = 3600.0
 
@@ -193,6 +197,20 @@ def _check_placeholders(key: str, values: Sequence[str]) -> None:
                 raise SpecError(key, v, f"unknown placeholder {{{m.group(1)}}}; allowed: {allowed}")
 
 
+def _thresholds(t: Table, name: str, default: str | None) -> str | None:
+    """A ``fail_on`` / ``abort_on`` text, its syntax checked here so a typo fails before any server starts."""
+    text: str | None = t.get_str(name, default)
+    if text is None or text is default:
+        return text
+    from loadgen.analysis.thresholds import ThresholdError, parse_thresholds
+
+    try:
+        parse_thresholds(text, name)
+    except ThresholdError as exc:
+        raise SpecError(t.key(name), text, str(exc).split(": ", 1)[-1]) from None
+    return text
+
+
 def _load(t: Table | None, base: LoadSpec) -> LoadSpec:
     if t is None:
         return base
@@ -216,6 +234,8 @@ def _load(t: Table | None, base: LoadSpec) -> LoadSpec:
     spec.max_tokens = t.get_int("max_tokens", spec.max_tokens, min_value=1)
     spec.scenario = t.get_str("scenario", spec.scenario)
     spec.model = t.get_str("model", spec.model)
+    spec.fail_on = _thresholds(t, "fail_on", spec.fail_on)
+    spec.abort_on = _thresholds(t, "abort_on", spec.abort_on)
     spec.timeout_s = t.get_float("timeout_s", spec.timeout_s, positive=True)
     if t.has("args"):
         args = t.get_list("args", non_empty=False)

@@ -225,6 +225,41 @@ class KneeSearch:
         return StepPlan(int(nxt), t.context_tokens, t.warmup_s, t.duration_s, t.requests)
 
 
+class AbortGuard:
+    """``--abort-on``: each time a step ends, the run so far is summarised (as the knee search does)
+    and its ended steps judged; the first threshold measured past its limit stops the ramp (the step
+    under way ends with reason ``aborted``), with an ``aborted`` event naming it in events.jsonl.
+    Run-scope thresholds see every request so far. A threshold with nothing measured yet waits."""
+
+    def __init__(self, text: str, run_dir: Path, state: RunState, shape: RampShape, event: Any, out: TextIO) -> None:
+        from loadgen.analysis.thresholds import parse_thresholds
+
+        self.thresholds = parse_thresholds(text, "--abort-on")
+        self.run_dir, self.state, self.shape, self.event, self.out = run_dir, state, shape, event, out
+        self.judged = 0  # steps ended and judged so far
+        self.fired: str | None = None
+
+    def poll(self) -> None:
+        """Called from the ramp's loop: judge once per newly ended step."""
+        st = self.state
+        ended = st.step_index + (0 if st.step_live else 1)
+        if self.fired is not None or ended <= self.judged or self.shape.finished:
+            return
+        self.judged = ended
+        from loadgen.analysis.thresholds import ABORT_EVENT, evaluate, first_breach
+        from loadgen.report.pipeline import summarise
+
+        _, summary = summarise(self.run_dir)
+        done = [s for s in summary["steps"] if s.get("end_reason") is not None]
+        hit = first_breach(evaluate(summary, self.thresholds, "abort_on", steps=done))
+        if hit is None:
+            return
+        self.fired = hit["threshold"]
+        self.event(ABORT_EVENT, step=hit["step"], threshold=hit["threshold"], detail=hit["message"])
+        self.out.write(f"\naborting: --abort-on {hit['threshold']}: {hit['message']}\n")
+        self.shape.stop(ABORT_EVENT)
+
+
 def start_telemetry(run_dir: Path, options: Any, out: TextIO) -> Any:
     """The telemetry side process (a separate process: NVML blocks), or None when not asked for."""
     if options is None:
@@ -250,6 +285,7 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
     guard = ServerDownGuard(opts, state, shape, out)
     state.on_server_suspect = guard.suspect
     state.on_endpoint_missing = guard.endpoint_missing
+    abort = AbortGuard(opts.abort_on, run_dir, state, shape, guard._event, out) if opts.abort_on else None
     # in-flight requests finish after the last step (and when a matrix row lowers concurrency):
     # they were sent inside a steady window and belong to its statistics
     env = Environment(
@@ -307,6 +343,8 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
         telemetry_alive = side is not None
         while runner.shape_greenlet is not None and not interrupted:
             gevent.sleep(0.1)
+            if abort is not None:
+                abort.poll()
             if telemetry_alive and not side.alive():
                 telemetry_alive = False
                 guard._event("telemetry_died", step=state.step_index, detail=f"see {run_dir / 'telemetry.log'}")

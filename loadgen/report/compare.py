@@ -5,6 +5,9 @@ rows keyed by (context_tokens, concurrency) — or rate, for open-loop runs — 
 and each later run's ratio to the first (the baseline): e.g. speculative / autoregressive output
 tok/s at every concurrency. A ratio is None when either step is invalid or a value is missing;
 steps found in only some runs are listed under ``unmatched``.
+
+``render_compare_page`` is compare.html: the main plots with every run overlaid (one colour per
+run), then the table.
 """
 
 from __future__ import annotations
@@ -18,6 +21,9 @@ from typing import Any, TypedDict, cast
 
 from loadgen.analysis.contracts import AxisLoad, LoadAxis, RunSummary, StepSummary
 from loadgen.analysis.values import at_axis, load_axis, number, stat
+from loadgen.report.html import PAGE_CSS, figure
+from loadgen.report.plots import overlay_plots
+from loadgen.report.svg import PALETTE
 from loadgen.rundir.records import RunDirError
 
 # (key, sub-key or None, column title, higher is better)
@@ -212,6 +218,64 @@ def render_compare_md(cmp: Comparison, metrics: Sequence[str] = ("output_tok_s",
 
 def _esc(text: str) -> str:
     return text.replace("|", "\\|")
+
+
+def render_compare_page(
+    cmp: Comparison,
+    summaries: Sequence[RunSummary],
+    metrics: Sequence[str] = ("output_tok_s", "tpot_ms"),
+) -> str:
+    """compare.html: every run overlaid on the main plots (throughput, TTFT p99, TPOT p99, GPU
+    power, tokens per joule against load, and the Pareto plot), one colour per run with a legend,
+    then the table of :func:`render_compare_html`. ``summaries`` in the order of ``cmp["labels"]``.
+    One self-contained page (inline SVG and CSS, no scripts); every run's text is escaped."""
+    labels: list[str] = list(cmp["labels"])
+    if len(summaries) != len(labels):
+        raise ValueError(f"{len(summaries)} summaries for {len(labels)} labels")
+    plots = overlay_plots(list(zip(labels, summaries, strict=True)), cmp["axis"])
+    e = html.escape
+    title = "Comparison: " + " vs ".join(labels)
+    legend = "".join(
+        f'<li><span class="swatch" style="background:{PALETTE[i % len(PALETTE)]}"></span>{e(label)}'
+        f"{' <small>(baseline)</small>' if label == cmp['baseline'] else ''}</li>"
+        for i, label in enumerate(labels)
+    )
+    shown = [p for p in plots if p.has_data] + [p for p in plots if not p.has_data]
+    parts = [
+        "<!doctype html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{e(title)}</title>",
+        f"<style>{PAGE_CSS}{_COMPARE_CSS}</style></head><body><main>",
+        f"<h1>{e(title)}</h1>",
+        f"<ul class=runs id=runs>{legend}</ul>",
+        "<h2 id=plots>Plots</h2><p class=note>Every run on the same axes: one colour per run (circle, square, "
+        "diamond markers in turn), one dash per context length; open grey markers are INVALID steps. Hover a "
+        "point for its run, step and value.</p>",
+        f"<div class=plots>{''.join(figure(p) for p in shown)}</div>",
+        f"<h2 id=table>Step by step</h2><p class=note>Steps matched by context length and load; ratios are each "
+        f"run's value over the baseline's ({e(cmp['baseline'])}).</p>",
+        f"<div class=scroll>{render_compare_html(cmp, metrics)}</div>",
+    ]
+    missing = {label: ks for label, ks in cmp["unmatched"].items() if ks}
+    if missing:
+        items = "".join(
+            f"<li>{e(label)}: " + e(", ".join(f"{_load(k[1])}@{k[0]}" for k in ks)) + "</li>"
+            for label, ks in missing.items()
+        )
+        parts.append(f"<p class=note>Steps in only some runs (load@context):</p><ul class=note>{items}</ul>")
+    parts.append("</main></body></html>\n")
+    return "\n".join(parts)
+
+
+_COMPARE_CSS = """
+ul.runs{list-style:none;padding:0;margin:0 0 8px;display:flex;flex-wrap:wrap;gap:6px 18px;font-size:14px}
+ul.runs li{display:flex;align-items:center;gap:6px}
+.swatch{display:inline-block;width:22px;height:4px;border-radius:2px}
+table.compare td{text-align:right;font-variant-numeric:tabular-nums}
+table.compare td.invalid{background:var(--bad-bg)}
+table.compare td.ratio{color:var(--accent)}
+"""
 
 
 def render_compare_html(cmp: Comparison, metrics: Sequence[str] = ("output_tok_s", "tpot_ms")) -> str:

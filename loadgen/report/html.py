@@ -1,9 +1,10 @@
 """report.html: one self-contained page per run, readable by someone who was not there.
 
 Order: the knee verdict and headline figures first; the detectors side by side; the capacity plan
-when the summary has one; the plots (``loadgen.report.plots``, inline SVG); the step table (every
-step VALID or INVALID with its reason); errors by class with a sample message each; the server log
-lines the telemetry captured; the scenario and the environment from ``manifest.json``.
+when the summary has one; throughput per GPU against per-user tok/s (the Pareto plot); the plots
+(``loadgen.report.plots``, inline SVG); the step table (every step VALID or INVALID with its
+reason); errors by class with a sample message each; the server log lines the telemetry captured;
+the scenario and the environment from ``manifest.json``.
 
 The page needs nothing from outside: styles inline, no scripts, no fonts, no network. Every text
 that came from a server, a prompt, a log or a manifest is escaped (``svg.esc``). ``write_html``
@@ -27,10 +28,11 @@ import numpy as np
 
 from loadgen.analysis.contracts import LatencyKey, RunSummary, StepSummary
 from loadgen.analysis.load import MISSING, Run, RunLoadError
+from loadgen.analysis.pareto import UNKNOWN_NOTE
 from loadgen.analysis.steps import failure_class_names, ok_mask
 from loadgen.analysis.values import as_axis, as_dict, as_list, number, stat, steps_of, summary_axis
 from loadgen.report.calltables import Table, tables_of
-from loadgen.report.plots import Failure, Plot, build_plots, knee_load, load_label
+from loadgen.report.plots import Failure, Plot, build_plots, knee_load, load_label, pareto_of
 from loadgen.report.svg import esc, format_value
 from loadgen.rundir.layout import read_manifest
 from loadgen.rundir.records import read_jsonl
@@ -39,7 +41,7 @@ MAX_LOG_LINES = 400
 MAX_MESSAGE_CHARS = 2000
 PLOTS_DIR = "plots"
 
-_CSS = """
+PAGE_CSS = """
 :root{--ink:#1f2933;--muted:#616e7c;--faint:#9aa5b1;--line:#e4e7eb;--bg:#f7f8fa;--card:#fff;
 --bad:#b03a2e;--bad-bg:#fbe9e7;--warn:#9a6700;--warn-bg:#fff4d6;--good:#1e7b4f;--good-bg:#e6f4ec;--accent:#0b6fa4}
 *{box-sizing:border-box}
@@ -63,6 +65,7 @@ padding:18px 22px;margin:0 0 16px}
 .figure small{color:var(--muted);font-size:12.5px}
 .figure.bad b{color:var(--bad)}
 .plots{display:grid;grid-template-columns:repeat(auto-fit,minmax(min(520px,100%),1fr));gap:16px}
+.plots.single{grid-template-columns:minmax(0,820px)}
 figure{margin:0;background:var(--card);border:1px solid var(--line);border-radius:8px;padding:10px 12px 8px}
 figure svg{display:block;width:100%;height:auto}
 figcaption{color:var(--muted);font-size:12.5px;margin:4px 4px 2px}
@@ -337,16 +340,68 @@ def _plan(summary: RunSummary) -> str:
     return "".join(out)
 
 
+def figure(p: Plot) -> str:
+    """One plot as a ``<figure>`` (its SVG inline, its caption below; a no-data panel bare)."""
+    return (
+        f'<figure id="plot-{esc(p.slug)}" data-plot="{esc(p.slug)}" data-has-data="{str(p.has_data).lower()}"'
+        f"{'' if p.has_data else ' class=empty'}>{p.svg}"
+        f"{f'<figcaption>{esc(p.caption)}</figcaption>' if p.has_data and p.caption else ''}</figure>"
+    )
+
+
 def _plots(plots: Sequence[Plot]) -> str:
-    """Charts in reading order, then the no-data panels together (small, so they do not break the grid)."""
-    figs = []
-    for p in [p for p in plots if p.has_data] + [p for p in plots if not p.has_data]:
-        figs.append(
-            f'<figure id="plot-{esc(p.slug)}" data-plot="{esc(p.slug)}" data-has-data="{str(p.has_data).lower()}"'
-            f"{'' if p.has_data else ' class=empty'}>{p.svg}"
-            f"{f'<figcaption>{esc(p.caption)}</figcaption>' if p.has_data and p.caption else ''}</figure>"
-        )
+    """Charts in reading order, then the no-data panels together (small, so they do not break the grid).
+    The Pareto plot has its own section (``_pareto``)."""
+    plots = [p for p in plots if p.slug != "pareto"]
+    figs = [figure(p) for p in [p for p in plots if p.has_data] + [p for p in plots if not p.has_data]]
     return f"<h2 id=plots>Plots</h2><div class=plots>{''.join(figs)}</div>"
+
+
+def _pareto(summary: RunSummary, plots: Sequence[Plot]) -> str:
+    """Throughput per GPU against per-user tok/s: the plot and its points (``analysis.pareto``)."""
+    plot = next((p for p in plots if p.slug == "pareto"), None)
+    if plot is None:
+        return ""
+    pareto = pareto_of(summary)
+    axis = summary_axis(summary)
+    gpus, source = pareto.get("gpus"), pareto.get("gpus_source")
+    if source == "unknown":
+        per = "per node"
+        how = f"<b>{esc(pareto.get('note') or UNKNOWN_NOTE)}</b>."
+    else:
+        per = "per GPU"
+        how = f"{esc(gpus)} GPUs, from {'--gpu-count' if source == 'option' else 'the GPU telemetry'}."
+    out = [
+        "<h2 id=pareto>Throughput per GPU vs interactivity</h2>",
+        f"<p class=note>The Pareto plot: output tok/s {per} against per-user output tok/s "
+        f"(1000 / TPOT p50, the median request's decode speed). {how} "
+        f"Also in {PLOTS_DIR}/pareto.svg and summary.json (<code>pareto</code>).</p>",
+        f'<div class="plots single">{figure(plot)}</div>',
+    ]
+    rows = []
+    for p in pareto["points"]:
+        if p.get("per_user_tok_s") is None and p.get("tok_s_per_gpu") is None and p.get("valid"):
+            continue
+        if not p.get("valid"):
+            tag = "<span class='tag bad'>INVALID</span>"
+        elif p.get("on_frontier"):
+            tag = "<span class='tag ok'>frontier</span>"
+        else:
+            tag = "<span class='tag off'>dominated</span>"
+        ctx = p.get("context_tokens")
+        rows.append(
+            f"<tr><td class=n>{esc(p.get('step', '?'))}</td><td class=n>{esc(load_label(_n(p.get(axis)), axis))}"
+            f"{esc(f', {ctx:,} ctx') if ctx is not None else ''}</td>"
+            f"<td class=n>{_num(p.get('per_user_tok_s'), 1)}</td><td class=n>{_num(p.get('tok_s_per_gpu'), 1)}</td>"
+            f"<td>{tag}</td></tr>"
+        )
+    if rows:
+        out.append(
+            "<details id=pareto-points><summary>the points</summary><div class=scroll><table><thead><tr>"
+            f"<th class=n>step</th><th class=n>load</th><th class=n>tok/s per user</th><th class=n>tok/s {per}</th>"
+            f"<th>frontier</th></tr></thead><tbody>{''.join(rows)}</tbody></table></div></details>"
+        )
+    return "".join(out)
 
 
 def _steps_table(summary: RunSummary) -> str:
@@ -601,12 +656,13 @@ def _page(
         '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{esc(title)} · load test report</title>",
-        f"<style>{_CSS}</style></head><body><main>",
+        f"<style>{PAGE_CSS}</style></head><body><main>",
         _header(summary),
         _verdict(summary),
         _figures(summary),
         _detectors(summary),
         _plan(summary),
+        _pareto(summary, plots),
         _plots(plots),
         _steps_table(summary),
         *(_table(t) for t in tables_of(summary)),
@@ -654,4 +710,4 @@ def write_html(run_dir: Path, summary: RunSummary, *, run: Run | None = None) ->
     return paths
 
 
-__all__ = ["PLOTS_DIR", "render_html", "write_html"]
+__all__ = ["PAGE_CSS", "PLOTS_DIR", "figure", "render_html", "write_html"]

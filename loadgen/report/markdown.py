@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable, Sequence
 
 from loadgen.analysis.contracts import LatencyStats, RunSummary, StepSummary
+from loadgen.analysis.thresholds import verdict_lines
 
 Section = Callable[[RunSummary], "str | None"]
 """An extra report section: summary -> Markdown text (with its own heading), or None to skip."""
@@ -136,6 +137,23 @@ _STEP_COLUMNS = (
 )
 
 
+def verdict_block(summary: RunSummary) -> list[str]:
+    """The ``--fail-on`` / ``--abort-on`` verdict (``summary["thresholds"]``) as a quoted block; []
+    without thresholds."""
+    verdict = summary.get("thresholds")
+    if not verdict:
+        return []
+    head, *rest = verdict_lines(verdict)
+    lines = [f"> **Thresholds: {escape_cell(head)}**", ">"]
+    lines += [f"> - {escape_cell(line)}" for line in rest]
+    return [*lines, ""]
+
+
+def step_table(steps: Sequence[StepSummary]) -> str:
+    """The report's step table with its notes, as Markdown (also the GitHub step summary's)."""
+    return "\n".join(_step_table(steps))
+
+
 def _step_table(steps: Sequence[StepSummary]) -> list[str]:
     lines = ["## Steps", ""]
     lines.append("| " + " | ".join(_STEP_COLUMNS) + " |")
@@ -239,6 +257,7 @@ def render_markdown(summary: RunSummary, sections: Sequence[Section] = (), lead:
     """The report.md text for ``summary`` (from ``build_summary``): ``lead`` sections right after
     the header (the verdict comes first), the step table, errors, invalid steps, then ``sections``."""
     lines = _header(summary)
+    lines[2:2] = verdict_block(summary)  # the pass/fail verdict right under the title
     for section in lead:
         text = section(summary)
         if text:
@@ -263,4 +282,4 @@ def render_markdown(summary: RunSummary, sections: Sequence[Section] = (), lead:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-__all__ = ["Section", "escape_cell", "render_markdown"]
+__all__ = ["Section", "escape_cell", "render_markdown", "step_table", "verdict_block"]

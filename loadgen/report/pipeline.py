@@ -22,21 +22,29 @@ from loadgen.analysis.knee import knee_verdict
 from loadgen.analysis.load import Run, load_run
 from loadgen.analysis.plan import capacity_plan
 from loadgen.analysis.server_down import server_down_enricher
-from loadgen.analysis.summary import build_summary
+from loadgen.analysis.summary import build_summary, manifest_value
 from loadgen.analysis.telemetry import telemetry_enricher
+from loadgen.analysis.thresholds import judge
 from loadgen.report.outputs import write_run_outputs
 from loadgen.report.sections import LEAD_SECTIONS, TRAILING_SECTIONS
 from loadgen.rundir.layout import read_manifest
 
 
 def summarise(
-    run_dir: str | os.PathLike[str], slo: dict[str, float] | None = None, *, call_type: str | None = None
+    run_dir: str | os.PathLike[str],
+    slo: dict[str, float] | None = None,
+    *,
+    call_type: str | None = None,
+    fail_on: str | None = None,
 ) -> tuple[Run, RunSummary]:
     """Load and summarise ``run_dir``; ``slo`` (or the manifest's) feeds the knee verdict.
 
     ``call_type`` (``--call-type``): the call type the knee and the plan are about when the run
     mixes several (default: the manifest's ``call_type``, else the one that served the most tokens;
     ``analysis.calltypes``). Raises CallTypeError when the run has no such call type.
+
+    ``fail_on`` (``loadgen report --fail-on``): judge these thresholds instead of the run's own
+    ``--fail-on``/``--abort-on`` (kept in its manifest); ``summary["thresholds"]`` holds the verdict.
     """
     run = load_run(Path(run_dir))
     summary = build_summary(run, [telemetry_enricher, client_load_enricher, server_down_enricher], call_type=call_type)
@@ -47,6 +55,13 @@ def summarise(
         add_goodput(run, summary["steps"], slo)
     summary["knee"] = knee_verdict(knee_steps(summary), slo)
     summary["run_events"] = [cast(RunEvent, e) for e in run.events if e.get("src") == "loadgen"]
+    if fail_on is not None:  # a re-judgement: these thresholds only, not how the ramp ended
+        judged = judge(summary, fail_on, None, ())
+    else:
+        m = run.manifest
+        judged = judge(summary, manifest_value(m, "fail_on"), manifest_value(m, "abort_on"), summary["run_events"])
+    if judged is not None:
+        summary["thresholds"] = cast(dict[str, Any], judged)
     plan_request = Path(run_dir) / PLAN_FILE
     if plan_request.exists():
         summary["plan"] = make_plan(summary, orjson.loads(plan_request.read_bytes()).get("request", {}))
@@ -81,15 +96,16 @@ def rebuild(
     write_plan_request: dict[str, Any] | None = None,
     *,
     call_type: str | None = None,
+    fail_on: str | None = None,
 ) -> RunSummary:
     """Summarise ``run_dir`` and write its outputs; return the summary.
 
     ``write_plan_request``: options of ``loadgen plan``; the plan is computed, stored in plan.json
-    (request and result) and becomes part of every later rebuild of this run. ``call_type``: see
-    :func:`summarise`.
+    (request and result) and becomes part of every later rebuild of this run. ``call_type``,
+    ``fail_on``: see :func:`summarise`.
     """
     run, summary = summarise(
-        run_dir, slo if write_plan_request is None else write_plan_request["slo"], call_type=call_type
+        run_dir, slo if write_plan_request is None else write_plan_request["slo"], call_type=call_type, fail_on=fail_on
     )
     if write_plan_request is not None:
         summary["plan"] = make_plan(summary, write_plan_request)

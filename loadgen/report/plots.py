@@ -6,8 +6,11 @@ percentiles (p50 dashed, p99 solid) with SLO lines, tokens per joule. Time plots
 the first step started; each step a shaded band, its warm-up lighter than its steady window; server
 log matches and failed requests as ticks in lanes above the plot): total GPU power against the
 summed power limit, power per GPU against the per-GPU limit, KV-cache fill, running and queued
-requests. INVALID steps are open grey markers whose hover text gives the reason; a plot whose
-input was not measured is a "no data: <why>" panel.
+requests. The Pareto plot (first): output tok/s per GPU against per-user tok/s, each step a point,
+the frontier joined, the knee step and the SLO's TPOT limit drawn (``analysis.pareto``). INVALID
+steps are open grey markers whose hover text gives the reason; a plot whose input was not measured
+is a "no data: <why>" panel. ``overlay_plots`` draws the load plots and the Pareto plot with several
+runs on the same axes, one colour each (``loadgen compare``).
 
 Inputs are plain dicts (``summary.json``, ``samples.jsonl`` and ``events.jsonl`` lines): any key
 may be absent or None. Time series are thinned to about 1,200 points per line before drawing.
@@ -22,7 +25,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from loadgen.analysis.contracts import LatencyKey, LoadAxis, RunSummary, StepSummary
+from loadgen.analysis.contracts import LatencyKey, LoadAxis, ParetoPoint, ParetoSummary, RunSummary, StepSummary
+from loadgen.analysis.pareto import pareto_summary
 from loadgen.analysis.telemetry import as_of, gpu_stale_ns
 from loadgen.analysis.usl import fit_usl
 from loadgen.analysis.values import as_dict, number, stat, steps_of, summary_axis
@@ -379,6 +383,340 @@ def tokens_per_joule_plot(summary: RunSummary) -> Plot:
     )
 
 
+# ----------------------------------------------------------------------------------- Pareto
+
+
+def pareto_of(summary: RunSummary) -> ParetoSummary:
+    """The summary's ``pareto``; computed from its steps for a summary written before it existed."""
+    pareto = summary.get("pareto")
+    if isinstance(pareto, dict) and isinstance(pareto.get("points"), list):
+        return pareto
+    return pareto_summary(steps_of(summary))
+
+
+def _tpot_limits(summary: RunSummary) -> list[tuple[str, float]]:
+    """The SLO's TPOT limits as (key, ms), tightest first."""
+    slo = summary.get("slo")
+    if not isinstance(slo, dict):
+        return []
+    out = [(str(k), v) for k, value in slo.items() if str(k).startswith("tpot_") and (v := number(value)) and v > 0]
+    return sorted(out, key=lambda kv: kv[1])
+
+
+def _slo_x_refs(limits: Sequence[tuple[str, float]], x_max: float) -> tuple[list[RefLine], list[str]]:
+    """Vertical lines at per-user tok/s = 1000 / each TPOT limit; those beyond 3x the data are named."""
+    refs: list[RefLine] = []
+    off: list[str] = []
+    for key, ms in limits:
+        stat_name = key.removeprefix("tpot_").removesuffix("_ms")
+        x = 1000.0 / ms
+        label = f"SLO TPOT {stat_name} ≤ {ms:,g} ms"
+        if x_max > 0 and x > 3 * x_max:
+            off.append(f"{label} ({format_value(x)} tok/s per user)")
+            continue
+        tip = f"{label}: a request at the limit streams {format_value(x)} tok/s; points left of it are slower"
+        refs.append(RefLine("x", x, f"{label} = {format_value(x)} tok/s", BAD, "2 3", tip=tip, label_at="bottom"))
+    return refs, off
+
+
+def _point_load(p: ParetoPoint, axis: LoadAxis) -> float | None:
+    return number(p.get(axis))
+
+
+def _pareto_tip(p: ParetoPoint, axis: LoadAxis, per: str, run: str = "") -> str:
+    load = load_label(_point_load(p, axis), axis)
+    ctx = p.get("context_tokens")
+    where = load + (f", {ctx} ctx" if ctx is not None else "")
+    x, y = number(p.get("per_user_tok_s")), number(p.get("tok_s_per_gpu"))
+    status = "on the frontier" if p.get("on_frontier") else "dominated" if p.get("valid") else "INVALID"
+    head = f"{run} · " if run else ""
+    return (
+        f"{head}step {p.get('step', '?')} · {where} · {format_value(x) if x is not None else '–'} tok/s per user · "
+        f"{format_value(y) if y is not None else '–'} tok/s {per} · {status}"
+    )
+
+
+def _pareto_groups(points: Sequence[ParetoPoint]) -> list[tuple[int | None, list[ParetoPoint]]]:
+    groups: dict[int | None, list[ParetoPoint]] = {}
+    for p in points:
+        if number(p.get("per_user_tok_s")) is None or number(p.get("tok_s_per_gpu")) is None:
+            continue
+        groups.setdefault(p.get("context_tokens"), []).append(p)
+    return sorted(groups.items(), key=lambda kv: (kv[0] is not None, kv[0] or 0))
+
+
+def _pareto_series(
+    points: Sequence[ParetoPoint], name: str, color: str, axis: LoadAxis, per: str, *, labels: bool, run: str = ""
+) -> list[Series]:
+    """One context group of one run: the frontier (line and markers), the dominated steps (markers),
+    the INVALID ones (open grey markers)."""
+
+    def xy(p: ParetoPoint) -> tuple[float, float]:
+        return number(p.get("per_user_tok_s")) or 0.0, number(p.get("tok_s_per_gpu")) or 0.0
+
+    def label_of(p: ParetoPoint) -> str:
+        return load_label(_point_load(p, axis), axis)
+
+    out: list[Series] = []
+    front = sorted((p for p in points if p.get("on_frontier")), key=xy)
+    rest = [p for p in points if not p.get("on_frontier") and p.get("valid")]
+    bad = [p for p in points if not p.get("valid")]
+    for kind, group, line in (("frontier", front, True), ("dominated", rest, False)):
+        if not group:
+            continue
+        out.append(
+            Series(
+                f"{name} {kind}".strip(),
+                [xy(p)[0] for p in group],
+                [xy(p)[1] for p in group],
+                color,
+                line=line,
+                markers=True,
+                marker="circle" if line else "square",
+                tips=[_pareto_tip(p, axis, per, run) for p in group],
+                labels=[label_of(p) for p in group] if labels else None,
+                legend=line or not run,
+            )
+        )
+    if bad:
+        out.append(
+            Series(
+                f"{name} INVALID".strip(),
+                [xy(p)[0] for p in bad],
+                [xy(p)[1] for p in bad],
+                FAINT,
+                line=False,
+                hollow=[True] * len(bad),
+                tips=[_pareto_tip(p, axis, per, run) for p in bad],
+                labels=[label_of(p) for p in bad] if labels else None,
+                legend=not run,
+            )
+        )
+    return out
+
+
+def _pareto_x_max(points: Sequence[ParetoPoint]) -> float:
+    return max((x for p in points if (x := number(p.get("per_user_tok_s"))) is not None), default=0.0)
+
+
+PARETO_TITLE = "Throughput per GPU vs interactivity (Pareto)"
+
+
+def pareto_plot(summary: RunSummary) -> Plot:
+    """Output tok/s per GPU (y) against per-user tok/s (x), each step a point, the frontier joined,
+    the knee step ringed, the SLO's TPOT limit as a vertical line (``analysis.pareto``)."""
+    slug, title = "pareto", PARETO_TITLE
+    pareto = pareto_of(summary)
+    axis = summary_axis(summary)
+    points = pareto["points"]
+    groups = _pareto_groups(points)
+    if not groups:
+        why = "no step has both an output throughput and a TPOT p50 (no successful requests)"
+        return Plot(slug, title, no_data(title, why, slug=slug), "", False, why)
+    per = "per GPU" if pareto.get("gpus_source") != "unknown" else "per node"
+    x_max = _pareto_x_max(points)
+    chart = Chart(
+        title,
+        "per-user output tok/s (1000 / TPOT p50)",
+        f"output tok/s {per}",
+        x_range=(0.0, x_max),
+        slug=slug,
+    )
+    knee_pt = _knee_point(summary, points, axis)
+    if knee_pt is not None:
+        x, y = number(knee_pt.get("per_user_tok_s")), number(knee_pt.get("tok_s_per_gpu"))
+        assert x is not None and y is not None
+        knee_name = f"knee {load_label(_point_load(knee_pt, axis), axis)}"
+        tip = f"{knee_name}: " + _pareto_tip(knee_pt, axis, per)
+        chart.series.append(Series(knee_name, [x], [y], KNEE_COLOR, line=False, marker="diamond", size=7.0, tips=[tip]))
+    for i, (ctx, group) in enumerate(groups):
+        name = "" if len(groups) == 1 or ctx is None else f"{ctx:,} ctx"
+        chart.series.extend(_pareto_series(group, name, PALETTE[i % len(PALETTE)], axis, per, labels=True))
+    refs, off = _slo_x_refs(_tpot_limits(summary), x_max)
+    chart.refs.extend(refs)
+    gpus, source = pareto.get("gpus"), pareto.get("gpus_source")
+    caption = (
+        "Each step is a point: aggregate output tok/s "
+        + (
+            f"÷ {gpus} GPUs (from {'--gpu-count' if source == 'option' else 'the GPU telemetry'})"
+            if per == "per GPU"
+            else f"per node ({pareto.get('note') or 'GPU count unknown'})"
+        )
+        + " against the median request's decode speed (1000 / TPOT p50, so faster than the per-request tok/s, "
+        "whose time includes TTFT). The line joins the frontier: the steps no other valid step beats on both "
+        "axes. Squares are dominated steps, open grey markers INVALID steps (never on the frontier)."
+    )
+    if knee_pt is not None:
+        caption += " Red diamond: the knee step."
+    if refs:
+        caption += " Red dotted: the SLO's TPOT limit; steps left of it stream slower than the limit at p50."
+    if off:
+        caption += " Off the scale (over 3x the fastest step): " + "; ".join(off) + "."
+    return Plot(slug, title, render(chart), caption)
+
+
+def _knee_point(summary: RunSummary, points: Sequence[ParetoPoint], axis: LoadAxis) -> ParetoPoint | None:
+    load = knee_load(summary)
+    if load is None:
+        return None
+    ctx = as_dict(summary.get("knee")).get("context_tokens")
+    for p in points:
+        if (
+            _point_load(p, axis) == load
+            and (ctx is None or p.get("context_tokens") == ctx)
+            and number(p.get("per_user_tok_s")) is not None
+            and number(p.get("tok_s_per_gpu")) is not None
+        ):
+            return p
+    return None
+
+
+# ------------------------------------------------------------------------------- overlays (compare)
+
+OverlayRun = tuple[str, RunSummary]
+"""A run in a comparison: its label and its summary."""
+
+# (slug, title, y label, step -> value, the validity key that hollows a point, caption)
+_OVERLAYS: tuple[tuple[str, str, str, Callable[[StepSummary], float | None], str, str], ...] = (
+    (
+        "throughput",
+        "Aggregate output throughput",
+        "output tok/s",
+        lambda s: number(s.get("output_tok_s")),
+        "valid",
+        "Output tokens per second of each step's steady window.",
+    ),
+    (
+        "ttft_p99",
+        "TTFT p99 (time to first token)",
+        "TTFT p99, ms",
+        lambda s: stat(s, "ttft_ms", "p99"),
+        "valid",
+        "99th percentile of TTFT per step; the SLO limit as a red line.",
+    ),
+    (
+        "tpot_p99",
+        "TPOT p99 (time per output token)",
+        "TPOT p99, ms",
+        lambda s: stat(s, "tpot_ms", "p99"),
+        "valid",
+        "99th percentile of TPOT per step; the SLO limit as a red line.",
+    ),
+    (
+        "power",
+        "GPU power, all GPUs",
+        "watts (steady-window mean)",
+        lambda s: stat(s, "gpu_power_w", "mean"),
+        "power_valid",
+        "Total GPU power per step, time-weighted mean over its steady window; open markers: power invalid.",
+    ),
+    (
+        "tokens_per_joule",
+        "Energy efficiency",
+        "output tokens per joule",
+        lambda s: number(s.get("tokens_per_joule")),
+        "power_valid",
+        "Output tokens per joule of GPU energy per step; open markers: power invalid.",
+    ),
+)
+OVERLAY_SLUGS = (*(o[0] for o in _OVERLAYS), "pareto")
+
+
+def _run_color(i: int) -> str:
+    return PALETTE[i % len(PALETTE)]
+
+
+_CTX_DASHES = (None, "6 3", "2 3", "8 3 2 3")
+_RUN_MARKERS = ("circle", "square", "diamond")
+
+
+def _overlay_load_plot(
+    runs: Sequence[OverlayRun],
+    axis: LoadAxis,
+    spec: tuple[str, str, str, Callable[[StepSummary], float | None], str, str],
+) -> Plot:
+    slug, title, y_label, get, valid_key, caption = spec
+    all_steps = [s for _, summary in runs for s in steps_of(summary)]
+    x_label, scale = _x_axis(axis, all_steps)
+    chart = Chart(title, x_label, y_label, x_scale=scale, slug=f"cmp-{slug}")
+    for i, (label, summary) in enumerate(runs):
+        groups = _groups(steps_of(summary), axis)
+        for g, (ctx, group) in enumerate(groups):
+            ys = [get(s) for s in group]
+            if all(v is None for v in ys):
+                continue
+            hollow = [s.get("valid", True) is False or s.get(valid_key, True) is False for s in group]
+            chart.series.append(
+                Series(
+                    _group_name(ctx, len(groups), label),
+                    [_load_of(s, axis) for s in group],
+                    ys,
+                    _run_color(i),
+                    dash=_CTX_DASHES[g % len(_CTX_DASHES)],
+                    marker=_RUN_MARKERS[i % len(_RUN_MARKERS)],
+                    hollow=hollow,
+                    tips=[f"{label} · " + _step_tip(s, axis, y_label, v) for s, v in zip(group, ys, strict=True)],
+                )
+            )
+    if not chart.series:
+        why = "no run has this figure" + (" (no GPU telemetry)" if valid_key == "power_valid" else "")
+        return Plot(slug, title, no_data(title, why, slug=f"cmp-{slug}"), "", False, why)
+    metric = {"ttft_p99": "ttft_p99_ms", "tpot_p99": "tpot_p99_ms"}.get(slug)
+    if metric is not None:
+        limits = sorted(
+            {v for _, summary in runs if (v := number(as_dict(summary.get("slo")).get(metric))) is not None}
+        )
+        data_max = max((v for ser in chart.series for v in ser.y if v is not None), default=0.0)
+        for v in limits:
+            if not (data_max > 0 and v > 3 * data_max):
+                chart.refs.append(RefLine("y", v, f"SLO {metric.split('_')[0].upper()} p99 ≤ {v:,g} ms", BAD, "2 3"))
+    return Plot(slug, title, render(chart), caption + " One colour per run; open markers: INVALID steps.")
+
+
+def _overlay_pareto(runs: Sequence[OverlayRun]) -> Plot:
+    slug, title = "pareto", PARETO_TITLE
+    paretos = [(label, pareto_of(summary), summary_axis(summary)) for label, summary in runs]
+    unknown = [label for label, p, _ in paretos if p.get("gpus_source") == "unknown"]
+    chart = Chart(title, "per-user output tok/s (1000 / TPOT p50)", "output tok/s per GPU", slug="cmp-pareto")
+    x_max = 0.0
+    for i, (label, pareto, axis) in enumerate(paretos):
+        groups = _pareto_groups(pareto["points"])
+        x_max = max(x_max, _pareto_x_max(pareto["points"]))
+        per = "per GPU" if pareto.get("gpus_source") != "unknown" else "per node"
+        for g, (ctx, group) in enumerate(groups):
+            name = _group_name(ctx, len(groups), label)
+            for ser in _pareto_series(group, name, _run_color(i), axis, per, labels=False, run=label):
+                ser.marker = _RUN_MARKERS[i % len(_RUN_MARKERS)]
+                if ser.line:
+                    ser.dash = _CTX_DASHES[g % len(_CTX_DASHES)]
+                    ser.name = name
+                chart.series.append(ser)
+    if not chart.series:
+        why = "no run has a step with both an output throughput and a TPOT p50"
+        return Plot(slug, title, no_data(title, why, slug="cmp-pareto"), "", False, why)
+    chart.x_range = (0.0, x_max)
+    if unknown:
+        chart.y_label = "output tok/s per GPU (per node where unknown)"
+    limits = sorted({lim for _, summary in runs for lim in _tpot_limits(summary)}, key=lambda kv: (kv[1], kv[0]))
+    refs, off = _slo_x_refs(limits, x_max)
+    chart.refs.extend(refs)
+    caption = (
+        "Each run's steps: output tok/s per GPU against per-user tok/s (1000 / TPOT p50); the line joins each "
+        "run's frontier, markers off it are dominated steps, open grey markers INVALID steps."
+    )
+    if unknown:
+        caption += " Per node, GPU count unknown, for: " + ", ".join(unknown) + "."
+    if off:
+        caption += " Off the scale: " + "; ".join(off) + "."
+    return Plot(slug, title, render(chart), caption)
+
+
+def overlay_plots(runs: Sequence[OverlayRun], axis: LoadAxis) -> list[Plot]:
+    """The main plots with every run overlaid, one colour each (``loadgen compare``): throughput,
+    TTFT p99, TPOT p99, GPU power and tokens per joule against load, and the Pareto plot."""
+    return [*(_overlay_load_plot(runs, axis, spec) for spec in _OVERLAYS), _overlay_pareto(runs)]
+
+
 # --------------------------------------------------------------------------------- time plots
 
 
@@ -699,6 +1037,7 @@ def build_plots(
 ) -> list[Plot]:
     """Every plot of the report, in reading order; a plot without data is a no-data panel."""
     return [
+        pareto_plot(summary),
         throughput_plot(summary),
         per_request_plot(summary),
         *latency_plots(summary),
@@ -709,6 +1048,7 @@ def build_plots(
 
 
 PLOT_SLUGS = (
+    "pareto",
     "throughput",
     "per_request",
     "ttft",
@@ -722,10 +1062,15 @@ PLOT_SLUGS = (
 )
 
 __all__ = [
+    "OVERLAY_SLUGS",
     "PLOT_SLUGS",
     "Failure",
+    "OverlayRun",
     "Plot",
     "build_plots",
     "knee_load",
     "load_label",
+    "overlay_plots",
+    "pareto_of",
+    "pareto_plot",
 ]

@@ -3,7 +3,7 @@
 ``write_demo_run(run_dir)`` writes ``manifest.json``, ``samples.jsonl`` and ``events.jsonl`` and
 returns the matching ``RunSummary``: a closed-loop ramp C = 1, 2, 4, ... 256 whose throughput
 follows the USL (lambda 60 tok/s, sigma 0.02, kappa 1e-4: peak near C = 99), latencies that grow
-with load, an SLO, a knee verdict and a capacity plan from the real analysis code, 8 GPUs sampled
+with load, an SLO, a knee verdict, the Pareto points and a capacity plan from the real analysis code, 8 GPUs sampled
 at ``gpu_hz`` with power that follows load, server KV fill and queue at 1 Hz, server log matches,
 and a last step where the server is down (INVALID, every request refused, power invalid).
 Server-provided texts (an error message, a log line, the label) carry markup on purpose, so a test
@@ -21,6 +21,7 @@ import orjson
 
 from loadgen.analysis.contracts import LatencyStats, RunSummary, StepSummary
 from loadgen.analysis.knee import knee_verdict
+from loadgen.analysis.pareto import pareto_summary
 from loadgen.analysis.plan import capacity_plan
 from loadgen.analysis.steps import DEFAULT_MIN_OK_REQUESTS, PERCENTILE_METHOD
 
@@ -107,6 +108,7 @@ def _steps(rng: np.random.Generator, telemetry: bool) -> list[StepSummary]:
             power = GPUS * (140 + 700 * util)
             step.update(
                 {
+                    "gpu_count": GPUS,
                     "gpu_power_w": {"mean": power, "p95": power * 1.04, "max": power * 1.08},
                     "gpu_power_frac_of_limit": power / (GPUS * POWER_LIMIT_W),
                     "energy_j": power * (STEP_S - WARMUP_S),
@@ -258,6 +260,7 @@ def write_demo_run(run_dir: Path, *, telemetry: bool = True, knee: bool = True, 
             "empty": False,
         },
     }
+    summary["pareto"] = pareto_summary(steps)
     if knee:
         summary["knee"] = knee_verdict(steps, SLO)
         summary["plan"] = capacity_plan(steps, SLO, target_rps=40.0, gpu_hour_cost=2.5)

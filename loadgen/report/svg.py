@@ -176,7 +176,8 @@ def downsample(x: Sequence[float] | F64, y: Sequence[float] | F64, max_points: i
 class Series:
     """One line and/or set of markers. ``None``/NaN in ``y`` breaks the line.
 
-    ``hollow[i]`` draws point i as an open marker (e.g. an INVALID step); ``tips[i]`` is its hover text.
+    ``hollow[i]`` draws point i as an open marker (e.g. an INVALID step); ``tips[i]`` is its hover text;
+    ``labels[i]`` a short text drawn beside it.
     """
 
     name: str
@@ -191,6 +192,8 @@ class Series:
     hollow: Sequence[bool] | None = None
     tips: Sequence[str] | None = None
     legend: bool = True
+    size: float = 3.6  # marker radius, px
+    labels: Sequence[str] | None = None  # a short text beside each marker (e.g. the step's load)
 
 
 @dataclass
@@ -501,7 +504,14 @@ def render(chart: Chart) -> str:
                 if not math.isfinite(y) or (log2 and x <= 0):
                     continue
                 color = FAINT if hol else s.color
-                out.append(_marker(s.marker, sx(x), sy(y), 3.6, color, hol, hover))
+                out.append(_marker(s.marker, sx(x), sy(y), s.size, color, hol, hover))
+        if s.labels is not None:
+            for x, y, text in zip(xs, ys, s.labels, strict=True):
+                if text and math.isfinite(y) and not (log2 and x <= 0):
+                    out.append(
+                        f'<text class="point-label" x="{_fmt(sx(x) + s.size + 2)}" y="{_fmt(sy(y) - s.size - 1)}" '
+                        f'font-size="9.5" fill="{MUTED}">{esc(text)}</text>'
+                    )
 
     # event lanes above the plot
     if lanes:

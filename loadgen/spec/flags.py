@@ -152,6 +152,17 @@ FLAGS: tuple[Flag, ...] = (
          "GPUs serving the model, for per-GPU figures (throughput per GPU on the Pareto plot); default: the "
          "count the GPU telemetry saw (--gpus selects which GPUs telemetry reads)",
          _s("ramp", "ui", "form", "campaign")),
+    Flag("fail_on", "fail-on", "str",
+         "thresholds that fail the run (exit 5), e.g. 'ttft_p99>2s,tpot_p99>50ms,error_rate>1%,invalid_steps>0': "
+         "per step (any valid step breaching fails; run: for the whole run, e.g. run:error_rate>1%); metrics "
+         "ttft|itl|tpot|e2e_mean|p50|p90|p99 (ms, s, us), error_rate (%), output_tok_s, goodput_share (%), "
+         "invalid_steps; operators > >= < <=", _s("ramp", "campaign"), metavar="THRESHOLDS"),
+    Flag("abort_on", "abort-on", "str",
+         "thresholds (as --fail-on) judged after each step: the first breach stops the ramp within a step, "
+         "writes a partial report and exits 5", _s("ramp", "campaign"), metavar="THRESHOLDS"),
+    Flag("junit", "junit", "str",
+         "write the thresholds' results as JUnit XML to this file (one testcase per step and threshold)", RAMP,
+         metavar="FILE"),
     Flag("find_knee", "find-knee", "switch",
          "search for the knee: raise the load geometrically from the first --concurrency/--rate value "
          "until saturation shows, then bisect", _s("ramp", "campaign"), default=False),

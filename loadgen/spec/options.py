@@ -130,6 +130,9 @@ class RampOptions:
     workers: int = 0
     prometheus_port: int | None = None
     tokenizer: str | None = None  # a local tokenizer.json / HF directory for output tokens without usage
+    fail_on: str | None = None  # thresholds that fail the run (analysis.thresholds syntax)
+    abort_on: str | None = None  # thresholds judged after each step; a breach stops the ramp
+    junit: str | None = None  # JUnit XML of the thresholds' results
     find_knee: bool = False
     search_max_steps: int = 12
     search_max_seconds: float | None = None

@@ -219,6 +219,15 @@ class LoadSpec:
 
 
 @dataclass(frozen=True)
+class GateSpec:
+    """``[gate]``: pass/fail thresholds of a run of this scenario, as ``--fail-on`` / ``--abort-on``
+    take them (``loadgen ramp`` checks their syntax; its flags override them)."""
+
+    fail_on: str | None = None
+    abort_on: str | None = None
+
+
+@dataclass(frozen=True)
 class Scenario:
     name: str = "simple"
     path: str | None = None
@@ -243,6 +252,7 @@ class Scenario:
     agent: AgentSpec | None = None
     reasoning: ReasoningSpec | None = None
     images: ImagesSpec | None = None
+    gate: GateSpec = field(default_factory=GateSpec)
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -362,6 +372,7 @@ def _build(root: Table, path: str, base_dir: Path) -> Scenario:
     agent = _agent(root.sub("agent"), endpoint)
     reasoning = _reasoning(root.sub("reasoning"), endpoint)
     images = _images(root.sub("images"), base_dir)
+    gate = _gate(root.sub("gate"))
     root.finish()
     _check_endpoint(root, endpoint, prompt, load, context_tokens)
 
@@ -401,6 +412,7 @@ def _build(root: Table, path: str, base_dir: Path) -> Scenario:
         agent=agent,
         reasoning=reasoning,
         images=images,
+        gate=gate,
     )
 
 
@@ -759,6 +771,14 @@ def _load(t: Table, trace: TraceSpec | None) -> LoadSpec:
         requests_per_step=requests_per_step,
         warmup_prompts=warmup_prompts,
     )
+
+
+def _gate(t: Table | None) -> GateSpec:
+    if t is None:
+        return GateSpec()
+    gate = GateSpec(fail_on=t.get_str("fail_on", None), abort_on=t.get_str("abort_on", None))
+    t.finish()
+    return gate
 
 
 def _matrix(t: Table | None, context_limit: int) -> tuple[int, ...]:

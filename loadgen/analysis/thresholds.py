@@ -1,0 +1,456 @@
+"""Pass/fail thresholds of a run (``--fail-on``, ``--abort-on``): parsed once, judged from summary.json.
+
+Syntax: comma-separated ``[run:]METRIC OP VALUE[UNIT]``, each one a *breach* condition (the run
+fails when it holds), e.g. ``ttft_p99>2s,tpot_p99>50ms,error_rate>1%,invalid_steps>0``.
+
+=====================  ==========  ============  ===============================================
+metric                 unit        scope         value judged
+=====================  ==========  ============  ===============================================
+``ttft|itl|tpot|e2e``  ms, s, us   step          the step's latency (``_mean``, ``_p50``, ``_p90``
+``_mean|_p50|..p99``   (required)                or ``_p99``; the names and units of ``--slo``)
+``error_rate``         %           step or run   failed / (ok + failed) requests; a cancelled call
+                                                 (Ctrl-C, a user stopped) is not a failure
+``output_tok_s``       none        step or run   aggregate output tok/s; ``run:``: the peak over
+                                                 the valid steps
+``goodput_share``      %           step          the step's ``goodput_frac`` (requests meeting
+                                                 every ``--slo`` limit); skipped when the summary
+                                                 has none (no ``--slo``)
+``invalid_steps``      none        run           steps marked INVALID
+=====================  ==========  ============  ===============================================
+
+Operators: ``>``, ``>=``, ``<``, ``<=``. Scope: a step threshold is judged on every *valid* step
+and is breached when any of them breaches (the worst step is named); ``run:`` judges the whole run
+(warm-up included, as ``totals``). A threshold with nothing to judge (no valid step, a latency
+the run did not measure) counts as breached in the final verdict, so a run that measured nothing
+cannot pass a gate; during the ramp (``--abort-on``) it is left alone until a value exists.
+
+Everything here is pure: text in, :class:`Threshold` out; a summary in, JSON-ready results out.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypedDict, cast
+
+from loadgen.analysis.knee import SLO_KEY
+from loadgen.analysis.plan import _UNITS_MS as LATENCY_UNITS_MS
+from loadgen.analysis.values import number, stat
+
+Op = Literal[">", ">=", "<", "<="]
+Scope = Literal["step", "run"]
+Source = Literal["fail_on", "abort_on"]
+Status = Literal["pass", "fail", "no_data", "skipped"]
+ABORT_EVENT = "aborted"  # the events.jsonl kind written when an --abort-on threshold stops the ramp
+
+OPS: dict[str, Callable[[float, float], bool]] = {
+    ">": operator.gt,
+    ">=": operator.ge,
+    "<": operator.lt,
+    "<=": operator.le,
+}
+METRICS = (
+    "ttft|itl|tpot|e2e with _mean, _p50, _p90 or _p99 (ms, s, us), error_rate (%), output_tok_s, "
+    "goodput_share (%), invalid_steps"
+)
+ALLOWED = (
+    f"write [run:]METRIC OP VALUE with OP one of > >= < <=, e.g. ttft_p99>2s or run:error_rate>1%; metrics: {METRICS}"
+)
+_PART = re.compile(
+    r"^\s*(?:(?P<scope>[A-Za-z]+)\s*:)?\s*(?P<metric>[A-Za-z0-9_]+)\s*(?P<op>>=|<=|>|<)\s*"
+    r"(?P<value>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(?P<unit>[A-Za-zµ%/]*)\s*$"
+)
+# metric -> (unit the value is written in, scopes it takes)
+_PLAIN: dict[str, tuple[str, tuple[Scope, ...]]] = {
+    "error_rate": ("%", ("step", "run")),
+    "goodput_share": ("%", ("step",)),
+    "output_tok_s": ("tok/s", ("step", "run")),
+    "invalid_steps": ("steps", ("run",)),
+}
+
+
+class ThresholdError(ValueError):
+    """A threshold that cannot be read; the message names it and says what is allowed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Threshold:
+    """One breach condition. ``limit`` is in ``unit``: ms for latencies, percent for ``error_rate``
+    and ``goodput_share``, tok/s, or a count of steps."""
+
+    text: str
+    metric: str
+    op: Op
+    limit: float
+    unit: str
+    scope: Scope
+
+    def breached_by(self, value: float) -> bool:
+        return OPS[self.op](value, self.limit)
+
+
+def _is_latency(metric: str) -> bool:
+    """``ttft_p99`` and the other names ``--slo`` takes (its pattern, without the ``_ms``)."""
+    return SLO_KEY.match(f"{metric}_ms") is not None
+
+
+def parse_thresholds(text: str, flag: str = "--fail-on") -> list[Threshold]:
+    """``"ttft_p99>2s,run:error_rate>1%"`` -> thresholds, in the order written. Raises
+    :class:`ThresholdError` naming ``flag``, the bad threshold and what is allowed."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts:
+        raise ThresholdError(f"{flag} {text!r}: no threshold given; {ALLOWED}")
+    out = [_parse_one(part, flag) for part in parts]
+    seen: set[tuple[str, str, str]] = set()
+    for t in out:
+        key = (t.scope, t.metric, t.op)
+        if key in seen:
+            raise ThresholdError(f"{flag}: threshold {t.text!r} given twice ({t.scope} {t.metric} {t.op})")
+        seen.add(key)
+    return out
+
+
+def _parse_one(part: str, flag: str) -> Threshold:
+    m = _PART.match(part)
+    if not m:
+        raise ThresholdError(f"{flag} threshold {part!r}: cannot read it; {ALLOWED}")
+    metric, op, unit = m["metric"].lower(), cast(Op, m["op"]), m["unit"]
+    value = float(m["value"])
+    scope_text = (m["scope"] or "").lower()
+    if scope_text not in ("", "run", "step"):
+        raise ThresholdError(f"{flag} threshold {part!r}: unknown scope {m['scope']!r}: use run: or nothing (per step)")
+    if _is_latency(metric):
+        if scope_text == "run":
+            raise ThresholdError(
+                f"{flag} threshold {part!r}: latency percentiles are judged per step; drop 'run:' "
+                f"(scope run takes error_rate, output_tok_s, invalid_steps)"
+            )
+        if unit not in LATENCY_UNITS_MS:
+            what = f"unknown unit {unit!r}" if unit else "no unit"
+            raise ThresholdError(
+                f"{flag} threshold {part!r}: {what}; use ms, s or us (e.g. {metric}{op}2s or {metric}{op}2000ms)"
+            )
+        return Threshold(part, metric, op, value * LATENCY_UNITS_MS[unit], "ms", "step")
+    if metric not in _PLAIN:
+        raise ThresholdError(f"{flag} threshold {part!r}: unknown metric {m['metric']!r}; metrics: {METRICS}")
+    want_unit, scopes = _PLAIN[metric]
+    scope: Scope = "run" if scope_text == "run" or scopes == ("run",) else "step"
+    if scope not in scopes:
+        raise ThresholdError(f"{flag} threshold {part!r}: {metric} is judged per step only; drop 'run:'")
+    if scope_text == "step" and "step" not in scopes:
+        raise ThresholdError(f"{flag} threshold {part!r}: {metric} counts over the run; drop 'step:'")
+    if want_unit == "%":
+        if unit != "%":
+            raise ThresholdError(f"{flag} threshold {part!r}: write {metric} in percent, e.g. {metric}{op}1%")
+        if value > 100:
+            raise ThresholdError(f"{flag} threshold {part!r}: a share above 100% can never be reached")
+    elif unit not in ("", want_unit):
+        raise ThresholdError(f"{flag} threshold {part!r}: {metric} takes a bare number, e.g. {metric}{op}{value:g}")
+    if metric == "invalid_steps" and not value.is_integer():
+        raise ThresholdError(f"{flag} threshold {part!r}: invalid_steps is a count; give a whole number")
+    return Threshold(part, metric, op, value, want_unit, scope)
+
+
+# ------------------------------------------------------------------------------------ evaluation
+
+
+class StepJudgement(TypedDict):
+    """One (step, threshold) pair: the step's value and whether it breaches (JUnit: one testcase)."""
+
+    step: int | None
+    where: str  # "C=64", "rate=2/s", with ", context 4000" in a matrix
+    value: float | None
+    breached: bool
+    margin: float | None  # value - limit, in the threshold's unit
+    margin_rel: float | None  # value / limit - 1 (None when the limit is 0)
+    message: str
+
+
+class ThresholdResult(TypedDict):
+    """One threshold judged over the run: ``value``/``step``/``where`` of its worst step (step
+    scope) or of the run; ``status`` pass, fail, no_data (nothing to judge: fails the verdict) or
+    skipped (``goodput_share`` without goodput figures: left out of the verdict)."""
+
+    threshold: str
+    source: Source
+    metric: str
+    op: Op
+    limit: float
+    unit: str
+    scope: Scope
+    status: Status
+    breached: bool
+    value: float | None
+    step: int | None
+    where: str | None
+    margin: float | None
+    margin_rel: float | None
+    message: str
+    steps: list[StepJudgement]
+
+
+class ThresholdVerdict(TypedDict):
+    """``summary["thresholds"]``: ``verdict`` "pass" or "fail"; ``breached``: how many thresholds;
+    ``aborted_by``: the ``--abort-on`` threshold that stopped the ramp (and the step it judged)."""
+
+    verdict: Literal["pass", "fail"]
+    breached: int
+    results: list[ThresholdResult]
+    aborted_by: str | None
+    aborted_step: int | None
+
+
+def where(step: Mapping[str, Any]) -> str:
+    """A step named by its load: ``C=64``, ``rate=2/s``; ``, context 4000`` in a matrix."""
+    if step.get("concurrency") is not None:
+        text = f"C={step['concurrency']}"
+    elif step.get("rate") is not None:
+        text = f"rate={number(step['rate']) or 0:g}/s"
+    else:
+        text = f"step {step.get('step')}"
+    if step.get("context_tokens") is not None:
+        text += f", context {step['context_tokens']}"
+    return text
+
+
+def _error_pct(ok: Any, failed: Any) -> float | None:
+    n_ok, n_failed = number(ok) or 0.0, number(failed) or 0.0
+    return 100.0 * n_failed / (n_ok + n_failed) if n_ok + n_failed > 0 else None
+
+
+def step_value(t: Threshold, step: Mapping[str, Any]) -> float | None:
+    """The value ``t`` judges in one step summary, in ``t.unit``; None when not measured."""
+    if _is_latency(t.metric):
+        name, part = t.metric.rsplit("_", 1)
+        return stat(step, f"{name}_ms", part)
+    if t.metric == "error_rate":
+        return _error_pct(step.get("requests_ok"), step.get("requests_failed"))
+    if t.metric == "output_tok_s":
+        return number(step.get("output_tok_s"))
+    if t.metric == "goodput_share":
+        frac = number(step.get("goodput_frac"))
+        return None if frac is None else 100.0 * frac
+    raise ValueError(f"{t.metric} is not judged per step")
+
+
+def run_value(t: Threshold, summary: Mapping[str, Any]) -> float | None:
+    """The value a ``run:`` threshold judges, from the summary's steps and totals."""
+    steps: Sequence[Mapping[str, Any]] = summary.get("steps") or []
+    totals: Mapping[str, Any] = summary.get("totals") or {}
+    if t.metric == "invalid_steps":
+        return float(sum(1 for s in steps if s.get("valid") is False))
+    if t.metric == "error_rate":
+        cancelled = number((totals.get("errors") or {}).get("cancelled")) or 0.0
+        ok = number(totals.get("requests_ok")) or 0.0
+        failed = (number(totals.get("requests_failed")) or 0.0) - cancelled
+        return _error_pct(ok, failed)
+    if t.metric == "output_tok_s":
+        rated = [v for s in steps if s.get("valid") and (v := number(s.get("output_tok_s"))) is not None]
+        return max(rated) if rated else None
+    raise ValueError(f"{t.metric} is not judged over the run")
+
+
+def _fmt(value: float, unit: str) -> str:
+    if unit == "%":
+        return f"{value:,.2f}%" if abs(value) < 10 else f"{value:,.1f}%"
+    if unit == "steps":
+        n = int(value)
+        return f"{n} step" if n == 1 else f"{n} steps"
+    digits = 0 if abs(value) >= 100 else 1 if abs(value) >= 10 else 2
+    return f"{value:,.{digits}f} {unit}"
+
+
+def _margin(t: Threshold, value: float) -> tuple[float, float | None, str]:
+    """value - limit, value / limit - 1, and how a person reads it: "+21.6%", "+2.2 pp", "+2"."""
+    margin = value - t.limit
+    rel = value / t.limit - 1 if t.limit else None
+    if t.unit == "%":
+        text = f"{margin:+.2f} pp" if abs(margin) < 10 else f"{margin:+.1f} pp"
+    elif t.unit == "steps":
+        text = f"{margin:+g}"
+    elif rel is not None:
+        text = f"{rel:+.1%}"
+    else:
+        text = f"{margin:+g} {t.unit}"
+    return margin, rel, text
+
+
+def message(t: Threshold, value: float | None, at: str | None) -> str:
+    """``ttft_p99 2,431 ms > 2,000 ms (+21.6%) at C=64`` (the operator is the threshold's own when
+    it holds, its opposite when it does not: ``ttft_p99 1,200 ms <= 2,000 ms``)."""
+    suffix = f" at {at}" if at else ""
+    if value is None:
+        return f"{t.metric} not measured{suffix}"
+    margin = _margin(t, value)[2]
+    shown_op = t.op if t.breached_by(value) else {">": "<=", ">=": "<", "<": ">=", "<=": ">"}[t.op]
+    return f"{t.metric} {_fmt(value, t.unit)} {shown_op} {_fmt(t.limit, t.unit)} ({margin}){suffix}"
+
+
+def _judge_step(t: Threshold, step: Mapping[str, Any]) -> StepJudgement:
+    value = step_value(t, step)
+    at = where(step)
+    margin, rel = (None, None) if value is None else _margin(t, value)[:2]
+    return {
+        "step": step.get("step"),
+        "where": at,
+        "value": value,
+        "breached": value is not None and t.breached_by(value),
+        "margin": margin,
+        "margin_rel": rel,
+        "message": message(t, value, at),
+    }
+
+
+def _worst(t: Threshold, judged: Sequence[StepJudgement]) -> StepJudgement | None:
+    """The step furthest on the breaching side of the limit (closest to it when none breaches)."""
+    measured = [j for j in judged if j["value"] is not None]
+    if not measured:
+        return None
+    sign = 1.0 if t.op in (">", ">=") else -1.0
+    return max(measured, key=lambda j: sign * (j["value"] or 0.0))
+
+
+def evaluate(
+    summary: Mapping[str, Any],
+    thresholds: Iterable[Threshold],
+    source: Source = "fail_on",
+    *,
+    steps: Sequence[Mapping[str, Any]] | None = None,
+) -> list[ThresholdResult]:
+    """Judge each threshold on ``summary`` (``steps``: the step summaries to judge, default every
+    step of the summary; only the valid ones count). See the module docstring for the rules."""
+    all_steps: Sequence[Mapping[str, Any]] = (summary.get("steps") or []) if steps is None else steps
+    valid = [s for s in all_steps if s.get("valid")]
+    out: list[ThresholdResult] = []
+    for t in thresholds:
+        judged: list[StepJudgement] = []
+        if t.scope == "run":
+            value = run_value(t, summary)
+            at: str | None = None
+            step_no = None
+        else:
+            judged = [_judge_step(t, s) for s in valid]
+            worst = _worst(t, judged)
+            value = worst["value"] if worst else None
+            at = worst["where"] if worst else None
+            step_no = worst["step"] if worst else None
+        if value is None:
+            skipped = t.metric == "goodput_share"
+            status: Status = "skipped" if skipped else "no_data"
+            why = (
+                "the summary has no goodput figures (give --slo); skipped"
+                if skipped
+                else ("no valid step to judge" if t.scope == "step" and not valid else f"{t.metric} not measured")
+            )
+            margin = rel = None
+            text = f"{t.text}: {why}"
+        else:
+            status = "fail" if t.breached_by(value) else "pass"
+            margin, rel, _ = _margin(t, value)
+            text = message(t, value, at)
+        out.append(
+            {
+                "threshold": t.text,
+                "source": source,
+                "metric": t.metric,
+                "op": t.op,
+                "limit": t.limit,
+                "unit": t.unit,
+                "scope": t.scope,
+                "status": status,
+                "breached": status in ("fail", "no_data"),
+                "value": value,
+                "step": step_no,
+                "where": at,
+                "margin": margin,
+                "margin_rel": rel,
+                "message": text,
+                "steps": judged,
+            }
+        )
+    return out
+
+
+def first_breach(results: Iterable[ThresholdResult]) -> ThresholdResult | None:
+    """The first threshold measured past its limit (no_data does not count: ``--abort-on`` waits
+    for a value)."""
+    return next((r for r in results if r["status"] == "fail"), None)
+
+
+def verdict(
+    results: list[ThresholdResult], aborted_by: str | None = None, aborted_step: int | None = None
+) -> ThresholdVerdict:
+    breached = sum(1 for r in results if r["breached"])
+    return {
+        "verdict": "fail" if breached or aborted_by else "pass",
+        "breached": breached,
+        "results": results,
+        "aborted_by": aborted_by,
+        "aborted_step": aborted_step,
+    }
+
+
+def judge(
+    summary: Mapping[str, Any],
+    fail_on: str | None,
+    abort_on: str | None,
+    events: Iterable[Mapping[str, Any]],
+) -> ThresholdVerdict | None:
+    """The verdict of a run's ``--fail-on`` and ``--abort-on`` texts on its summary; the
+    ``aborted`` event among ``events`` (the run's own, events.jsonl) names what stopped the ramp.
+    None when the run has no thresholds. Raises ThresholdError for a text that does not read."""
+    results: list[ThresholdResult] = []
+    if fail_on:
+        results += evaluate(summary, parse_thresholds(fail_on, "--fail-on"), "fail_on")
+    if abort_on:
+        results += evaluate(summary, parse_thresholds(abort_on, "--abort-on"), "abort_on")
+    aborted = next((e for e in events if e.get("kind") == ABORT_EVENT), None)
+    if not results and aborted is None:
+        return None
+    if aborted is None:
+        return verdict(results)
+    step = aborted.get("step")
+    return verdict(results, str(aborted.get("threshold")), step if isinstance(step, int) else None)
+
+
+def verdict_lines(v: Mapping[str, Any]) -> list[str]:
+    """The verdict in plain lines (the console, report.md, the GitHub step summary): a headline,
+    then one line per threshold, breached first."""
+    results: list[Mapping[str, Any]] = v.get("results") or []
+    n = len(results)
+    breached = int(v.get("breached") or 0)
+    if v.get("verdict") == "fail":
+        head = f"FAIL: {breached} of {n} threshold{'s' if n != 1 else ''} breached"
+    else:
+        head = f"PASS: {n} threshold{'s' if n != 1 else ''} met"
+    if v.get("aborted_by"):
+        head += f"; the ramp was aborted by --abort-on {v['aborted_by']}"
+    lines = [head]
+    for r in sorted(results, key=lambda r: not r.get("breached")):
+        mark = {"fail": "BREACHED", "no_data": "BREACHED", "pass": "ok", "skipped": "skipped"}.get(
+            str(r.get("status")), "?"
+        )
+        scope = "run" if r.get("scope") == "run" else "worst step"
+        flag = "--abort-on" if r.get("source") == "abort_on" else "--fail-on"
+        lines.append(f"{mark} {r.get('threshold')} ({flag}, {scope}): {r.get('message')}")
+    return lines
+
+
+__all__ = [
+    "ABORT_EVENT",
+    "StepJudgement",
+    "Threshold",
+    "ThresholdError",
+    "ThresholdResult",
+    "ThresholdVerdict",
+    "evaluate",
+    "first_breach",
+    "judge",
+    "message",
+    "parse_thresholds",
+    "verdict",
+    "verdict_lines",
+    "where",
+]
