@@ -110,6 +110,12 @@ def _ramp_options(ns: argparse.Namespace, argv: list[str]) -> Any:
         raise UsageError(f"--max-tokens {max_tokens}: must be above 0")
     if requests is not None and requests <= 0:
         raise UsageError(f"--requests-per-step {requests}: must be above 0")
+    if ns.repeat < 1:
+        raise UsageError(f"--repeat {ns.repeat}: must be 1 or more")
+    if ns.repeat > 1 and ns.find_knee:
+        raise UsageError("--repeat with --find-knee: the search chooses its steps one at a time; repeat a fixed list")
+    if value("gpu_count") is not None and value("gpu_count") < 1:
+        raise UsageError(f"--gpu-count {value('gpu_count')}: must be 1 or more")
     gate = scenario.gate if scenario is not None else None
     fail_on = _thresholds(value("fail_on"), "--fail-on") or _thresholds(
         gate.fail_on if gate else None, f"{ns.scenario}: [gate] fail_on"
@@ -153,6 +159,9 @@ def _ramp_options(ns: argparse.Namespace, argv: list[str]) -> Any:
         fail_on=fail_on,
         abort_on=abort_on,
         junit=value("junit"),
+        call_type=value("call_type"),
+        gpu_count=value("gpu_count"),
+        repeat=ns.repeat,
         find_knee=ns.find_knee,
         search_max_steps=ns.max_steps,
         search_max_seconds=ns.max_seconds,

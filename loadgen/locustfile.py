@@ -128,6 +128,8 @@ def _ramp_options(opts: Namespace, host: str, model: str) -> RampOptions:
         api_key=os.environ.get("OPENAI_API_KEY") or None,
         timeouts=Timeouts(stall_s=opts.lg_stall_timeout, request_s=opts.lg_request_timeout),
         slo=_value(opts, "slo"),
+        call_type=_value(opts, "call_type") or None,
+        gpu_count=_value(opts, "gpu_count"),
     )
 
 

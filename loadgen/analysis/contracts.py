@@ -339,6 +339,9 @@ class StepSummary(StepStats, StepCallTypes, StepTelemetry, StepClientLoad, total
     # capacity plan reads ``goodput_frac`` (measured) instead of bounding it from percentiles.
     goodput: GoodputStats
     goodput_frac: float
+    # With --repeat: the 95 % interval of each figure over the repeats of this step's load
+    # (``analysis.repeats``; {figure: {"low", "high"}}).
+    ci: dict[str, dict[str, float | None]]
 
 
 # -------------------------------------------------------------------------------------- the run
@@ -559,6 +562,9 @@ class RunSummary(_RunSummaryRequired, total=False):
     # ``--fail-on`` / ``--abort-on`` judged, when the run or ``loadgen report`` had any: the shape of
     # ``analysis.thresholds.ThresholdVerdict`` (typed there)
     thresholds: dict[str, Any]
+    # with --repeat: the method, every load's figures with their intervals, the knee's stability
+    # (analysis.repeats.add_repeats)
+    repeats: dict[str, Any]
     # throughput per GPU against per-user tok/s, per step, the frontier marked (analysis.pareto)
     pareto: ParetoSummary
 

@@ -452,6 +452,7 @@ def plan_to_dict(plan: StepPlan) -> dict[str, Any]:
         "duration_s": plan.duration_s,
         "requests": plan.requests,
         "rate": plan.rate,
+        "repeat": plan.repeat,
     }
 
 

@@ -221,7 +221,109 @@ def images_lines(summary: RunSummary) -> Table | None:
     return Table("Images", "images", [], [], note, lines)
 
 
-TABLES = (call_type_table, output_kinds_table, agent_table, images_lines)
+def goodput_table(summary: RunSummary) -> Table | None:
+    """Requests that met every SLO limit, per step, counted from the records (``analysis.goodput``)."""
+    steps = [s for s in steps_of(summary) if s.get("goodput")]
+    slo = as_dict(summary.get("slo"))
+    if not steps or not slo:
+        return None
+    keys = list(slo)
+    rows = []
+    for s in steps:
+        g = as_dict(s.get("goodput"))
+        missed = as_dict(g.get("missed_by_limit"))
+        frac = number(g.get("frac"))
+        rows.append(
+            [
+                str(s.get("step")),
+                _load(s),
+                _num(g.get("requests")),
+                _num(g.get("met")),
+                "–" if frac is None else f"{100 * frac:.1f}%",
+                _num(g.get("req_s"), 2),
+                _num(g.get("tok_s")),
+                *(_num(missed.get(k, 0)) for k in keys),
+            ]
+        )
+    limits = ", ".join(f"{k} ≤ {v:g}" for k, v in slo.items())
+    return Table(
+        "Goodput",
+        "goodput",
+        [
+            "Step",
+            "Load",
+            "Requests",
+            "Met all",
+            "Share",
+            "Goodput req/s",
+            "Goodput tok/s",
+            *(f"Missed {k}" for k in keys),
+        ],
+        rows,
+        note=f"Requests sent in the steady window that met every limit ({escape_cell(limits)}), each judged on "
+        "its own TTFT, TPOT, E2E and inter-chunk gaps (not bounded from percentiles). Goodput tok/s: the "
+        "step's aggregate tok/s times the met requests' share of the output tokens.",
+    )
+
+
+def _ci(ci: dict[str, float | None] | None, digits: int = 1) -> str:
+    c: dict[str, float | None] = as_dict(ci)
+    mean, low, high = (number(c.get(k)) for k in ("mean", "low", "high"))
+    if mean is None:
+        return "–"
+    if low is None or high is None:
+        return f"{mean:,.{digits}f}"
+    return f"{mean:,.{digits}f} [{low:,.{digits}f}–{high:,.{digits}f}]"
+
+
+def repeats_table(summary: RunSummary) -> Table | None:
+    """Each repeated load's figures with their 95 % intervals, and the knee's stability."""
+    rep = as_dict(summary.get("repeats"))
+    groups = as_list(rep.get("groups"))
+    if not groups:
+        return None
+    rows = []
+    for g in groups:
+        gd = as_dict(g)
+        f = as_dict(gd.get("figures"))
+        rows.append(
+            [
+                _load(gd),
+                f"{gd.get('valid_repeats')} / {gd.get('repeats')}",
+                _ci(f.get("output_tok_s")),
+                _ci(f.get("per_request_tok_s")),
+                _ci(f.get("ttft_p50_ms")),
+                _ci(f.get("ttft_p99_ms")),
+                _ci(f.get("tpot_p50_ms"), 2),
+                _ci(f.get("tpot_p99_ms"), 2),
+                _ci(f.get("e2e_p50_ms"), 0),
+            ]
+        )
+    knee = as_dict(rep.get("knee"))
+    lines = [f"Knee verdict of each repeat on its own: {knee.get('text')}."] if knee.get("text") else []
+    return Table(
+        "Repeats",
+        "repeats",
+        [
+            "Load",
+            "Valid / repeats",
+            "Agg tok/s",
+            "Per-req tok/s",
+            "TTFT p50 ms",
+            "TTFT p99 ms",
+            "TPOT p50 ms",
+            "TPOT p99 ms",
+            "E2E p50 ms",
+        ],
+        rows,
+        note=f"Mean [95% interval] over the VALID repeats of each load: {rep.get('method')}; the repeats are "
+        "the samples (one figure each), not the requests inside them. The verdict above is judged on these "
+        "means, one point per load.",
+        lines=lines,
+    )
+
+
+TABLES = (call_type_table, output_kinds_table, agent_table, images_lines, goodput_table, repeats_table)
 
 
 def tables_of(summary: RunSummary) -> list[Table]:

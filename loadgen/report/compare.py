@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TypedDict, cast
 
 from loadgen.analysis.contracts import AxisLoad, LoadAxis, RunSummary, StepSummary
+from loadgen.analysis.repeats import has_repeats, merged_steps, ratio_ci, repeat_groups, repeat_of
 from loadgen.analysis.values import at_axis, load_axis, number, stat
 from loadgen.report.html import PAGE_CSS, figure
 from loadgen.report.plots import overlay_plots
@@ -36,6 +37,10 @@ METRICS: tuple[tuple[str, str | None, str, bool], ...] = (
 )
 
 
+# the figures whose run-to-run noise the repeats measure, for "beyond the noise"
+NOISE_METRICS: tuple[tuple[str, str | None], ...] = (("output_tok_s", None), ("tpot_ms", "p50"), ("ttft_ms", "p50"))
+
+
 class Metric(TypedDict):
     key: str
     stat: str | None
@@ -50,8 +55,12 @@ class _RowRequired(TypedDict):
     ratios: dict[str, dict[str, float | None]]  # later run's label -> metric key -> its value / baseline's
 
 
-class CompareRow(_RowRequired, AxisLoad):
-    """One load measured in every run."""
+class CompareRow(_RowRequired, AxisLoad, total=False):
+    """One load measured in every run. ``noise`` (runs with ``--repeat``): later run's label ->
+    metric -> the ratio to the baseline with its 95 % interval over the repeats and whether it is
+    beyond the noise (``analysis.repeats.ratio_ci``)."""
+
+    noise: dict[str, dict[str, dict[str, Any]]]
 
 
 class Comparison(TypedDict):
@@ -121,9 +130,24 @@ def compare_runs(
         raise ValueError(f"{len(labels)} labels for {len(summaries)} runs")
     if len(set(labels)) != len(labels):
         raise ValueError(f"labels must be distinct, got {list(labels)}")
-    runs = [_steps(s) for s in summaries]
-    all_steps = [s for run in runs for s in run]
+    raw_runs = [_steps(s) for s in summaries]
+    all_steps = [s for run in raw_runs for s in run]
     axis = load_axis(all_steps)
+    # a run with --repeat compares by its means over the repeats, and keeps each repeat's figures
+    # (the samples of the noise)
+    runs = [merged_steps(run, repeat_groups(run)) if has_repeats(run) else run for run in raw_runs]
+    samples: list[dict[tuple[int | None, float], dict[str, list[float]]]] = []
+    for run in raw_runs:
+        per: dict[tuple[int | None, float], dict[str, list[float]]] = {}
+        for s in run:
+            k = _key(s, axis)
+            if k is None or repeat_of(s) is None or s.get("valid", True) is False:
+                continue
+            for m, sub in NOISE_METRICS:
+                v = _value(s, m, sub)
+                if v is not None:
+                    per.setdefault(k, {}).setdefault(m, []).append(v)
+        samples.append(per)
 
     indexed: list[dict[tuple[int | None, float], StepSummary]] = []
     for run in runs:
@@ -131,7 +155,7 @@ def compare_runs(
         for s in run:
             k = _key(s, axis)
             if k is not None:
-                idx[k] = s  # a repeated load keeps its last measurement
+                idx[k] = s  # without --repeat, a load measured twice keeps its last measurement
         indexed.append(idx)
 
     keys = set(indexed[0])
@@ -160,7 +184,23 @@ def compare_runs(
                 ok = valid[base] and valid[label] and a is not None and b is not None and a > 0
                 r[m] = b / a if ok and a is not None and b is not None else None
             ratios[label] = r
-        rows.append({"context_tokens": k[0], **at_axis(axis, k[1]), "valid": valid, "values": values, "ratios": ratios})
+        row: CompareRow = {
+            "context_tokens": k[0],
+            **at_axis(axis, k[1]),
+            "valid": valid,
+            "values": values,
+            "ratios": ratios,
+        }
+        noise: dict[str, dict[str, dict[str, Any]]] = {}
+        for i, label in enumerate(labels[1:], start=1):
+            for m, _ in NOISE_METRICS:
+                base_samples = samples[0].get(k, {}).get(m, [])
+                run_samples = samples[i].get(k, {}).get(m, [])
+                if len(base_samples) >= 2 and len(run_samples) >= 2:
+                    noise.setdefault(label, {})[m] = ratio_ci(run_samples, base_samples)
+        if noise:
+            row["noise"] = noise
+        rows.append(row)
     return {
         "labels": list(labels),
         "baseline": base,
@@ -209,6 +249,22 @@ def render_compare_md(cmp: Comparison, metrics: Sequence[str] = ("output_tok_s",
         out += "\nNo step was measured at the same context length and load in every run.\n"
     if invalid_seen:
         out += "\nRatios are left out (—) where either step is INVALID.\n"
+    noisy = [row for row in cmp["rows"] if row.get("noise")]
+    if noisy:
+        out += "\nRatios with their 95% interval over the repeats (delta method on the log ratio, Welch's t):\n\n"
+        for row in noisy:
+            where = ("C=" if cmp["axis"] == "concurrency" else "") + _load(row[cmp["axis"]])
+            if row["context_tokens"] is not None:
+                where += f" at {row['context_tokens']} context tokens"
+            for label, by_metric in row.get("noise", {}).items():
+                parts = []
+                for m, r in by_metric.items():
+                    if r.get("low") is None:
+                        continue
+                    verdict = "beyond the noise" if r["beyond_noise"] else "within the noise"
+                    parts.append(f"{titles[m]} {r['ratio']:.2f}x, 95% CI {r['low']:.2f}-{r['high']:.2f} ({verdict})")
+                if parts:
+                    out += f"- {_esc(label)} vs {_esc(base)} at {where}: " + "; ".join(parts) + "\n"
     missing = {label: ks for label, ks in cmp["unmatched"].items() if ks}
     if missing:
         parts = [f"{_esc(label)}: " + ", ".join(f"{_load(k[1])}@{k[0]}" for k in ks) for label, ks in missing.items()]

@@ -209,6 +209,9 @@ def _verdict(summary: RunSummary) -> str:
     call = summary.get("knee_call_type")
     if isinstance(call, str):
         rule_txt += f" About the {call} calls (their throughput and latencies)."
+    stability = as_dict(as_dict(summary.get("repeats")).get("knee"))
+    if stability.get("text"):
+        rule_txt += f" Judged on the means of the repeats; each repeat on its own: {stability['text']}."
     clauses = [c.strip() for c in reason.split("; ") if c.strip()]
     if len(clauses) > 2:  # a long verdict reads better as a list of its findings
         body = (

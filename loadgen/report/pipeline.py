@@ -21,6 +21,7 @@ from loadgen.analysis.goodput import add_goodput
 from loadgen.analysis.knee import knee_verdict
 from loadgen.analysis.load import Run, load_run
 from loadgen.analysis.plan import capacity_plan
+from loadgen.analysis.repeats import add_repeats, merged_steps
 from loadgen.analysis.server_down import server_down_enricher
 from loadgen.analysis.summary import build_summary, manifest_value
 from loadgen.analysis.telemetry import telemetry_enricher
@@ -53,7 +54,9 @@ def summarise(
     if slo:
         summary["slo"] = dict(slo)
         add_goodput(run, summary["steps"], slo)
-    summary["knee"] = knee_verdict(knee_steps(summary), slo)
+    # with --repeat: intervals over the repeats, and the knee judged on one point per load
+    judged_steps = add_repeats(cast(dict[str, Any], summary), knee_steps(summary), slo)
+    summary["knee"] = knee_verdict(judged_steps, slo)
     summary["run_events"] = [cast(RunEvent, e) for e in run.events if e.get("src") == "loadgen"]
     if fail_on is not None:  # a re-judgement: these thresholds only, not how the ramp ended
         judged = judge(summary, fail_on, None, ())
@@ -73,8 +76,11 @@ PLAN_FILE = "plan.json"
 
 def make_plan(summary: RunSummary, request: dict[str, Any]) -> CapacityPlan:
     """``capacity_plan`` over the summary's steps; ``request`` holds the ``loadgen plan`` options."""
+    steps = knee_steps(summary)
+    if summary.get("repeats"):
+        steps = merged_steps(steps, summary["repeats"]["groups"])
     return capacity_plan(
-        knee_steps(summary),
+        steps,
         request["slo"],
         target_rps=request.get("target_rps"),
         target_users=request.get("target_users"),

@@ -44,6 +44,13 @@ def knee_section(summary: RunSummary) -> str | None:
         else ("**No knee in the measured range.**" if knee.get("rule") == "none" else "**No knee located.**")
     )
     lines = ["## Saturation verdict", "", f"{head} {escape_cell(knee.get('reason', ''))}", ""]
+    stability = (summary.get("repeats") or {}).get("knee") or {}
+    if stability.get("text"):
+        lines += [
+            f"Judged on the means of {summary['repeats']['repeats']} repeats of each load; each repeat on its own: "
+            f"{escape_cell(stability['text'])}.",
+            "",
+        ]
     call = summary.get("knee_call_type")
     if isinstance(call, str):
         lines += [f"Call type: {escape_cell(call)} (its throughput and latencies feed the verdict and the plan).", ""]
@@ -181,34 +188,5 @@ def run_events_section(summary: RunSummary) -> str | None:
     return "\n".join(lines)
 
 
-def goodput_section(summary: RunSummary) -> str | None:
-    """The requests that met every SLO limit, per step, counted from the records."""
-    steps = [s for s in summary.get("steps", []) if s.get("goodput")]
-    slo = summary.get("slo")
-    if not steps or not slo:
-        return None
-    keys = list(slo)
-    limits = ", ".join(f"{k} ≤ {v:g}" for k, v in slo.items())
-    lines = [
-        "## Goodput",
-        "",
-        f"Requests that met every limit ({escape_cell(limits)}), each judged on its own TTFT, TPOT, E2E "
-        "and inter-chunk gaps (not bounded from percentiles).",
-        "",
-        "| Step | Load | Requests | Met all | Share | Goodput req/s | Goodput tok/s | "
-        + " | ".join(f"Missed {escape_cell(k)}" for k in keys)
-        + " |",
-        "|---|---|---:|---:|---:|---:|---:|" + "---:|" * len(keys),
-    ]
-    for s in steps:
-        g = s["goodput"]
-        missed = " | ".join(str(g["missed_by_limit"].get(k, 0)) for k in keys)
-        lines.append(
-            f"| {s.get('step')} | {_load(s)} | {g['requests']} | {g['met']} | {_f(g['frac'], pct=True)} | "
-            f"{_f(g['req_s'], 2)} | {_f(g['tok_s'])} | {missed} |"
-        )
-    return "\n".join([*lines, ""])
-
-
 LEAD_SECTIONS = (knee_section,)
-TRAILING_SECTIONS = (*markdown_sections(), goodput_section, run_events_section, telemetry_section, plan_section)
+TRAILING_SECTIONS = (*markdown_sections(), run_events_section, telemetry_section, plan_section)

@@ -17,7 +17,9 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
-from loadgen.sim.engine import Engine, SimRequest
+import numpy as np
+
+from loadgen.sim.engine import Engine, SimRequest, natural_length
 from loadgen.sim.profile import Profile
 
 
@@ -49,13 +51,18 @@ def closed_loop(
     source: str = "default",
     seed: int = 0,
     shared_prefix_tokens: int | None = None,
+    natural_lengths: bool = False,
 ) -> LoopResult:
     """Run the closed loop and measure the window ``[warmup_s, warmup_s + window_s]``.
 
-    Every request asks for ``output_tokens`` with ``ignore_eos`` (it always runs to the limit).
-    User ``i`` starts at ``i * stagger_s``.
+    Every request asks for ``output_tokens`` with ``ignore_eos`` (it always runs to the limit), or
+    with ``natural_lengths`` stops on its own at a log-normal length (the profile's
+    ``natural_len_median``/``sigma``, drawn from ``seed``) capped at ``output_tokens``: then two seeds
+    measure different windows, as two runs of a real ramp do. User ``i`` starts at ``i * stagger_s``.
     """
     engine = Engine(profile, seed=seed)
+    lengths = np.random.default_rng(seed)
+    server = profile.server
     block = engine.cache.block_tokens if engine.cache is not None else 0
     n_blocks = prompt_tokens // block if block else 0
     n_shared = min(n_blocks, (shared_prefix_tokens or 0) // block) if block else 0
@@ -83,12 +90,17 @@ def closed_loop(
                 break
             while arrivals and arrivals[0][0] <= now:
                 _, user = heapq.heappop(arrivals)
+                target, reason = output_tokens, "length"
+                if natural_lengths:
+                    natural = natural_length(lengths, server.natural_len_median, server.natural_len_sigma)
+                    if natural < output_tokens:
+                        target, reason = natural, "stop"
                 req = SimRequest(
                     rid=f"u{user}-{seq}",
                     prompt_tokens=prompt_tokens,
                     max_new_tokens=output_tokens,
-                    target_tokens=output_tokens,
-                    stop_reason="length",
+                    target_tokens=target,
+                    stop_reason=reason,
                     source=source,
                 )
                 if shared_prefix_tokens is not None and block:

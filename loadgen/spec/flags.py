@@ -163,6 +163,9 @@ FLAGS: tuple[Flag, ...] = (
     Flag("junit", "junit", "str",
          "write the thresholds' results as JUnit XML to this file (one testcase per step and threshold)", RAMP,
          metavar="FILE"),
+    Flag("repeat", "repeat", "int",
+         "run each step N times in a row: every figure gets a 95% confidence interval over the repeats, and "
+         "the knee verdict says how stable it was (default 1)", _s("ramp"), default=1),
     Flag("find_knee", "find-knee", "switch",
          "search for the knee: raise the load geometrically from the first --concurrency/--rate value "
          "until saturation shows, then bisect", _s("ramp", "campaign"), default=False),
@@ -206,7 +209,7 @@ def add_arguments(
         if defaults and f.dest in defaults:  # this command's own default, not the ramp's
             shown = ",".join(map(str, default)) if isinstance(default, list) else f"{default:g}"
             help_text = f"{help_text.split(' (default')[0]} (default {shown})"
-        kw: dict[str, Any] = {"help": help_text, "dest": f.attr}
+        kw: dict[str, Any] = {"help": help_text.replace("%", "%%"), "dest": f.attr}  # argparse %-formats help
         if f.metavar:
             kw["metavar"] = f.metavar
         if f.kind == "switch":
@@ -238,7 +241,7 @@ def add_locust_arguments(parser: _Adds, hidden: _Adds) -> None:
         else:
             continue
         name = f.flag("lg") if f.dest != "no_telemetry" else "--no-telemetry"
-        kw: dict[str, Any] = {"help": f.help}
+        kw: dict[str, Any] = {"help": f.help.replace("%", "%%")}  # argparse %-formats help
         if f.kind == "switch":
             target.add_argument(name, action="store_true", **kw)
         elif f.kind == "choice":

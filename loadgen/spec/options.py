@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -126,6 +126,7 @@ class RampOptions:
     telemetry: TelemetryOptions | None = None  # None: no side process
     slo: dict[str, float] | None = None
     call_type: str | None = None  # the call type the knee and plan are about (None: most served tokens)
+    repeat: int = 1  # each step this many times in a row (confidence intervals over the repeats)
     gpu_count: int | None = None  # GPUs serving the model (per-GPU figures); None: from telemetry
     workers: int = 0
     prometheus_port: int | None = None
@@ -195,7 +196,25 @@ def run_manifest(
 
 def build_ramp_plan(opts: RampOptions, base: Workload) -> list[StepPlan]:
     """Steps from the flags, falling back to the scenario's ``[load]`` and ``[matrix]`` for what the flags
-    leave out."""
+    leave out; with ``--repeat N`` each step N times in a row (``repeat_steps``)."""
+    return repeat_steps(_ramp_plan(opts, base), opts.repeat)
+
+
+def repeat_steps(plan: list[StepPlan], n: int) -> list[StepPlan]:
+    """Each step ``n`` times in a row, numbered ``repeat`` 0 .. n-1 (``n`` = 1: the plan as it is).
+
+    In a row, not the whole ramp ``n`` times: the repeats of a load meet the same server state within
+    minutes of each other, so their spread is the run-to-run noise at that load rather than a drift
+    of the machine over the whole run, and a ramp cut short still has whole groups for the loads it
+    reached (``analysis.repeats``)."""
+    if n < 1:
+        raise OptionError(f"--repeat {n}: give 1 or more (each step that many times)")
+    if n == 1:
+        return plan
+    return [replace(p, repeat=r) for p in plan for r in range(n)]
+
+
+def _ramp_plan(opts: RampOptions, base: Workload) -> list[StepPlan]:
     if opts.context_tokens is None and opts.scenario and base.scenario.context_tokens:
         opts.context_tokens = list(base.scenario.context_tokens)
     if opts.rates:
@@ -233,6 +252,7 @@ class StepPlan:
     requests: int | None = None
     rate: float | None = None
     replay: Any = None
+    repeat: int | None = None  # which repeat of its load (``--repeat``), None without repeats
 
     @property
     def open_loop(self) -> bool:
@@ -247,6 +267,7 @@ class StepPlan:
             "warmup_s": self.warmup_s,
             "duration_s": self.duration_s,
             "requests": self.requests,
+            **({"repeat": self.repeat} if self.repeat is not None else {}),
         }
 
 

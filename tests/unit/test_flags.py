@@ -127,3 +127,26 @@ def test_every_subcommand_parser_builds_without_clashing_options() -> None:
     ns = parser.parse_args(["ramp", "--url", "http://127.0.0.1:1", "--gpu-count", "8", "--gpus", "0,1"])
     assert ns.gpu_count == 8
     parser.parse_args(["demo", "--concurrency", "1"])
+
+
+def test_every_commands_help_prints() -> None:
+    # argparse %-formats help texts: a bare "1%," in a row's help crashed `loadgen ramp --help`
+    import contextlib
+    import io
+
+    from loadgen.cli import build_parser
+
+    for command in ("ramp", "demo", "report", "plan", "compare"):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+            build_parser().parse_args([command, "--help"])
+        assert "usage:" in out.getvalue(), command
+
+
+def test_the_ramp_command_carries_every_option_it_parses_into_the_run() -> None:
+    # a row in the table is not enough: `loadgen ramp` builds RampOptions field by field
+    from loadgen.cli import _ramp_options, build_parser
+
+    argv = ["ramp", "--url", "http://127.0.0.1:1", "--call-type", "embeddings", "--gpu-count", "8", "--repeat", "3"]
+    opts = _ramp_options(build_parser().parse_args(argv), argv)
+    assert (opts.call_type, opts.gpu_count, opts.repeat) == ("embeddings", 8, 3)
