@@ -225,6 +225,19 @@ def _verdict(summary: RunSummary) -> str:
     )
 
 
+def _thresholds(summary: RunSummary) -> str:
+    """The --fail-on / --abort-on verdict, first thing on the page (what a pipeline gated on)."""
+    v = summary.get("thresholds")
+    if not isinstance(v, dict) or not v.get("results"):
+        return ""
+    from loadgen.analysis.thresholds import verdict_lines
+
+    head, *rest = verdict_lines(v)
+    css = "hard" if v.get("verdict") == "fail" else "none"
+    items = "".join(f"<li>{esc(line)}</li>" for line in rest)
+    return f'<section class="verdict {css}" id="thresholds"><p class=head>{esc(head)}</p><ul>{items}</ul></section>'
+
+
 def _figures(summary: RunSummary) -> str:
     totals = as_dict(summary.get("totals"))
     steps = steps_of(summary)
@@ -661,6 +674,7 @@ def _page(
         f"<title>{esc(title)} · load test report</title>",
         f"<style>{PAGE_CSS}</style></head><body><main>",
         _header(summary),
+        _thresholds(summary),
         _verdict(summary),
         _figures(summary),
         _detectors(summary),

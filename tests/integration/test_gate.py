@@ -64,6 +64,9 @@ def test_a_faulty_server_breaches_every_kind_of_threshold(sim_factory: Any, tmp_
     assert "output_tok_s<1000000" in " ".join(failures)
     report = (run_dir / "report.md").read_text().splitlines()
     assert report[2] == "> **Thresholds: FAIL: 5 of 5 thresholds breached**"
+    page = (run_dir / "report.html").read_text()
+    assert page.index('id="thresholds"') < page.index('id="verdict"')  # the gate's verdict comes first
+    assert "FAIL: 5 of 5 thresholds breached" in page
     summary_md = gh.read_text()
     assert "> **Thresholds: FAIL: 5 of 5 thresholds breached**" in summary_md and "### Steps" in summary_md
 
