@@ -335,7 +335,18 @@ def _on_init(environment: Environment, **_: Any) -> None:
     if env.web_ui is not None and env.web_ui.app is not None:
         from flask import jsonify, request
 
+        from loadgen.webui.auth import credentials, exposure_warning, install_login
         from loadgen.webui.blueprint import install
+
+        web_login = bool(getattr(opts, "web_login", False))
+        warning = exposure_warning(getattr(opts, "web_host", None), int(getattr(opts, "web_port", 8089)), web_login)
+        if warning:
+            log.warning("%s", warning)
+        if web_login:
+            try:
+                install_login(env.web_ui, *credentials())
+            except ValueError as exc:
+                sys.exit(f"error: {exc}")
 
         install(env, _current_dir, _metrics)
 
@@ -371,7 +382,8 @@ def _on_init(environment: Environment, **_: Any) -> None:
             validate(opts)
         except OptionError as exc:
             sys.exit(f"error: {exc}")
-    if opts.lg_steps and opts.headless:
+    # --autostart starts the test without the form's POST: the ramp is chosen here, as headless
+    if opts.lg_steps and (opts.headless or getattr(opts, "autostart", False)):
         try:
             env.shape_class = UIRampShape(env, _begin_run(env, ramp=True))
         except (OptionError, ValueError) as exc:

@@ -103,7 +103,8 @@ class Campaign:
 
 def slug(name: str) -> str:
     """A variant's folder name in the campaign directory; two variants may not share one."""
-    return _SLUG.sub("-", name).strip("-")[:48] or "variant"
+    # dots are stripped at the ends too: a name of `..` or `.` must not become a path step
+    return _SLUG.sub("-", name).strip("-.")[:48] or "variant"
 
 
 def fill(values: Sequence[str], env: dict[str, str]) -> list[str]:
@@ -223,8 +224,8 @@ def _load(t: Table | None, base: LoadSpec) -> LoadSpec:
         spec.concurrency, spec.rate = list(values), None
     if t.has("rate"):
         values = t.get_list("rate")
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in values):
-            raise SpecError(t.key("rate"), values, "must be an array of request rates above 0 (req/s)")
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 1e308 for v in values):
+            raise SpecError(t.key("rate"), values, "must be an array of finite request rates above 0 (req/s)")
         spec.rate, spec.concurrency = [float(v) for v in values], None
     if t.has("concurrency") and t.has("rate"):
         raise SpecError(t.key("rate"), t.raw("rate"), "give concurrency or rate, not both")
@@ -244,10 +245,36 @@ def _load(t: Table | None, base: LoadSpec) -> LoadSpec:
         for a in args:
             if a == "--api-key" or a.startswith("--api-key="):
                 raise SpecError(t.key("args"), a, "no secrets in campaign files: set OPENAI_API_KEY in the environment")
+        _check_written_paths(t.key("args"), args)
         _check_placeholders(t.key("args"), args)
         spec.args = list(args)
     t.finish()
     return spec
+
+
+# `loadgen ramp` flags in `args` that name a file or folder the ramp writes: a campaign writes only
+# inside its own directory, so their value must start with {variant_dir}/ or {campaign_dir}/ and
+# hold no `..` (the ramp's --out is the campaign's to choose)
+_WRITTEN_PATH_FLAGS = ("--junit",)
+
+
+def _check_written_paths(key: str, args: list[str]) -> None:
+    for i, a in enumerate(args):
+        flag, eq, value = a.partition("=")
+        if flag == "--out":
+            raise SpecError(key, a, "the campaign decides where each ramp writes (its variant folder): remove --out")
+        if flag not in _WRITTEN_PATH_FLAGS:
+            continue
+        if not eq:
+            value = args[i + 1] if i + 1 < len(args) else ""
+        parts = value.replace("\\", "/").split("/")
+        if parts[0] not in ("{variant_dir}", "{campaign_dir}") or ".." in parts:
+            raise SpecError(
+                key,
+                value,
+                f"{flag} must write inside the campaign directory: start it with {{variant_dir}}/ "
+                "(e.g. {variant_dir}/junit.xml) and use no `..`",
+            )
 
 
 def _variant(t: Table, defaults: dict[str, Any], load: LoadSpec) -> Variant:

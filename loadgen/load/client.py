@@ -13,6 +13,16 @@ Two implementations behind one small interface (``Transport``):
   cooperative by gevent), as applications call servers; its raw bytes feed the same decoder.
 
 Neither raises for a failed call: failures come back as ``CallResult.error_class`` / ``error``.
+
+A hostile or broken server cannot make a call hold unbounded memory or time (docs/lifecycle.md):
+the status line and headers are at most ``MAX_HEAD_BYTES`` (64 KiB), a body at most
+``MAX_BODY_BYTES`` (128 MiB, streamed or not), the bytes read without completing an SSE event (a
+line that never ends, an event that never closes) at most ``MAX_EVENT_BYTES`` (8 MiB), a stream at
+most ``MAX_STREAM_EVENTS`` events; past any of them the call ends with ``response_too_large`` and
+a message naming the bound. These are a few integer compares per read, never per byte or chunk.
+A read loop that never has to wait (a server flooding the socket) yields to the other users every
+``_YIELD_EVERY_FULL_READS`` full reads, so ``--request-timeout`` still ends it. Redirects are never
+followed: a 3xx is ``http_3xx`` and nothing is sent to the host it names.
 """
 
 from __future__ import annotations
@@ -41,6 +51,17 @@ from loadgen.spec.options import Timeouts
 from loadgen.spec.request import split_base_url
 
 _ERROR_BODY_LIMIT = 4096
+
+# Bounds on one response (module doc). Generous for real answers: a 128k-token stream with usage
+# in every chunk is ~50 MB and ~130k events; one chunk of a real stream is a few KB.
+MAX_HEAD_BYTES = 64 << 10
+MAX_BODY_BYTES = 128 << 20
+MAX_EVENT_BYTES = 8 << 20
+MAX_STREAM_EVENTS = 1 << 19
+
+
+class ResponseTooLarge(Exception):
+    """A response went past one of the bounds above; the message names it."""
 
 
 @dataclass(slots=True)
@@ -102,9 +123,10 @@ class FastTransport:
         # whole burst. The check below asks the kernel directly and never yields.
         pool._is_socket_alive = _socket_alive
         POLLS.start()
-        if scheme == "http" and KERNEL_RX_TIMESTAMPS:
-            # plain TCP: the pool's sockets report when the kernel received their bytes
-            pool._create_tcp_socket = _RxSocket
+        if scheme == "http":
+            # plain TCP: the pool's sockets bound the response head and (Linux) report when the
+            # kernel received their bytes
+            pool._create_tcp_socket = _RxSocket if KERNEL_RX_TIMESTAMPS else _HeadBoundSocket
         if preconnect:
             self._preconnect(pool, min(timeouts.connect_s, _PRECONNECT_MAX_S))
 
@@ -133,7 +155,16 @@ class FastTransport:
         timer.start()
         try:
             resp = self._client.request("POST", self._prefix + path, body=body, headers=headers)
+            if isinstance(resp._sock, _HeadBoundSocket):
+                resp._sock.head_left = -1  # the head is read: the body has its own bounds
             status = resp.status_code
+            if 300 <= status < 400:
+                end = perf_ns()
+                _discard(resp)
+                where = short(str(resp.get("location") or "no Location header"), 200)
+                return CallResult(
+                    status, sent, end, None, "http_3xx", f"HTTP {status}: redirect to {where} not followed"
+                )
             if status != 200:
                 data = resp.read(_ERROR_BODY_LIMIT) if not resp.message_complete else resp.read()
                 end = perf_ns()
@@ -148,10 +179,15 @@ class FastTransport:
                     f"HTTP {status}: " + short(text.decode("utf-8", "replace")),
                 )
             if not stream or decode == "pooling":
-                data = resp.read()
+                data = _read_body(resp)
                 end = perf_ns()
                 return CallResult(status, sent, end, parse_body(decode, data, end))
             return self._read_stream(resp, sent, decode == "responses")
+        except ResponseTooLarge as exc:
+            _discard(resp)
+            return CallResult(
+                resp.status_code if resp is not None else 0, sent, perf_ns(), None, "response_too_large", str(exc)
+            )
         except _RequestTimeout:
             _discard(resp)
             return CallResult(
@@ -194,7 +230,9 @@ class FastTransport:
         raw_recvmsg: Any = None
         wait: Any = None
         watcher: Any = None
-        if sock is not None and (type(sock) is _RxSocket or type(sock) is gevent.socket.socket):
+        if sock is not None and (
+            type(sock) is _RxSocket or type(sock) is _HeadBoundSocket or type(sock) is gevent.socket.socket
+        ):
             raw_recv = sock._sock.recv
             watcher = sock._read_event
             wait = sock.hub.wait
@@ -215,6 +253,11 @@ class FastTransport:
         # ready then). A read that completes several events, or ends inside one, may hold pieces
         # the kernel merged: its earlier events are marked late by at most ``t - low``.
         low = sent
+        # the bounds of one response (module doc): a few compares per read
+        body_bytes = 0
+        pending = 0  # bytes read since the last read that completed an event
+        events = 0
+        full_reads = 0
         if buf and type(sock) is _RxSocket:
             # body bytes that came with the headers: when the kernel received them
             t = _arrival(t, wall, sock.rx_wall_ns)
@@ -227,12 +270,23 @@ class FastTransport:
                     del buf[:]
                     payloads = feed(data)
                     add_all(payloads, t)
-                    if kernel_clock and (len(payloads) > 1 or (payloads and decoder.partial)):
+                    n = len(payloads)
+                    if kernel_clock and (n > 1 or (n and decoder.partial)):
                         note_read(t, t - low, decoder.partial)
                     if named:
+                        n += len(named)
                         for name, payload in named:
                             acc.add_named(name, payload, t)
                         named.clear()
+                    size = len(data)
+                    body_bytes += size
+                    if n:
+                        events += n
+                        pending = size  # the read may end inside the next event
+                    else:
+                        pending += size
+                    if pending > MAX_EVENT_BYTES or body_bytes > MAX_BODY_BYTES or events > MAX_STREAM_EVENTS:
+                        raise ResponseTooLarge(_stream_bound(pending, body_bytes, events))
                 if resp.message_complete:
                     break
                 low = t
@@ -286,7 +340,27 @@ class FastTransport:
                 if not chunk:
                     break
                 wait_first = len(chunk) < _WAIT_FIRST_BELOW
+                if wait_first:
+                    full_reads = 0  # only an unbroken run of full reads is a flood
+                else:
+                    # a socket that is never drained never waits: let the hub run a whole loop
+                    # (timers, so the request timeout; the other users) now and then. sleep(0)
+                    # would only run callbacks, not timers
+                    full_reads += 1
+                    if full_reads >= _YIELD_EVERY_FULL_READS:
+                        full_reads = 0
+                        gevent.idle()
                 resp.feed(chunk)
+        except ResponseTooLarge as exc:
+            # the held bytes are what the bound is about: they are dropped, not decoded
+            end = perf_ns()
+            watch.armed = False
+            _discard(resp)
+            result = acc.finish(end)
+            result.chunk_clock = "kernel" if kernel_clock else "read"
+            return CallResult(
+                200, sent, end, result, "response_too_large", f"{exc} after {len(result.chunk_times_ns)} chunks"
+            )
         except Exception as exc:
             end = perf_ns()
             watch.armed = False
@@ -340,6 +414,33 @@ class _ResponsesSink:
         return self._dec.finish(end_ns)
 
 
+def _stream_bound(pending: int, body_bytes: int, events: int) -> str:
+    """The message of a stream past one of its bounds."""
+    if pending > MAX_EVENT_BYTES:
+        return f"{pending} bytes without completing an SSE event (bound: {MAX_EVENT_BYTES >> 20} MiB per event or line)"
+    if body_bytes > MAX_BODY_BYTES:
+        return f"stream body over {MAX_BODY_BYTES >> 20} MiB (the bound per response)"
+    return f"{events} SSE events (bound: {MAX_STREAM_EVENTS} per response)"
+
+
+_BODY_STEP = 65536
+
+
+def _read_body(resp: Any) -> bytes:
+    """A whole (non-streamed) body, read in steps so that no buffer is sized by what the server
+    announces; ``ResponseTooLarge`` past ``MAX_BODY_BYTES``."""
+    parts: list[bytes] = []
+    n = 0
+    while True:
+        part = resp.read(_BODY_STEP)
+        if not part:
+            return b"".join(parts)
+        n += len(part)
+        if n > MAX_BODY_BYTES:
+            raise ResponseTooLarge(f"response body over {MAX_BODY_BYTES >> 20} MiB (the bound per response)")
+        parts.append(part)
+
+
 def parse_body(decode: Decode, data: bytes, end_ns: int) -> StreamResult:
     """A whole (non-streamed) answer body, decoded for its API."""
     if decode == "pooling":
@@ -354,6 +455,8 @@ _PRECONNECT_MAX_S = 2.0
 
 # a read shorter than this leaves the socket drained: wait for readiness before the next recv
 _WAIT_FIRST_BELOW = 4096
+# full reads in a row (64 KiB each: 1 MiB) after which a stream's reader yields to the hub
+_YIELD_EVERY_FULL_READS = 16
 
 # Kernel receive timestamps (Linux SO_TIMESTAMPNS; Python's socket module lacks the constant):
 # every read also returns when the kernel received its last bytes, so a chunk's time is its
@@ -409,7 +512,37 @@ def _arrival(t_perf: int, t_wall: int, rx_wall_ns: int) -> int:
     return t_perf
 
 
-class _RxSocket(gevent.socket.socket):
+class _HeadBoundSocket(gevent.socket.socket):
+    """A gevent TCP socket that bounds a response head: from each ``sendall`` (a request going out)
+    until the transport sets ``head_left = -1`` (the head is parsed), ``recv`` (which
+    geventhttpclient uses for the status line and headers) raises ``ResponseTooLarge`` once more
+    than ``MAX_HEAD_BYTES`` came in. geventhttpclient itself has no such bound (and joins a long
+    header value piece by piece)."""
+
+    __slots__ = ("head_left",)
+
+    def __init__(self, family: int = -1, socktype: int = -1, proto: int = -1) -> None:
+        super().__init__(family, socktype, proto)
+        self.head_left = -1
+
+    def sendall(self, data: Any, flags: int = 0) -> None:
+        self.head_left = MAX_HEAD_BYTES
+        super().sendall(data, flags)
+
+    def recv(self, size: int, flags: int = 0) -> bytes:
+        data: bytes = super().recv(size, flags)
+        if self.head_left >= 0:
+            self._count_head(len(data))
+        return data
+
+    def _count_head(self, n: int) -> None:
+        self.head_left -= n
+        if self.head_left < 0:
+            self.head_left = -1
+            raise ResponseTooLarge(f"response status line and headers over {MAX_HEAD_BYTES >> 10} KiB")
+
+
+class _RxSocket(_HeadBoundSocket):
     """A gevent TCP socket with kernel receive timestamps; ``recv`` (which geventhttpclient uses
     for the response headers) keeps the receive time of its last read in ``rx_wall_ns``, and in
     ``rx_low_ns`` a time its bytes arrived after (``POLLS.before_last_ns`` when it last waited)."""
@@ -440,6 +573,8 @@ class _RxSocket(gevent.socket.socket):
             self.rx_wall_ns = sec * 1_000_000_000 + nsec
         else:
             self.rx_wall_ns = 0
+        if self.head_left >= 0:
+            self._count_head(len(data))
         return bytes(data)
 
 
@@ -545,7 +680,8 @@ class OpenAITransport:
             api_key=api_key or "EMPTY",
             max_retries=0,
             timeout=openai.Timeout(timeouts.request_s, connect=timeouts.connect_s, read=timeouts.stall_s),
-            http_client=openai.DefaultHttpxClient(verify=_shared_tls_context()),
+            # never follow a redirect (the SDK's default does): nothing goes off the target host
+            http_client=openai.DefaultHttpxClient(verify=_shared_tls_context(), follow_redirects=False),
         )
 
     def close(self) -> None:
@@ -567,17 +703,33 @@ class OpenAITransport:
             with api.with_streaming_response.create(**payload, extra_headers=extra_headers) as response:
                 status = response.status_code
                 if not stream or decode == "pooling":
-                    data = response.read()
+                    parts: list[bytes] = []
+                    size = 0
+                    for chunk in response.iter_bytes():
+                        size += len(chunk)
+                        if size > MAX_BODY_BYTES:
+                            raise ResponseTooLarge(
+                                f"response body over {MAX_BODY_BYTES >> 20} MiB (the bound per response)"
+                            )
+                        parts.append(chunk)
                     end = perf_ns()
-                    return CallResult(status, sent, end, parse_body(decode, data, end))
+                    return CallResult(status, sent, end, parse_body(decode, b"".join(parts), end))
                 decoder = SSEDecoder()
                 acc: Any = _ResponsesSink() if decode == "responses" else ChunkAccumulator()
+                body_bytes = pending = events = 0
                 for chunk in response.iter_bytes():
                     t = perf_ns()
-                    acc.add_all(decoder.feed(chunk), t)
+                    payloads = decoder.feed(chunk)
+                    acc.add_all(payloads, t)
+                    n = len(payloads) + len(decoder.named)
                     for name, item in decoder.named:
                         acc.add_named(name, item, t)
                     decoder.named.clear()
+                    body_bytes += len(chunk)
+                    events += n
+                    pending = len(chunk) if n else pending + len(chunk)
+                    if pending > MAX_EVENT_BYTES or body_bytes > MAX_BODY_BYTES or events > MAX_STREAM_EVENTS:
+                        raise ResponseTooLarge(_stream_bound(pending, body_bytes, events))
                 end = perf_ns()
                 self._turn()
                 acc.add_all(decoder.flush(), end)
@@ -591,11 +743,17 @@ class OpenAITransport:
                 "read_timeout",
                 f"no complete response within {self._timeouts.request_s:g} s",
             )
+        except ResponseTooLarge as exc:
+            return CallResult(status, sent, perf_ns(), None, "response_too_large", str(exc))
         except gevent.GreenletExit:
             raise
         except Exception as exc:
             end = perf_ns()
             code = getattr(exc, "status_code", None)
+            if isinstance(code, int) and 300 <= code < 400:
+                headers = getattr(getattr(exc, "response", None), "headers", None) or {}
+                where = short(str(headers.get("location") or "no Location header"), 200)
+                return CallResult(code, sent, end, None, "http_3xx", f"HTTP {code}: redirect to {where} not followed")
             if isinstance(code, int):
                 raw = getattr(getattr(exc, "response", None), "content", b"") or b""
                 return CallResult(

@@ -40,6 +40,8 @@ def classify_http(status: int, body: bytes) -> str:
         return "http_400_context_length"
     if status == 429:
         return "http_429"
+    if 300 <= status < 400:
+        return "http_3xx"  # a redirect: never followed (nothing is sent off the target host)
     if 400 <= status < 500:
         return "http_4xx"
     return "http_5xx"

@@ -45,7 +45,9 @@ def parse_pooling_body(body: bytes, end_ns: int) -> PoolingResult:
         obj = None
     if type(obj) is dict and (obj.get("object") == "error" or obj.get("error") is not None):
         err: dict[str, Any] = obj["error"] if isinstance(obj.get("error"), dict) else obj
-        res.error = {"message": err.get("message") or str(err), "type": err.get("type"), "code": err.get("code")}
+        msg = err.get("message")
+        text = msg if type(msg) is str else ("" if msg is None else str(msg))  # a message is text, as for chat
+        res.error = {"message": text or str(err), "type": err.get("type"), "code": err.get("code")}
         res.finish_reason = None
         return res
     items: Any = None

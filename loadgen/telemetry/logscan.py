@@ -144,7 +144,12 @@ class LogScanner:
                         "groups": [g for g in m.groups()],
                     }
                 )
-        samples = self._stats(line, t) if self.stats else []
+        samples: list[Record] = []
+        if self.stats:
+            try:
+                samples = self._stats(line, t)
+            except ValueError:  # a stats line whose [\d.]+ slot is no number ("token usage: ."): no sample
+                samples = []
         return events, samples
 
     @staticmethod

@@ -6,7 +6,8 @@ Two modes:
     remote ``loadgen ramp --monitor-url http://HOST:PORT``. It binds 127.0.0.1 unless told
     otherwise; bound to any other address it requires a bearer token (from ``--token-file`` or the
     ``LOADGEN_MONITOR_TOKEN`` environment variable, never the command line) and refuses to start
-    without one.
+    without one, or with a blank one, a well-known default (``change-me``) or one under 16
+    characters.
 
 Endpoints (``Authorization: Bearer TOKEN`` when a token is set; ``/healthz`` is open):
   ``GET /v1/samples?since=N`` and ``GET /v1/events?since=N``: the JSONL bytes of complete lines from
@@ -115,12 +116,30 @@ def parse_bind(text: str) -> tuple[str, int]:
         raise ValueError(f"--serve {text!r}: expected [HOST:]PORT, e.g. 9500 or 0.0.0.0:9500") from None
 
 
+# tokens that examples and templates ship with: anyone who read them knows these
+KNOWN_DEFAULT_TOKENS = frozenset({"change-me", "changeme", "token", "secret", "password"})
+_MIN_TOKEN_CHARS = 16
+
+
+def token_problem(token: str | None) -> str | None:
+    """Why ``token`` cannot guard a monitor reachable from the network, or None when it can."""
+    if token is None or not token.strip():
+        return "without a token"
+    if token.strip().lower() in KNOWN_DEFAULT_TOKENS:
+        return f"with the well-known default token {token.strip()!r}"
+    if len(token.strip()) < _MIN_TOKEN_CHARS:
+        return f"with a token of {len(token.strip())} characters (at least {_MIN_TOKEN_CHARS})"
+    return None
+
+
 def serve(run_dir: Path, host: str, port: int, token: str | None) -> ThreadingHTTPServer:
-    """Start the HTTP endpoint on a thread; refuse a non-loopback bind without a token."""
-    if not is_loopback(host) and not token:
+    """Start the HTTP endpoint on a thread; refuse a non-loopback bind without a real token
+    (missing, blank, a well-known default such as ``change-me``, or under 16 characters)."""
+    problem = None if is_loopback(host) else token_problem(token)
+    if problem is not None:
         raise ValueError(
-            f"refusing to serve telemetry on {host}:{port} without a token: set {TOKEN_ENV} or pass "
-            "--token-file, or bind 127.0.0.1"
+            f"refusing to serve telemetry on {host}:{port} {problem}: set {TOKEN_ENV} to a random value "
+            "(e.g. `openssl rand -hex 24`) or put one in --token-file, or bind 127.0.0.1"
         )
     httpd = ThreadingHTTPServer((host, port), make_handler(run_dir, token))
     httpd.daemon_threads = True
@@ -140,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stop-file", type=Path, default=None, help="stop when this file appears")
     add_source_args(p)
     args = p.parse_args(argv)
-    token = os.environ.get(TOKEN_ENV) or None
+    token = (os.environ.get(TOKEN_ENV) or "").strip() or None
     if args.token_file is not None:
         try:
             token = args.token_file.read_text().strip() or None

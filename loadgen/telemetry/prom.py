@@ -40,7 +40,10 @@ class Exposition:
         seen = False
         for s in self.samples:
             if s.name == family + "_bucket" and "le" in s.labels:
-                le = _parse_value(s.labels["le"])
+                try:
+                    le = _parse_value(s.labels["le"])
+                except ValueError:  # a bucket without a numeric bound cannot be placed: skip it
+                    continue
                 buckets[le] = buckets.get(le, 0.0) + s.value
                 seen = True
             elif s.name == family + "_sum":

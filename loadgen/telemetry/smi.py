@@ -4,12 +4,13 @@
 With a loop flag (``-l``/``-lms``/``--loop``/``--loop-ms``) the command streams and each line is a
 sample; without one it is run once per period. The header line names the fields; with
 ``noheader`` the names come from the command's own ``--query-gpu`` list. Units (``W``, ``MiB``,
-``MHz``, ``%``) are stripped; ``[N/A]`` and ``[Not Supported]`` read as missing. nvidia-smi has no
+``MHz``, ``%``) are stripped; ``[N/A]``, ``[Not Supported]`` and non-finite numbers read as missing. nvidia-smi has no
 energy counter query, so energy comes from the integral of power in the analysis.
 """
 
 from __future__ import annotations
 
+import math
 import subprocess
 import time
 
@@ -59,9 +60,10 @@ def _number(text: str) -> float | None:
         return None
     t = t.split()[0]
     try:
-        return float(int(t, 16)) if t.lower().startswith("0x") else float(t)
-    except ValueError:
+        v = float(int(t, 16)) if t.lower().startswith("0x") else float(t)
+    except (ValueError, OverflowError):
         return None
+    return v if math.isfinite(v) else None  # "inf"/"nan" are no reading (and int() of them raises)
 
 
 class SmiParser:

@@ -5,6 +5,10 @@
 here becomes the default of the matching field in the web UI's form (still editable there). Flags
 this command does not know (``--master``, ``--expect-workers 4``, ``--web-port 8090``, ...) go to
 Locust unchanged.
+
+The UI listens on 127.0.0.1 unless ``--web-host`` says otherwise (Locust's own default is every
+interface). Beyond loopback it prints a warning; ``--web-login`` with ``LOADGEN_WEB_AUTH=user:password``
+in the environment puts it behind a login (``loadgen.webui.auth``).
 """
 
 from __future__ import annotations
@@ -73,6 +77,8 @@ def locust_argv(argv: list[str]) -> list[str]:
         )
     out += flags.to_argv(values, "lg")
     out += source_argv(ns)  # the telemetry sources, as loadgen ramp's
+    if not any(a == "--web-host" or a.startswith("--web-host=") for a in rest):
+        out += ["--web-host", "127.0.0.1"]  # Locust's default is every interface; opening it is a choice
     return out + rest
 
 

@@ -202,6 +202,10 @@ def _check_reachable(dist: Distribution, t: Table, low: float, high: float) -> N
 
 
 def _fixed(value: float, key: str, integer: bool, floor: float) -> Fixed:
+    if isinstance(value, int) and abs(value) > 2**53:
+        raise SpecError(key, value, "is too large")  # past a float's whole numbers (TOML allows 64-bit)
+    if not math.isfinite(value):
+        raise SpecError(key, value, "must be a finite number")
     if integer and float(value) != int(value):
         raise SpecError(key, value, "must be a whole number of tokens")
     if value < floor:
@@ -252,6 +256,8 @@ def _parse_empirical(t: Table, base_dir: Path | None, floor: float) -> Empirical
         for i, v in enumerate(raw):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v < floor:
                 raise SpecError(f"{t.key('values')}[{i}]", v, f"must be a number >= {floor:g}")
+            if not v <= 2**53:  # nan, inf, or an integer past a float's whole numbers
+                raise SpecError(f"{t.key('values')}[{i}]", v, "must be a finite number")
         return Empirical(tuple(float(v) for v in raw))
     if not t.has("path"):
         raise SpecError(t.key("values"), NO_VALUE, 'empirical needs values = [...] or path = "..."')

@@ -34,7 +34,7 @@ from loadgen.workload.errors import NO_VALUE, DatasetError, SpecError, WorkloadE
 from loadgen.workload.images import MAX_SIDE, data_url, mime_type
 from loadgen.workload.lengths import Clamped, Distribution, Empirical, Fixed, Uniform, parse_distribution
 from loadgen.workload.prompts import CHAT_TASKS
-from loadgen.workload.spec import Table, type_name
+from loadgen.workload.spec import Table, type_name, user_path
 from loadgen.workload.tokens import TokenizerError, resolve_tokenizer_file
 from loadgen.workload.tools import ToolsSpec, parse_tools
 
@@ -452,7 +452,7 @@ def _check_endpoint(
 
 
 def _resolve(base_dir: Path, value: str) -> Path:
-    p = Path(value).expanduser()
+    p = user_path(value)
     return p if p.is_absolute() else base_dir / p
 
 
@@ -706,8 +706,10 @@ def _numbers(t: Table, name: str, *, integer: bool, default: Any = None) -> tupl
         if isinstance(v, bool) or not isinstance(v, int if integer else (int, float)):
             want = "an integer" if integer else "a number"
             raise SpecError(key, v, f"must be {want}, not {type_name(v)}")
-        if v <= 0 or (not integer and not math.isfinite(v)):
+        if v <= 0:
             raise SpecError(key, v, "must be > 0")
+        if not integer and not v <= 1e308:  # nan, inf, or an integer float() cannot hold
+            raise SpecError(key, v, "must be a finite number")
         out.append(v if integer else float(v))
     return tuple(out)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 from loadgen.workload.errors import NO_VALUE, SpecError, suggest, unknown_key
@@ -33,6 +34,16 @@ def type_name(value: Any) -> str:
     if isinstance(value, dict):
         return "a table"
     return type(value).__name__
+
+
+def user_path(value: str | Path) -> Path:
+    """``value`` as a path with ``~`` / ``~user`` expanded; as written when that home does not
+    exist (pathlib raises RuntimeError), so the caller reports a missing file naming it."""
+    p = Path(value)
+    try:
+        return p.expanduser()
+    except RuntimeError:
+        return p
 
 
 class Table:
@@ -84,7 +95,10 @@ class Table:
         raw = self.raw(name)
         if isinstance(raw, bool) or not isinstance(raw, (int, float)):
             raise SpecError(self.key(name), raw, f"must be a number, not {type_name(raw)}")
-        value = float(raw)
+        try:
+            value = float(raw)
+        except OverflowError:  # an integer past any float (TOML's parser does not bound them)
+            value = math.inf
         if not math.isfinite(value):
             raise SpecError(self.key(name), raw, "must be a finite number")
         if positive and value <= 0:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from loadgen.workload.errors import WorkloadError
+from loadgen.workload.spec import user_path
 
 # Maximal runs of one character class; adjacent runs always differ in class, so any substring cut
 # at run boundaries splits into the same runs again (the additivity the prompt builder needs).
@@ -112,7 +113,7 @@ class HFTokenizerCounter:
 
 def resolve_tokenizer_file(path: str | Path) -> Path:
     """``path`` itself if it is a file, ``path/tokenizer.json`` if it is a directory."""
-    p = Path(path).expanduser()
+    p = user_path(path)
     if p.is_dir():
         p = p / "tokenizer.json"
         if not p.is_file():

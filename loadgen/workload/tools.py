@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.workload.errors import NO_VALUE, SpecError
-from loadgen.workload.spec import Table, type_name
+from loadgen.workload.spec import Table, type_name, user_path
 
 TOOL_CHOICES = ("auto", "required", "none")
 # OpenAI's rule for function names; servers that render them into a chat template need no more
@@ -59,7 +59,7 @@ def parse_tools(t: Table, base_dir: Path) -> ToolsSpec:
     file: str | None = None
     if t.has("file"):
         raw = t.get_str("file")
-        path = Path(raw).expanduser()
+        path = user_path(raw)
         path = path if path.is_absolute() else base_dir / path
         tools = _from_file(t.key("file"), raw, path)
         file = str(path)

@@ -20,6 +20,9 @@ from loadgen.parse.stream.result import KIND_REASONING, KIND_TEXT, KIND_TOOL, Fu
 
 _DONE = b"[DONE]"
 _FIRST_MALFORMED_CHARS = 200
+# A usage count above this is a lie, not an answer (the longest contexts are ~10M tokens): taking
+# it would make a step's tok/s absurd. It is left out and the stream counted as malformed.
+MAX_PLAUSIBLE_TOKENS = 100_000_000
 
 
 def _error_dict(obj: Any) -> dict[str, Any]:
@@ -90,6 +93,14 @@ class _Builder:
             res.first_malformed = payload[: _FIRST_MALFORMED_CHARS * 4].decode("utf-8", "replace")[
                 :_FIRST_MALFORMED_CHARS
             ]
+
+    def implausible(self, key: str, value: int) -> None:
+        """A usage count no answer can have: not taken (the chunks count instead), the stream is
+        malformed, and the message keeps what the server said."""
+        res = self.res
+        res.malformed += 1
+        if res.first_malformed is None:
+            res.first_malformed = f"usage.{key} = {value} is outside 0..{MAX_PLAUSIBLE_TOKENS} (not counted)"
 
     def payload(self, payload: bytes, t_ns: int) -> dict[str, Any] | None:
         """Decode one payload fully and take it in; returns the object (None when not one)."""
@@ -241,11 +252,16 @@ class _Builder:
         res = self.res
         pt = usage.get("prompt_tokens")
         if type(pt) is int:
-            res.prompt_tokens = pt
+            if 0 <= pt <= MAX_PLAUSIBLE_TOKENS:
+                res.prompt_tokens = pt
+            else:
+                self.implausible("prompt_tokens", pt)
         ct = usage.get("completion_tokens")
-        if type(ct) is int:
+        if type(ct) is int and 0 <= ct <= MAX_PLAUSIBLE_TOKENS:
             res.completion_tokens = ct
         else:
+            if type(ct) is int:
+                self.implausible("completion_tokens", ct)
             ct = None
         details = usage.get("prompt_tokens_details")
         if details is not None and type(details) is dict:
