@@ -25,6 +25,7 @@ EXIT_USAGE = 2
 EXIT_NOT_READY = 3
 EXIT_RUN_DIR = 4
 EXIT_THRESHOLDS = 5  # a --fail-on / --abort-on threshold was breached (the run and its report are complete)
+EXIT_INTERRUPTED = 130  # SIGINT or SIGTERM; the partial report is written
 
 
 class UsageError(OptionError):
@@ -291,10 +292,28 @@ def cmd_ramp(ns: argparse.Namespace, argv: list[str]) -> int:
         print(f"error: {exc}\npartial report: {exc.run_dir / 'report.md'}", file=sys.stderr)
         print(exc.run_dir)
         return EXIT_USAGE
+    except (ramp.RunInterrupted, ramp.RunWriteStopped) as exc:
+        return _stopped_early(exc)
     code = _judged(_read_summary(run_dir), opts.junit)
     print(f"report: {run_dir / 'report.md'}")
     print(run_dir)
     return code
+
+
+def _stopped_early(exc: Any) -> int:
+    """A ramp stopped by a signal (130) or a run directory it could no longer write (4): say so,
+    print the run directory last (for scripts)."""
+    from loadgen.load import ramp
+
+    run_dir: Path = exc.run_dir
+    if isinstance(exc, ramp.RunWriteStopped):
+        print(f"error: {exc}", file=sys.stderr)
+        print(run_dir)
+        return EXIT_RUN_DIR
+    print(f"{exc}; partial report: {run_dir / 'report.md'}", file=sys.stderr)
+    print(f"report: {run_dir / 'report.md'}")
+    print(run_dir)
+    return EXIT_INTERRUPTED
 
 
 def cmd_demo(ns: argparse.Namespace, argv: list[str]) -> int:
@@ -357,7 +376,10 @@ def cmd_demo(ns: argparse.Namespace, argv: list[str]) -> int:
                 opts.telemetry.metrics_url = f"{url}/metrics"
                 opts.telemetry.server_log_file = str(sim_log)
                 opts.telemetry.log_from_start = True
-            run_dir = ramp.run_ramp(opts)
+            try:
+                run_dir = ramp.run_ramp(opts)
+            except (ramp.RunInterrupted, ramp.RunWriteStopped) as exc:
+                return _stopped_early(exc)
         finally:
             proc.terminate()
             try:
@@ -615,7 +637,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except Exception as exc:
         from loadgen.rundir.records import RunDirError
 

@@ -4,8 +4,10 @@ Exit codes: 0 every selected variant was tried (a variant that failed is a resul
 not an error) or ``--check`` printed the plan; 5 every variant was tried and one of them breached
 its ``fail_on`` / ``abort_on`` thresholds; 2 an unusable file, flag or ``--only`` name (the
 message says which and where); 4 the campaign directory cannot be created; 130 interrupted by
-Ctrl-C or SIGTERM, after writing a partial report. Progress goes to ``out`` (stderr); the report's
-Markdown, its path and the campaign directory (last line, for scripts) go to stdout.
+Ctrl-C or SIGTERM, after writing a partial report. A SIGINT ignored when the campaign started (a
+background job of a script) stays ignored, as Python and POSIX programs do; SIGTERM always stops
+it. Progress goes to ``out`` (stderr); the report's Markdown, its path and the campaign directory
+(last line, for scripts) go to stdout.
 """
 
 from __future__ import annotations

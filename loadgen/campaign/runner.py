@@ -15,9 +15,9 @@ Each variant gets one folder in the campaign directory (apply, server, ramp and 
 ``captured.log`` of a failed start, the ramp's run directory) and one result dict in
 :attr:`CampaignRunner.results`: ``status`` is ``ok``, ``apply_failed``, ``failed_to_start``,
 ``server_died``, ``ramp_failed`` or ``interrupted``, ``reason`` says why in a sentence. A variant
-that fails is a result, not an exception; a Ctrl-C (``KeyboardInterrupt``) leaves
-:meth:`CampaignRunner.run` after the variant's cleanup (the ramp gets one SIGINT and writes a
-partial report, the server is stopped, the rollback runs).
+that fails is a result, not an exception; a Ctrl-C (``KeyboardInterrupt``; the command line turns
+SIGTERM into one too) leaves :meth:`CampaignRunner.run` after the variant's cleanup (the ramp gets
+one SIGTERM and writes a partial report, the server is stopped, the rollback runs).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from loadgen.lifecycle import NotReady, ServerProcess, capture_logs, match_failu
 from loadgen.spec import flags
 
 EXIT_THRESHOLDS = 5  # loadgen ramp's exit code when a threshold was breached
+EXIT_INTERRUPTED = 130  # loadgen ramp stopped by SIGINT/SIGTERM (its partial report written)
 CONTEXT_LINES = 8  # log lines kept from the first fatal match on
 
 
@@ -270,8 +271,12 @@ class CampaignRunner:
         """Run ``loadgen ramp`` as a child (gevent stays out of this process); its exit code and run dir.
 
         The child has its own session, so a Ctrl-C at the terminal reaches only the campaign, which
-        then sends the ramp one SIGINT (it writes a partial report) and waits for it.
+        then sends the ramp one SIGTERM (it writes a partial report) and waits for it. SIGTERM, not
+        SIGINT: a campaign started with SIGINT ignored (a background job) passes that on to the
+        ramp, which keeps ignoring it. A ramp stopped at ``timeout_s`` exits 130 with its partial
+        report: that is the variant's result, returned as 0.
         """
+        timed_out = False
         with open(log, "ab") as err:
             proc = subprocess.Popen(
                 argv, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True
@@ -279,7 +284,8 @@ class CampaignRunner:
             try:
                 stdout, _ = proc.communicate(timeout=timeout_s)
             except (subprocess.TimeoutExpired, KeyboardInterrupt) as exc:
-                proc.send_signal(signal.SIGINT)  # the ramp writes a partial report on SIGINT
+                proc.send_signal(signal.SIGTERM)  # the ramp writes a partial report on SIGTERM
+                timed_out = isinstance(exc, subprocess.TimeoutExpired)
                 try:
                     stdout, _ = proc.communicate(timeout=60)
                 except subprocess.TimeoutExpired:
@@ -291,6 +297,8 @@ class CampaignRunner:
         run_dir = Path(lines[-1].strip()) if lines else None
         if run_dir is not None and not run_dir.is_dir():
             run_dir = None
+        if timed_out and proc.returncode == EXIT_INTERRUPTED:
+            return 0, run_dir
         return proc.returncode, run_dir
 
 

@@ -2,6 +2,13 @@
 
 Import this module before anything that opens sockets: it imports locust, which monkey-patches
 the standard library for gevent.
+
+Stopping early (docs/lifecycle.md): SIGINT (Ctrl-C) and SIGTERM both end the current step
+``stopped``, cancel the calls in flight, write the partial report and raise :class:`RunInterrupted`
+(exit 130). A SIGINT that was ignored when the process started (a background job of a script,
+``nohup cmd &`` in some shells) stays ignored, as POSIX programs do: a Ctrl-C meant for the
+foreground job does not stop it; SIGTERM always does. A write into the run directory that fails
+(disk full, read-only) stops the ramp the same way and raises :class:`RunWriteStopped` (exit 4).
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from loadgen.load.selfwatch import SelfWatch
 from loadgen.load.shape import RampShape
 from loadgen.load.user import LLMUser, OpenLoopUser
 from loadgen.rundir.clock import ANCHOR
-from loadgen.rundir.records import JsonlAppender
+from loadgen.rundir.records import JsonlAppender, RunDirError, format_bytes, free_bytes
 from loadgen.spec.options import RampOptions, StepPlan
 
 
@@ -113,7 +120,12 @@ class ServerDownGuard:
             gevent.spawn(self._check)
 
     def _event(self, kind: str, **fields: Any) -> None:
-        self.events.write({"t_ns": ANCHOR.now_wall_ns(), "src": "loadgen", "kind": kind, **fields})
+        if self.state.write_failure is not None:
+            return  # the run directory cannot be written; the ramp is stopping
+        try:
+            self.events.write({"t_ns": ANCHOR.now_wall_ns(), "src": "loadgen", "kind": kind, **fields})
+        except RunDirError as exc:
+            self.state._write_failed(exc)
 
     def _check(self) -> None:
         from loadgen.lifecycle import NotReady, capture_logs, match_failures, split_command, wait_ready
@@ -183,6 +195,26 @@ class RunStopped(Exception):
     def __init__(self, message: str, run_dir: Path) -> None:
         super().__init__(message)
         self.run_dir = run_dir
+
+
+class RunInterrupted(Exception):
+    """SIGINT or SIGTERM stopped the ramp; the partial report is written in ``run_dir``."""
+
+    def __init__(self, signal_name: str, run_dir: Path) -> None:
+        super().__init__(f"interrupted by {signal_name}")
+        self.signal_name = signal_name
+        self.run_dir = run_dir
+
+
+class RunWriteStopped(RunDirError):
+    """A write into the run directory failed mid-run and the ramp stopped sending. The message
+    names the file, the reason, the free space, what is on disk and whether the report could be
+    written (else how to rebuild it)."""
+
+    def __init__(self, message: str, run_dir: Path, report_written: bool) -> None:
+        super().__init__(message)
+        self.run_dir = run_dir
+        self.report_written = report_written
 
 
 class KneeSearch:
@@ -260,6 +292,18 @@ class AbortGuard:
         self.shape.stop(ABORT_EVENT)
 
 
+def _telemetry_end(code: int | None, run_dir: Path) -> str:
+    from loadgen.telemetry.runner import EXIT_WRITE_FAILED
+
+    if code == EXIT_WRITE_FAILED:
+        free = free_bytes(run_dir)
+        return (
+            f"it could not write {run_dir} (disk full or read-only; "
+            f"{'unknown space' if free is None else format_bytes(free)} free)"
+        )
+    return f"exit {code}; see {run_dir / 'telemetry.log'}"
+
+
 def start_telemetry(run_dir: Path, options: Any, out: TextIO) -> Any:
     """The telemetry side process (a separate process: NVML blocks), or None when not asked for."""
     if options is None:
@@ -328,14 +372,25 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
     logging.getLogger("locust.runners").addFilter(_QuietSpawnWarning())
     progress = Progress(state, shape, env, out)
     printer = gevent.spawn(progress.run)
-    interrupted = []
+    interrupted: list[str] = []
 
-    def on_sigint(*_: Any) -> None:
-        interrupted.append(True)
+    def on_signal(signum: int, _frame: Any) -> None:
+        interrupted.append(signal.Signals(signum).name)
         env.stop_timeout = 0.0  # Ctrl-C: stop now; in-flight calls are recorded as cancelled
         shape.stop("stopped")
 
-    previous = signal.signal(signal.SIGINT, on_sigint)
+    def on_write_failed(exc: RunDirError) -> None:
+        # nothing more can be kept: stop sending at once (the calls in flight are cancelled)
+        env.stop_timeout = 0.0
+        out.write(f"\nstopping: {exc}\n")
+        shape.stop("write_failed")
+
+    state.on_write_failed = on_write_failed
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig, handler in previous.items():
+        if sig == signal.SIGINT and handler is signal.SIG_IGN:
+            continue  # ignored on entry (a background job): keep ignoring it; SIGTERM still stops
+        signal.signal(sig, on_signal)
     quiet_gc()
     try:
         runner.start_shape()
@@ -347,8 +402,9 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
                 abort.poll()
             if telemetry_alive and not side.alive():
                 telemetry_alive = False
-                guard._event("telemetry_died", step=state.step_index, detail=f"see {run_dir / 'telemetry.log'}")
-                out.write(f"\nwarning: the telemetry process ended; the run goes on ({run_dir / 'telemetry.log'})\n")
+                why = _telemetry_end(side.proc.returncode, run_dir)
+                guard._event("telemetry_died", step=state.step_index, detail=why)
+                out.write(f"\nwarning: the telemetry process ended ({why}); the run goes on\n")
         if watcher is not None:
             watcher.kill()
         runner.stop()
@@ -356,7 +412,8 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
             gevent.sleep(2 * FLUSH_S)  # the workers' last batches of counts and records
         runner.quit()
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
         printer.kill()
         watch.stop()
         if exporter is not None:
@@ -374,11 +431,45 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
                 proc.wait(15)
             except Exception:
                 proc.kill()
+    if state.write_failure is not None:
+        raise _write_stopped(run_dir, state, shape, out)
     if interrupted:
-        out.write("interrupted: writing a partial report\n")
+        out.write(f"interrupted ({interrupted[0]}): writing a partial report\n")
     from loadgen.report.pipeline import rebuild
 
     rebuild(run_dir)
     if guard.fatal:
         raise RunStopped(guard.fatal, run_dir)
+    if interrupted:
+        raise RunInterrupted(interrupted[0], run_dir)
     return run_dir
+
+
+def _write_stopped(run_dir: Path, state: RunState, shape: RampShape, out: TextIO) -> RunWriteStopped:
+    """The ramp stopped because the run directory cannot be written: try the partial report (it
+    may fit: it replaces nothing until each file is whole), and say what is on disk."""
+    from loadgen.analysis.load import RunLoadError
+    from loadgen.report.pipeline import rebuild
+
+    failure = state.write_failure
+    step = f"step {state.step_index + 1}/{len(shape.plan)}" if state.step_index >= 0 else "the start"
+    lines = [
+        f"{failure}",
+        f"the ramp stopped sending at {step}: {state.records_kept:,} request records are on disk "
+        f"(whole lines), {state.records_lost:,} could not be written",
+    ]
+    out.write("writing a partial report\n")
+    try:
+        rebuild(run_dir)
+        written = True
+        lines.append(f"partial report: {run_dir / 'report.md'}")
+    except (OSError, RunLoadError) as exc:
+        written = False
+        free = free_bytes(run_dir)
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        lines.append(
+            f"the report could not be written ({why}; "
+            f"{'unknown space' if free is None else format_bytes(free)} free): free space (or make the folder "
+            f"writable), then run `loadgen report {run_dir}`"
+        )
+    return RunWriteStopped("\n".join(lines), run_dir, written)

@@ -4,6 +4,11 @@ One ``RunState`` is bound to the Locust ``Environment`` (``bind``, ``state_of``)
 request-record file, the current step, the live counters of the progress line, and the one function
 that turns a ``RequestSpec`` into a timed call and a ``RequestRecord`` (``execute``). Users only
 call ``execute`` and report through Locust's event; nothing else shares mutable state.
+
+When a record or step line cannot be written (disk full, read-only folder), the first
+:class:`RunDirWriteError` is kept in ``write_failure`` and ``on_write_failed`` is told once (the
+ramp stops sending); from then on records are not written but counted in ``records_lost``, so the
+file stays a clean prefix of the run rather than a file with holes.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from loadgen.parse.responses import ResponsesResult
 from loadgen.parse.stream import TOKENS_CHUNKS, distribute_tokens
 from loadgen.rundir.clock import ANCHOR
 from loadgen.rundir.layout import StepLog
-from loadgen.rundir.records import JsonlAppender, RequestRecord
+from loadgen.rundir.records import JsonlAppender, RequestRecord, RunDirError
 from loadgen.spec.options import StepPlan, Timeouts
 from loadgen.spec.request import (
     ENDPOINT_PATHS,
@@ -100,6 +105,10 @@ class RunState(StepSink):
             self.records = JsonlAppender(run_dir / f"requests-{worker}.jsonl")
             record_sink = self.records.write_bytes
         self.record_sink = record_sink
+        self.write_failure: RunDirError | None = None
+        self.records_kept = 0
+        self.records_lost = 0
+        self.on_write_failed: Callable[[RunDirError], None] | None = None
         self.steps = StepLog(run_dir) if step_log else None
         self.on_step: Callable[[dict[str, Any]], None] | None = None  # the master tells its workers
         self.fire_request = fire_request
@@ -137,7 +146,7 @@ class RunState(StepSink):
     def step_started(self, index: int, plan: StepPlan, t_ns: int) -> None:
         self._apply_start(index, plan, t_ns)
         if self.steps is not None:
-            self.steps.start(index, t_ns, **plan.describe())
+            self._step_line(self.steps.start, index, t_ns, **plan.describe())
         if self.on_step is not None:
             self.on_step({"event": "start", "step": index, "t_ns": t_ns, "plan": plan_to_dict(plan)})
 
@@ -153,14 +162,43 @@ class RunState(StepSink):
     def step_steady(self, index: int, t_ns: int) -> None:
         self.steady_ns = t_ns
         if self.steps is not None:
-            self.steps.steady(index, t_ns)
+            self._step_line(self.steps.steady, index, t_ns)
         self._tell({"event": "steady", "step": index, "t_ns": t_ns})
 
     def step_ended(self, index: int, t_ns: int, reason: str) -> None:
         self.step_live = False
         if self.steps is not None:
-            self.steps.end(index, t_ns, reason)
+            self._step_line(self.steps.end, index, t_ns, reason)
         self._tell({"event": "end", "step": index, "t_ns": t_ns, "reason": reason})
+
+    def _step_line(self, write: Callable[..., None], *args: Any, **fields: Any) -> None:
+        if self.write_failure is not None:
+            return
+        try:
+            write(*args, **fields)
+        except RunDirError as exc:
+            self._write_failed(exc)
+
+    def keep(self, line: bytes) -> None:
+        """Write one record line, or count it lost once a write has failed."""
+        if self.write_failure is None:
+            try:
+                self.record_sink(line)
+                self.records_kept += 1
+                return
+            except RunDirError as exc:
+                self._write_failed(exc)
+        self.records_lost += 1
+
+    def _write_failed(self, exc: RunDirError) -> None:
+        if self.write_failure is None:
+            self.write_failure = exc
+            if self.on_write_failed is not None:
+                self.on_write_failed(exc)
+            else:  # the web UI: its users hold (send nothing) until Stop
+                import logging
+
+                logging.getLogger("loadgen").error("%s; sending stopped (press Stop)", exc)
 
     def _tell(self, message: dict[str, Any]) -> None:
         if self.on_step is not None:
@@ -192,6 +230,9 @@ class RunState(StepSink):
 
     def execute(self, transport: Transport, spec: RequestSpec, user: int) -> tuple[RequestRecord, Reply]:
         """Send one request, record it, report it. Returns the record and what the answer said."""
+        if self.write_failure is not None:
+            # nothing more can be kept: send nothing, wait for the ramp to stop this user (<= 1 s)
+            gevent.sleep(3600.0)
         step = self.step_index
         if not self.target.stream or spec.endpoint not in GENERATIVE:
             spec.stream = False
@@ -227,11 +268,11 @@ class RunState(StepSink):
                 inputs=spec.n_inputs,
                 images=spec.images,
             )
-            self.record_sink(rec.to_json())
+            self.keep(rec.to_json())
             raise
         self.in_flight -= 1
         rec = self._record(rid, step, spec, result, user)
-        self.record_sink(rec.to_json())
+        self.keep(rec.to_json())
         if (
             self.lengths is not None
             and rec.prompt_tokens

@@ -17,7 +17,7 @@ from pathlib import Path
 import gevent
 
 from loadgen.rundir.clock import ANCHOR
-from loadgen.rundir.records import LAG_EDGES_MS, JsonlAppender
+from loadgen.rundir.records import LAG_EDGES_MS, JsonlAppender, RunDirError
 
 
 class SelfWatch:
@@ -78,16 +78,22 @@ class SelfWatch:
             cpu = time.process_time()
             cpu_frac = (cpu - cpu0) / max(now - t0, 1e-9)
             cpu0, t0 = cpu, now
-            self.out.write(
-                {
-                    "t_ns": ANCHOR.now_wall_ns(),
-                    "src": "client",
-                    "worker": self.worker,
-                    "pid": os.getpid(),
-                    "cpu_frac": round(cpu_frac, 4),
-                    "loop_lag_ms": round(lag_ms, 3),
-                    "lag_max_ms": round(lag_max, 3),
-                    "lag_hist": hist,
-                    "in_flight": self.in_flight(),
-                }
-            )
+            try:
+                self._line(cpu_frac, lag_ms, lag_max, hist)
+            except RunDirError:
+                return  # the run directory cannot be written; the ramp stops on its own records
+
+    def _line(self, cpu_frac: float, lag_ms: float, lag_max: float, hist: list[int]) -> None:
+        self.out.write(
+            {
+                "t_ns": ANCHOR.now_wall_ns(),
+                "src": "client",
+                "worker": self.worker,
+                "pid": os.getpid(),
+                "cpu_frac": round(cpu_frac, 4),
+                "loop_lag_ms": round(lag_ms, 3),
+                "lag_max_ms": round(lag_max, 3),
+                "lag_hist": hist,
+                "in_flight": self.in_flight(),
+            }
+        )

@@ -695,8 +695,15 @@ def _page(
 
 def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            tmp.unlink(missing_ok=True)  # a disk that filled mid-file: leave no half file behind
+        except OSError:
+            pass  # read-only: nothing was written
+        raise
 
 
 def write_html(run_dir: Path, summary: RunSummary, *, run: Run | None = None) -> list[Path]:

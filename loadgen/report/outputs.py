@@ -29,7 +29,13 @@ def _write_atomic(path: Path, data: bytes) -> None:
         tmp.write_bytes(data)
         os.replace(tmp, path)
     except OSError as exc:
-        raise RunLoadError(f"cannot write {path}: {exc.strerror}; check the folder's permissions") from exc
+        try:
+            tmp.unlink(missing_ok=True)  # a disk that filled mid-file: leave no half file behind
+        except OSError:
+            pass
+        raise RunLoadError(
+            f"cannot write {path}: {exc.strerror}; check the folder's permissions and free space"
+        ) from exc
 
 
 def summary_json(summary: RunSummary) -> bytes:

@@ -4,11 +4,17 @@ Each record is written with one ``os.write`` on an ``O_APPEND`` descriptor as so
 ends: nothing is buffered in the process, so a crash or ``kill -9`` of the load generator loses no
 finished request, and a partially written last line (the process killed mid-write) is skipped by the
 reader. The field names are the run directory contract (README, "Request records").
+
+A write that fails (disk full, a folder remounted read-only, an I/O error) raises
+:class:`RunDirWriteError`, naming the file and the free space left; a line the kernel took only
+part of (a short write: the disk filled mid-line) is cut off again first, so the file stays whole
+lines (docs/lifecycle.md, "Disk full").
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,12 +29,14 @@ ERROR_CLASSES = (
     "read_timeout",
     "http_400_context_length",
     "http_429",
+    "http_3xx",
     "http_4xx",
     "http_5xx",
     "kv_cache",
     "stream_error",
     "malformed_stream",
     "truncated",
+    "response_too_large",
     "cancelled",
     "other",
 )
@@ -112,7 +120,15 @@ LAG_EDGES_MS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0)
 
 
 class JsonlAppender:
-    """Append-only JSONL file: one ``os.write`` per line, no user-space buffering."""
+    """Append-only JSONL file: one ``os.write`` per line, no user-space buffering.
+
+    ``write_bytes`` either appends every byte of the line(s) or raises :class:`RunDirWriteError`
+    with the file as it was: after a short write it tries the rest, and when that fails too it
+    truncates the file back to where the line began. The truncation is skipped when another
+    writer has appended after the piece (the file grew past it; events.jsonl has two writer
+    processes): then the reader skips that one merged line. The appender stays usable: a later
+    write succeeds once space is back.
+    """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
@@ -122,9 +138,41 @@ class JsonlAppender:
             raise RunDirError(f"cannot open {self.path} for writing: {exc.strerror}") from exc
 
     def write_bytes(self, line: bytes) -> None:
-        if self._fd is None:
+        fd = self._fd
+        if fd is None:
             raise RunDirError(f"{self.path} is closed")
-        os.write(self._fd, line)
+        try:
+            done = os.write(fd, line)
+        except OSError as exc:
+            raise RunDirWriteError(self.path, exc) from exc
+        if done != len(line):
+            self._finish(fd, line, done)
+
+    def _finish(self, fd: int, line: bytes, done: int) -> None:
+        """The kernel took ``done`` bytes of ``line``: write the rest, or cut the piece off again."""
+        view = memoryview(line)
+        error: OSError | None = None
+        while done < len(line):
+            try:
+                n = os.write(fd, view[done:])
+            except OSError as exc:
+                error = exc
+                break
+            if n == 0:
+                break
+            done += n
+        if done == len(line):
+            return
+        if done:
+            try:
+                end = os.lseek(fd, 0, os.SEEK_CUR)  # O_APPEND: just past our last byte
+                if os.fstat(fd).st_size == end:
+                    os.ftruncate(fd, end - done)
+            except OSError:
+                pass  # the torn piece stays; the reader skips an unparseable line
+        if error is None:
+            error = OSError(28, os.strerror(28))  # a write that took nothing without an error: full
+        raise RunDirWriteError(self.path, error) from error
 
     def write(self, obj: Any) -> None:
         self.write_bytes(orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
@@ -137,6 +185,39 @@ class JsonlAppender:
 
 class RunDirError(Exception):
     """The run directory cannot be created or written; the message names the path and what to do."""
+
+
+class RunDirWriteError(RunDirError):
+    """A write into the run directory failed mid-run: ``path``, ``errno``, ``free_bytes`` (None
+    when unknown). The message names the file, the reason and the space left on its filesystem."""
+
+    def __init__(self, path: Path, exc: OSError) -> None:
+        self.path = path
+        self.errno = exc.errno
+        self.reason = exc.strerror or str(exc)
+        self.free_bytes = free_bytes(path.parent)
+        free = "unknown space" if self.free_bytes is None else format_bytes(self.free_bytes)
+        super().__init__(f"cannot write {path}: {self.reason} ({free} free on its filesystem)")
+
+
+def free_bytes(folder: Path) -> int | None:
+    """Bytes free to this user on ``folder``'s filesystem, or None when it cannot be asked."""
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return None
+
+
+def format_bytes(n: int) -> str:
+    """``0 bytes``, ``12.0 KiB``, ``3.4 MiB``, ``1.2 GiB``."""
+    if n < 1024:
+        return f"{n} bytes"
+    size = float(n)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        size /= 1024
+        if size < 1024 or unit == "TiB":
+            break
+    return f"{size:.1f} {unit}"
 
 
 def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:

@@ -9,6 +9,11 @@ waits for the stop file, SIGTERM/SIGINT, or the parent process going away.
 Files written in the run directory: ``samples.jsonl``, ``events.jsonl`` (see ``base`` for the
 schema), ``server.log`` (every server log line read, verbatim), ``telemetry.pid`` (written once
 started, removed at exit).
+
+A write that fails (disk full, the folder remounted read-only) stops the process cleanly: the
+lines already written stay whole (``JsonlAppender``), later samples are dropped, the reason goes
+to stdout (``telemetry.log``, when that can still be written) and the exit status is
+``EXIT_WRITE_FAILED`` (4), which the load generator reports; the run itself goes on.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from typing import Any
 
 import orjson
 
-from loadgen.rundir.records import JsonlAppender
+from loadgen.rundir.records import JsonlAppender, RunDirError, RunDirWriteError
 from loadgen.telemetry.base import Emit, Record, Sampler, SamplerDone, SamplerUnavailable, event
 from loadgen.telemetry.logscan import LogScanner
 from loadgen.telemetry.options import TelemetryOptions
@@ -35,6 +40,7 @@ from loadgen.telemetry.streams import CommandLines, FileLines, split_command
 
 PID_FILE = "telemetry.pid"
 SERVER_LOG = "server.log"
+EXIT_WRITE_FAILED = 4  # the run directory could not be written (disk full, read-only)
 
 
 @dataclass(kw_only=True)
@@ -47,29 +53,54 @@ class RunConfig(TelemetryOptions):
 
 
 class Sink:
-    """The two JSONL files; one ``os.write`` per batch of lines, safe across threads (O_APPEND)."""
+    """The two JSONL files; one ``os.write`` per batch of lines, safe across threads (O_APPEND).
 
-    def __init__(self, run_dir: Path) -> None:
+    The first write that fails is kept in ``failure`` and sets ``stop`` (the process winds down);
+    every later write is dropped, so the files end with whole lines from before the failure."""
+
+    def __init__(self, run_dir: Path, stop: threading.Event | None = None) -> None:
         self.samples_out = JsonlAppender(run_dir / "samples.jsonl")
         self.events_out = JsonlAppender(run_dir / "events.jsonl")
         self.log_out: JsonlAppender | None = None
         self.run_dir = run_dir
+        self.stop = stop
+        self.failure: RunDirError | None = None
         self.n_samples = 0
         self.n_events = 0
 
+    def _write(self, out: JsonlAppender, data: bytes) -> bool:
+        if self.failure is not None:
+            return False
+        try:
+            out.write_bytes(data)
+            return True
+        except RunDirError as exc:
+            if self.failure is None:
+                self.failure = exc
+                if self.stop is not None:
+                    self.stop.set()
+            return False
+
     def samples(self, recs: list[Record]) -> None:
-        if recs:
-            self.samples_out.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in recs))
+        if recs and self._write(self.samples_out, b"".join(orjson.dumps(r) + b"\n" for r in recs)):
             self.n_samples += len(recs)
 
     def event(self, rec: Record) -> None:
-        self.events_out.write(rec)
-        self.n_events += 1
+        if self._write(self.events_out, orjson.dumps(rec, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n"):
+            self.n_events += 1
 
     def server_log_line(self, line: str) -> None:
+        if self.failure is not None:
+            return
         if self.log_out is None:
-            self.log_out = JsonlAppender(self.run_dir / SERVER_LOG)
-        self.log_out.write_bytes(line.rstrip("\r\n").encode("utf-8", errors="replace") + b"\n")
+            try:
+                self.log_out = JsonlAppender(self.run_dir / SERVER_LOG)
+            except RunDirError as exc:
+                self.failure = self.failure or exc
+                if self.stop is not None:
+                    self.stop.set()
+                return
+        self._write(self.log_out, line.rstrip("\r\n").encode("utf-8", errors="replace") + b"\n")
 
     def close(self) -> None:
         self.samples_out.close()
@@ -214,14 +245,15 @@ def run(cfg: RunConfig, stop: threading.Event | None = None, install_signals: bo
     stop = stop or threading.Event()
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    sink = Sink(run_dir)
+    sink = Sink(run_dir, stop)
     if install_signals:
 
         def _on_signal(_sig: int, _frame: FrameType | None) -> None:
             stop.set()
 
         signal.signal(signal.SIGTERM, _on_signal)
-        signal.signal(signal.SIGINT, _on_signal)
+        if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # ignored on entry: a background job
+            signal.signal(signal.SIGINT, _on_signal)
     try:
         samplers, streams = build_sources(cfg, sink, stop)
     except ValueError as exc:
@@ -239,7 +271,11 @@ def run(cfg: RunConfig, stop: threading.Event | None = None, install_signals: bo
     for s in streams:
         s.start()
     pid_file = run_dir / PID_FILE
-    pid_file.write_text(f"{os.getpid()}\n")
+    try:
+        pid_file.write_text(f"{os.getpid()}\n")
+    except OSError as exc:
+        sink.failure = sink.failure or RunDirWriteError(pid_file, exc)
+        stop.set()
     reason = "signal"
     try:
         while not stop.wait(0.1):
@@ -255,12 +291,20 @@ def run(cfg: RunConfig, stop: threading.Event | None = None, install_signals: bo
             s.stop()
         for t in threads:
             t.join(5.0)
+        if sink.failure is not None:
+            reason = "write_failed"
         sink.event(event("stopped", sampler="side_process", reason=reason, samples=sink.n_samples))
         sink.close()
         try:
             pid_file.unlink()
         except OSError:
             pass
+    if sink.failure is not None:
+        try:
+            print(f"loadgen telemetry: stopped: {sink.failure}; samples written before it stay", flush=True)
+        except OSError:
+            pass  # telemetry.log is on the same full or read-only disk
+        return EXIT_WRITE_FAILED
     return 0
 
 

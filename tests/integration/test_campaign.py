@@ -197,6 +197,9 @@ start = ["{{python}}", "-m", "loadgen.sim", "--profile", "tiny", "--port", "{{po
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # a Ctrl-C reaches a foreground campaign; under a background job the child would inherit
+        # SIGINT ignored and (rightly) keep ignoring it, so the test sets the disposition itself
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         deadline = time.monotonic() + 60

@@ -457,6 +457,11 @@ def test_telemetry_dying_mid_run_leaves_the_run_going_and_flags_the_gap(tmp_path
     assert "telemetry gap" in report
 
 
+def _sigint_default() -> None:
+    # as at a terminal: a child of a background job would inherit SIGINT ignored (and keep it)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start_ramp(sim_url: str, out: Path, seconds: str = "8") -> subprocess.Popen[str]:
     cmd = loadgen_cmd(
         "ramp",
@@ -471,7 +476,9 @@ def _start_ramp(sim_url: str, out: Path, seconds: str = "8") -> subprocess.Popen
         str(out),
         *QUICK,
     )
-    return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_sigint_default
+    )
 
 
 def _wait_for_records(out: Path, n: int, timeout_s: float = 30) -> Path:
