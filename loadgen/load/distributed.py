@@ -198,8 +198,15 @@ class WorkerLink:
         runner.register_message(MSG_STEP, self._on_step)
         self._flusher = gevent.spawn(self._flush_loop)
         runner.send_message(MSG_HELLO, {})
-        env.events.test_stop.add_listener(lambda **_: self.flush())
+        env.events.test_stop.add_listener(self._on_test_stop)
         env.events.quitting.add_listener(lambda **_: self.flush())
+
+    def _on_test_stop(self, **_: Any) -> None:
+        self.flush()
+        # The users have stopped (Locust's stop already gave them stop_timeout). Its worker then sleeps
+        # stop_timeout again before it reads the next message, so a master's quit would wait the whole
+        # drain time (60 s by default) and the ramp's report with it; the next spawn sets it again.
+        self.env.stop_timeout = 0.0
 
     def _on_config(self, environment: Environment, msg: Any, **_: Any) -> None:
         from loadgen.load.compose import compose
