@@ -117,6 +117,11 @@ def _ramp_options(ns: argparse.Namespace, argv: list[str]) -> Any:
         raise UsageError("--repeat with --find-knee: the search chooses its steps one at a time; repeat a fixed list")
     if value("gpu_count") is not None and value("gpu_count") < 1:
         raise UsageError(f"--gpu-count {value('gpu_count')}: must be 1 or more")
+    burstiness = value("burstiness")
+    if burstiness is not None and burstiness <= 0:
+        raise UsageError(f"--burstiness {burstiness:g}: must be above 0 (1 is Poisson's)")
+    if burstiness is not None and value("arrival") != "gamma":
+        raise UsageError(f"--burstiness {burstiness:g}: applies to --arrival gamma only")
     gate = scenario.gate if scenario is not None else None
     fail_on = _thresholds(value("fail_on"), "--fail-on") or _thresholds(
         gate.fail_on if gate else None, f"{ns.scenario}: [gate] fail_on"
@@ -133,6 +138,8 @@ def _ramp_options(ns: argparse.Namespace, argv: list[str]) -> Any:
         model=value("model") or (scenario.model if scenario is not None and scenario.model else ""),
         concurrency=concurrency,
         rates=value("rates"),
+        arrival=value("arrival"),
+        burstiness=burstiness,
         scenario=value("scenario"),
         step_seconds=step_seconds,
         warmup_seconds=warmup,
@@ -471,25 +478,11 @@ def cmd_plan(ns: argparse.Namespace, argv: list[str]) -> int:
 
 
 def cmd_compare(ns: argparse.Namespace, argv: list[str]) -> int:
-    from loadgen.report.compare import compare_runs, render_compare_md, render_compare_page
-    from loadgen.report.pipeline import summarise
-    from loadgen.rundir.layout import create_run_dir
+    from loadgen.report.compare import write_comparison
 
     if len(ns.run_dirs) < 2:
         raise UsageError("loadgen compare needs two run directories or more")
-    summaries = [summarise(_existing_run_dir(d))[1] for d in ns.run_dirs]
-    labels: list[str] = []
-    for summary, d in zip(summaries, ns.run_dirs, strict=True):
-        label = str(summary.get("label") or summary.get("run_id") or Path(d).name)
-        while label in labels:  # the same label twice (e.g. a run against itself): number them
-            label += f" #{len(labels) + 1}"
-        labels.append(label)
-    cmp = compare_runs(summaries, labels)
-    out = create_run_dir(ns.out, "compare")
-    md = render_compare_md(cmp)
-    (out / "compare.md").write_text(md)
-    (out / "compare.html").write_text(render_compare_page(cmp, summaries), encoding="utf-8")
-    (out / "compare.json").write_bytes(orjson.dumps(cmp, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    out, md = write_comparison([_existing_run_dir(d) for d in ns.run_dirs], ns.out)
     print(md)
     print(out)
     return EXIT_OK

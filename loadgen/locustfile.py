@@ -2,9 +2,11 @@
 
 The same ``LLMUser`` as ``loadgen ramp``. Two ways to drive it:
 
-* ramp steps given (``--lg-steps 1,8,32``, an editable field of the web UI's form): Start walks the
-  steps with ``loadgen.load.shape.RampShape`` (warm-up, then a steady window of ``--lg-step-seconds``
-  per step), as ``loadgen ramp`` does; each Start is a run directory of its own.
+* ramp steps given (``--lg-steps 1,8,32`` users, or ``--lg-rates 0.5,1,2`` req/s open loop with the
+  scenario's arrival process; editable fields of the web UI's form): Start walks the steps with
+  ``loadgen.load.shape.RampShape`` (warm-up, then a steady window of ``--lg-step-seconds`` per step),
+  planned as ``loadgen ramp`` plans them; each Start is a run directory of its own. While it runs,
+  ``/loadgen/control/*`` (``loadgen.webui.control``) steers it: hold, skip, add a step, set the load.
 * no ramp steps: Locust's own user count and spawn rate drive the load; each test start (each
   Start in the web UI) is one step of one run directory per Locust process.
 
@@ -12,7 +14,7 @@ The report is written when the test stops. The web UI gets an "LLM" tab (live ch
 directory, the knee verdict, links to the report) and ``/loadgen/metrics`` (Prometheus). The
 telemetry side process runs beside the load (not on workers) with the flags of ``loadgen ramp``
 (``--gpu-source``, ``--metrics-url``, ...; ``--no-telemetry`` for none). Options in the form:
---lg-scenario, --lg-steps, --lg-step-seconds, --lg-warmup-seconds, --lg-model, --lg-max-tokens,
+--lg-scenario, --lg-steps, --lg-rates, --lg-step-seconds, --lg-warmup-seconds, --lg-model, --lg-max-tokens,
 --lg-context-tokens, --lg-endpoint, --lg-transport, --lg-extra-body, --lg-slo, --lg-label; on the
 command line only: --lg-out, --lg-stall-timeout, --lg-request-timeout, --lg-prometheus-port. The
 API key comes from $OPENAI_API_KEY.
@@ -38,7 +40,7 @@ from loadgen.load.shape import RampShape
 from loadgen.load.user import LLMUser
 from loadgen.rundir.clock import ANCHOR
 from loadgen.spec import flags
-from loadgen.spec.options import OptionError, RampOptions, StepPlan, Timeouts, build_plan
+from loadgen.spec.options import OptionError, RampOptions, StepPlan, Timeouts
 
 if TYPE_CHECKING:
     from loadgen.load.distributed import MasterLink
@@ -68,6 +70,11 @@ def _add_arguments(parser: Any) -> None:
     from loadgen.telemetry.options import add_source_args
 
     add_source_args(hidden)  # type: ignore[arg-type]
+    hidden.add_argument(
+        "--lg-scenarios",
+        default="",
+        help="comma-separated folders whose *.toml scenarios the start form offers (default ./scenarios)",
+    )
 
 
 def _value(opts: Namespace, dest: str) -> Any:
@@ -84,10 +91,32 @@ def _telemetry(opts: Namespace) -> TelemetryOptions | None:
     return TelemetryOptions.from_args(opts)
 
 
+def wants_ramp(opts: Namespace) -> bool:
+    """Ramp steps given (users, ``--lg-steps``, or rates, ``--lg-rates``): the shape walks them."""
+    return bool(str(opts.lg_steps).strip() or str(getattr(opts, "lg_rates", "")).strip())
+
+
+# options the form carries when the flag table gives them its form surface (read only where present)
+_FORM_EXTRAS = ("rates", "requests_per_step", "arrival", "burstiness", "fail_on", "abort_on")
+
+
+def _extras(opts: Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for dest in _FORM_EXTRAS:
+        f = flags.BY_DEST.get(dest)
+        if f is not None and hasattr(opts, f.lg_attr) and dest in RampOptions.__dataclass_fields__:
+            out[dest] = _value(opts, dest)
+    return out
+
+
 def validate(opts: Namespace) -> None:
     """Check the --lg-* values before a run starts; raises OptionError naming the option and value."""
     for dest in ("concurrency", "slo", "extra_body"):
         _value(opts, dest)
+    extras = _extras(opts)
+    arrival = extras.get("arrival")
+    if arrival is not None and arrival not in flags.BY_DEST["arrival"].choices:
+        raise OptionError(f"--lg-arrival {arrival!r}: give one of {', '.join(flags.BY_DEST['arrival'].choices)}")
     if opts.lg_max_tokens <= 0:
         raise OptionError(f"--lg-max-tokens {opts.lg_max_tokens}: must be above 0")
     if opts.lg_step_seconds <= 0:
@@ -95,10 +124,10 @@ def validate(opts: Namespace) -> None:
     if opts.lg_warmup_seconds < 0:
         raise OptionError(f"--lg-warmup-seconds {opts.lg_warmup_seconds:g}: must be 0 or more")
     contexts = _value(opts, "context_tokens")
-    if contexts and len(contexts) > 1 and not opts.lg_steps.strip():
+    if contexts and len(contexts) > 1 and not wants_ramp(opts):
         raise OptionError(
             f"--lg-context-tokens {opts.lg_context_tokens!r}: several context lengths make a matrix of "
-            "ramp steps: give --lg-steps too (or one length)"
+            "ramp steps: give --lg-steps (or --lg-rates) too (or one length)"
         )
     if opts.lg_scenario:
         from loadgen.workload.scenario import ScenarioError, load_scenario
@@ -130,6 +159,7 @@ def _ramp_options(opts: Namespace, host: str, model: str) -> RampOptions:
         slo=_value(opts, "slo"),
         call_type=_value(opts, "call_type") or None,
         gpu_count=_value(opts, "gpu_count"),
+        **_extras(opts),
     )
 
 
@@ -161,9 +191,8 @@ class _UIRun:
                 scenario = load_scenario(opts.lg_scenario)
             except ScenarioError as exc:
                 raise OptionError(f"--lg-scenario: {exc}") from None
-        plan: list[StepPlan] = []
-        if ramp:
-            plan = build_plan(_value(opts, "concurrency"), contexts, opts.lg_warmup_seconds, opts.lg_step_seconds, None)
+        # a ramp's steps as loadgen ramp plans them (rates win over users; the scenario fills the rest)
+        plan: list[StepPlan] | None = None if ramp else []
         model = opts.lg_model or (scenario.model if scenario is not None and scenario.model else "")
         model = model or first_model(host) or "default"
         self.options = _ramp_options(opts, host, model)
@@ -188,6 +217,11 @@ class _UIRun:
         self.closed = False
         self.side: Any = None
         sources = _telemetry(opts) if telemetry else None
+        if sources is not None and not sources.metrics_url:
+            from loadgen.lifecycle import probe_metrics
+
+            # as loadgen ramp: the server's own /metrics when it serves one (KV fill, queue, preemptions)
+            sources.metrics_url = probe_metrics(host, os.environ.get("OPENAI_API_KEY") or None)
         if sources is not None:
             from loadgen.load.ramp import start_telemetry
 
@@ -221,14 +255,31 @@ class _UIRun:
 
 
 class UIRampShape(RampShape):
-    """The ramp of one run (its plan from --lg-steps); built complete before Locust starts it."""
+    """The ramp of one run (its plan from --lg-steps or --lg-rates); built complete before Locust starts
+    it, steered while it runs from /loadgen/control/* (``loadgen.webui.control`` finds it as
+    ``env.shape_class``)."""
 
     abstract = True
 
     def __init__(self, env: Environment, run: _UIRun) -> None:
-        super().__init__(run.plan, run.state)
+        from loadgen.load.user import OpenLoopUser
+
+        super().__init__(run.plan, run.state, closed_classes=[LLMUser], open_classes=[OpenLoopUser])
+        _open_loop_users(env, True)
         self.runner = env.runner
         self.run = run
+        self.abort: Any = None
+        if run.options.abort_on:  # as loadgen ramp --abort-on: judged each time a step ends
+            from loadgen.load.ramp import AbortGuard
+
+            self.abort = AbortGuard(
+                run.options.abort_on, run.run_dir, run.state, self, _event_writer(run.run_dir), sys.stderr
+            )
+
+    def tick(self) -> tuple[int, float] | tuple[int, float, list[Any]] | None:
+        if self.abort is not None:
+            self.abort.poll()  # a breach stops the ramp: the next tick returns None
+        return super().tick()
 
     def reset_time(self) -> None:
         # Locust's master calls this again at its first start(), after the ramp's first tick: that
@@ -236,6 +287,31 @@ class UIRampShape(RampShape):
         if getattr(self, "index", -1) >= 0 and not self.finished:
             return
         super().reset_time()
+
+
+def _event_writer(run_dir: Path) -> Any:
+    """``write(kind, **fields)`` to the run's events.jsonl (``src: loadgen``), as loadgen ramp's."""
+    from loadgen.rundir.records import JsonlAppender
+
+    events = JsonlAppender(Path(run_dir) / "events.jsonl")
+
+    def write(kind: str, **fields: Any) -> None:
+        events.write({"t_ns": ANCHOR.now_wall_ns(), "src": "loadgen", "kind": kind, **fields})
+
+    return write
+
+
+def _open_loop_users(env: Environment, on: bool) -> None:
+    """Locust spawns only classes of ``env.user_classes``; the open-loop dispatcher is one during a ramp
+    (its rate steps, or a rate set while it runs), and never when Locust's own user count drives the
+    load (that would split the users between the two classes by weight)."""
+    from loadgen.load.user import OpenLoopUser
+
+    present = OpenLoopUser in env.user_classes
+    if on and not present:
+        env.user_classes.append(OpenLoopUser)
+    elif not on and present:
+        env.user_classes.remove(OpenLoopUser)
 
 
 _run: _UIRun | None = None
@@ -315,6 +391,7 @@ def _on_init(environment: Environment, **_: Any) -> None:
         from loadgen.load.distributed import WorkerLink
 
         WorkerLink(env)  # the master's config, steps and run directory arrive as messages
+        _open_loop_users(env, True)  # a worker spawns whichever class the master sends it
         return
     if opts is None:
         return
@@ -340,6 +417,9 @@ def _on_init(environment: Environment, **_: Any) -> None:
 
         web_login = bool(getattr(opts, "web_login", False))
         warning = exposure_warning(getattr(opts, "web_host", None), int(getattr(opts, "web_port", 8089)), web_login)
+        if warning and not web_login:
+            # beyond loopback the UI can start load against the target: never without a login
+            sys.exit(f"error: {warning}")
         if warning:
             log.warning("%s", warning)
         if web_login:
@@ -360,17 +440,19 @@ def _on_init(environment: Environment, **_: Any) -> None:
                 try:
                     form_opts = _form_options(env, request.form)
                     validate(form_opts)
-                    if running and (isinstance(env.shape_class, UIRampShape) or form_opts.lg_steps.strip()):
+                    if running and (isinstance(env.shape_class, UIRampShape) or wants_ramp(form_opts)):
                         # an edit while a test runs: a ramp's steps are fixed once it started
                         raise OptionError(
-                            "a test is running: Stop it before starting a ramp (a running ramp cannot be edited)"
+                            "a test is running: Stop it before starting a ramp (steer a running ramp with the LLM "
+                            "tab's Steer panel: hold, skip, add a step, set the load)"
                         )
-                    if form_opts.lg_steps.strip():
+                    if wants_ramp(form_opts):
                         host = str(request.form.get("host") or env.host or "")
                         run = _begin_run(env, True, form_opts, host)
                         env.shape_class = UIRampShape(env, run)
                     else:
                         env.shape_class = None
+                        _open_loop_users(env, False)
                 except (OptionError, ValueError) as exc:
                     return jsonify({"success": False, "message": str(exc), "host": env.host})
             return None
@@ -383,7 +465,7 @@ def _on_init(environment: Environment, **_: Any) -> None:
         except OptionError as exc:
             sys.exit(f"error: {exc}")
     # --autostart starts the test without the form's POST: the ramp is chosen here, as headless
-    if opts.lg_steps and (opts.headless or getattr(opts, "autostart", False)):
+    if wants_ramp(opts) and (opts.headless or getattr(opts, "autostart", False)):
         try:
             env.shape_class = UIRampShape(env, _begin_run(env, ramp=True))
         except (OptionError, ValueError) as exc:

@@ -40,9 +40,12 @@ TIMING_SHARE = 0.01
 WORKER_CPU_TARGET = 0.5
 
 
-def client_load_enricher(run: Run, steps: list[StepSummary]) -> None:
+def client_load_enricher(run: Run, steps: list[StepSummary], client_rows: list[dict[str, Any]] | None = None) -> None:
     """Add ``client_cpu`` {mean, max} (share of one core, per process), ``loop_lag_ms`` {p50, p90,
-    p99, max}, ``client_bound`` and, when bound, mark the step invalid."""
+    p99, max}, ``client_bound`` and, when bound, mark the step invalid.
+
+    ``client_rows``: the lines of the run's ``client-*.jsonl`` when the caller has read them
+    already (the live view follows the files as they grow); else they are read here."""
     for step in steps:
         lag_ms = (step.get("schedule_lag_ms") or {}).get("mean")
         if step.get("rate") is not None and lag_ms is not None and lag_ms > SCHEDULE_LAG_MS:
@@ -51,7 +54,7 @@ def client_load_enricher(run: Run, steps: list[StepSummary]) -> None:
                 f"load generator lagging: requests left {lag_ms:.0f} ms after their scheduled time on "
                 "average (add worker processes)",
             )
-    _loop_enricher(run, steps)
+    _loop_enricher(run, steps, client_rows)
     cpus = _host_cpus(run)
     for step in steps:
         _timing_verdict(step, cpus)
@@ -63,10 +66,16 @@ def _host_cpus(run: Run) -> int | None:
     return cpus if isinstance(cpus, int) else None
 
 
-def _loop_enricher(run: Run, steps: list[StepSummary]) -> None:
+def read_client_rows(run: Run) -> list[dict[str, Any]]:
+    """Every line of the run's ``client-*.jsonl`` files, in file name order."""
     rows: list[dict[str, Any]] = []
     for f in sorted(run.path.glob("client-*.jsonl")):
         rows += read_jsonl(f)
+    return rows
+
+
+def _loop_enricher(run: Run, steps: list[StepSummary], client_rows: list[dict[str, Any]] | None = None) -> None:
+    rows = read_client_rows(run) if client_rows is None else client_rows
     if not rows:
         return
     t = np.array([r["t_ns"] for r in rows], dtype=np.int64)

@@ -741,6 +741,56 @@ def _parse_task(item: tuple[int, tuple[str, int, int]]) -> _Part:
     return _parse_range(task, _WORKER_SHARED[0].slot(k))
 
 
+def parse_request_block(data: bytes, path: Path, offset: int = 0) -> tuple[Requests, int]:
+    """Complete lines of one request file (``data`` read from byte ``offset``, ending at a newline)
+    as columns, and how many lines were skipped: the parse :func:`load_requests` does, for a reader
+    that follows a growing file one appended block at a time (the web UI's live view).
+    Raises RunLoadError as :func:`load_requests` does."""
+    cols = _Columns(len(data))
+    pos = 0
+    while pos < len(data):  # in blocks of about BLOCK_BYTES, as load_requests reads (cache-sized)
+        cut = data.find(b"\n", pos + BLOCK_BYTES) + 1 or len(data)
+        lines = data[pos:cut].split(b"\n")
+        if not lines[-1]:
+            lines.pop()
+        if lines:
+            cols.add(_parse_lines(lines, path, offset + pos), cut - pos)
+        pos = cut
+    return cols.finish(), cols.skipped
+
+
+def take_requests(parts: Sequence[tuple[Requests, I64]]) -> Requests:
+    """The rows ``rows`` of each ``Requests`` in ``parts``, concatenated in the order given.
+
+    Each row keeps every column, its chunks and its error message; a subset taken in run order
+    gives the same per-step figures as the whole run wherever the subset holds every row a figure
+    reads (``loadgen.webui.live`` takes each step's rows this way)."""
+    total_chunks = sum(int(req.chunk_counts[rows].sum()) for req, rows in parts)
+    # chunks are the unit here: one "byte" per chunk sizes the flat arrays exactly once
+    cols = _Columns(total_chunks)
+    for req, rows in parts:
+        if not len(rows):
+            continue
+        counts = req.chunk_counts[rows]
+        n = int(counts.sum())
+        before = np.cumsum(counts) - counts
+        idx = np.repeat(req.chunk_start[rows] - before, counts) + np.arange(n, dtype=np.int64)
+        row_list = rows.tolist()
+        errors = [(k, req.errors[r]) for k, r in enumerate(row_list) if r in req.errors] if req.errors else []
+        part = _Part(
+            ints={name: getattr(req, name)[rows] for name in _ALL_INTS},
+            cats={name: (getattr(req, name).codes[rows], list(getattr(req, name).names)) for name in _ALL_CATS},
+            ids=[req.ids[r] for r in row_list],
+            errors=errors,
+            counts=counts,
+            offsets=req.chunk_offsets_ns[idx],
+            tokens=req.chunk_tokens[idx],
+            skipped=0,
+        )
+        cols.add(part, max(n, 1))
+    return cols.finish()
+
+
 def load_requests(files: Sequence[Path], workers: int | None = None) -> tuple[Requests, int]:
     """Every record of ``files``, in order, as columns; and how many lines were skipped.
 

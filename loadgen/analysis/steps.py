@@ -24,7 +24,8 @@ The window of a step is ``[steady_ns, end_ns)``: warm-up excluded, half-open.
   the share of ITL gaps with such an end, the largest such bound, and how many requests were timed
   when read rather than when the kernel received them (``chunk_clock`` ``read``). The analysis of
   the load generator's own loop lag and the "timing uncertain" mark are in ``client_load``.
-- A step is invalid when it never reached its steady window ("not steady"), served no request
+- A step is invalid when it never reached its steady window ("not steady"; "not steady: ended during
+  its warm-up (skipped)" for one that ended early, e.g. steered from the web UI), served no request
   ("server served nothing") or fewer than ``min_ok_requests`` ("too few requests (n < k)").
 """
 
@@ -71,6 +72,14 @@ def mark_invalid(row: StepSummary, reason: str) -> None:
     row["valid"] = False
     prev = row.get("invalid_reason")
     row["invalid_reason"] = f"{prev}; {reason}" if prev else reason
+
+
+def not_steady_reason(step: Step) -> str:
+    """Why a step has no steady window: one that ended (skipped, load changed, stopped) before its
+    warm-up did says so; a killed one is just "not steady"."""
+    if step.end_reason is not None and not step.steady_logged:
+        return f"not steady: ended during its warm-up ({step.end_reason})"
+    return "not steady"
 
 
 def _gather(starts: IArr, counts: IArr) -> IArr:
@@ -376,7 +385,7 @@ class StepAnalysis:
         if step.fields:
             row["step_fields"] = dict(step.fields)
         if window_ns <= 0:
-            mark_invalid(row, "not steady")
+            mark_invalid(row, not_steady_reason(step))
         elif ok_count == 0:
             mark_invalid(row, "server served nothing")
         elif ok_count < self.min_ok_requests:
@@ -432,5 +441,6 @@ __all__ = [
     "StepAnalysis",
     "dist_ms",
     "mark_invalid",
+    "not_steady_reason",
     "step_rows",
 ]

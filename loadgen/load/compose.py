@@ -11,7 +11,7 @@ and nowhere else. Locust's Environment is wired to the state by ``runtime.bind``
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from loadgen.spec.options import (
     run_manifest,
 )
 from loadgen.workload import Workload
-from loadgen.workload.scenario import load_scenario
+from loadgen.workload.scenario import Scenario, load_scenario
 from loadgen.workload.tokens import TokenCounter, load_counter
 
 
@@ -50,15 +50,27 @@ def base_workload(opts: RampOptions) -> Workload:
     workload learns from the server's usage)."""
     counter = load_counter(opts.tokenizer) if opts.tokenizer else None  # exact prompt lengths by it
     if opts.scenario:
-        return Workload(load_scenario(opts.scenario), counter=counter)
-    return Workload.simple(
-        context_tokens=DEFAULT_CONTEXT_TOKENS,
-        max_tokens=opts.max_tokens,
-        endpoint=opts.endpoint,
-        extra=dict(opts.extra_body),
-        seed=opts.seed,
-        counter=counter,
-    )
+        base = Workload(with_arrival(load_scenario(opts.scenario), opts), counter=counter)
+    else:
+        base = Workload.simple(
+            context_tokens=DEFAULT_CONTEXT_TOKENS,
+            max_tokens=opts.max_tokens,
+            endpoint=opts.endpoint,
+            extra=dict(opts.extra_body),
+            seed=opts.seed,
+            counter=counter,
+        )
+        base.scenario = with_arrival(base.scenario, opts)
+    return base
+
+
+def with_arrival(scenario: Scenario, opts: RampOptions) -> Scenario:
+    """The scenario with ``--arrival`` / ``--burstiness`` in its ``[load]`` (the flags win, as for
+    every other option a scenario sets)."""
+    if opts.arrival is None:
+        return scenario
+    burstiness = (opts.burstiness or 1.0) if opts.arrival == "gamma" else 1.0
+    return replace(scenario, load=replace(scenario.load, arrival=opts.arrival, burstiness=burstiness))
 
 
 def output_token_counter(base: Workload) -> TokenCounter | None:

@@ -9,6 +9,23 @@ When a record or step line cannot be written (disk full, read-only folder), the 
 :class:`RunDirWriteError` is kept in ``write_failure`` and ``on_write_failed`` is told once (the
 ramp stops sending); from then on records are not written but counted in ``records_lost``, so the
 file stays a clean prefix of the run rather than a file with holes.
+
+``steps.jsonl`` (written here, by the process that runs the shape): one JSON object a line, as
+each transition happens. Every line has ``step`` (the index in the order steps began), ``event``
+and ``t_ns`` (wall clock):
+
+* ``start``: the step's plan (``StepPlan.describe``: ``concurrency`` or ``rate``/``time_scale``,
+  ``context_tokens``, ``warmup_s``, ``duration_s``, ``requests``, ``repeat``). A step created by
+  steering (``RampShape.set_load`` / ``add_step``, the web UI's Steer panel) adds ``origin``:
+  ``{"action": "set_load"|"add_step", "by": "web UI (127.0.0.1)", "t_ns": when asked,
+  "to": {"concurrency": n} | {"rate": r}, "from": {...}, "after": i}`` (``from`` and ``after``,
+  the step it replaced the load of, for ``set_load`` only).
+* ``steady``: the end of its warm-up (absent when the step ended during its warm-up).
+* ``end``: ``reason``: ``duration``, ``requests``, ``stopped``, ``server_down``, ... and from
+  steering ``skipped``, ``changed`` (a ``set_load``: the next step is the new load) or ``released``
+  (a held step past its planned end, ended by Release); steering adds ``ended_by`` (who); a step
+  that was held has ``holds``: ``[{"by", "from_ns", "to_ns", "released_by"}]`` (``released_by``
+  null when the step ended while held).
 """
 
 from __future__ import annotations
@@ -16,7 +33,7 @@ from __future__ import annotations
 import itertools
 import os
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -143,10 +160,10 @@ class RunState(StepSink):
         self._headers = headers
 
     # -- StepSink -----------------------------------------------------------------------------
-    def step_started(self, index: int, plan: StepPlan, t_ns: int) -> None:
+    def step_started(self, index: int, plan: StepPlan, t_ns: int, fields: Mapping[str, Any] | None = None) -> None:
         self._apply_start(index, plan, t_ns)
         if self.steps is not None:
-            self._step_line(self.steps.start, index, t_ns, **plan.describe())
+            self._step_line(self.steps.start, index, t_ns, **plan.describe(), **(fields or {}))
         if self.on_step is not None:
             self.on_step({"event": "start", "step": index, "t_ns": t_ns, "plan": plan_to_dict(plan)})
 
@@ -165,10 +182,10 @@ class RunState(StepSink):
             self._step_line(self.steps.steady, index, t_ns)
         self._tell({"event": "steady", "step": index, "t_ns": t_ns})
 
-    def step_ended(self, index: int, t_ns: int, reason: str) -> None:
+    def step_ended(self, index: int, t_ns: int, reason: str, fields: Mapping[str, Any] | None = None) -> None:
         self.step_live = False
         if self.steps is not None:
-            self._step_line(self.steps.end, index, t_ns, reason)
+            self._step_line(self.steps.end, index, t_ns, reason, **(fields or {}))
         self._tell({"event": "end", "step": index, "t_ns": t_ns, "reason": reason})
 
     def _step_line(self, write: Callable[..., None], *args: Any, **fields: Any) -> None:

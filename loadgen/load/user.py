@@ -110,8 +110,10 @@ class OpenLoopUser(User):
         workload = state.workload_for(plan)
         target = plan.replay if plan.replay is not None else plan.rate
         start_ns = state.counters[index].first_ns
-        # arrivals past the step's end are never sent: the step ends at its duration (or count)
-        horizon_s = plan.warmup_s + (plan.duration_s if plan.duration_s is not None else 86_400.0)
+        # a rate's arrivals go on until the step ends (at its duration or count, later when it was reached
+        # late or is held): the loop stops at the step's end; a trace replays its span once
+        replay_span = plan.replay is not None and plan.duration_s is not None
+        horizon_s = plan.warmup_s + plan.duration_s if replay_span and plan.duration_s is not None else 86_400.0
         spawn = self._pool.spawn
         now = ANCHOR.now_wall_ns
         for intended_ns, spec in workload.arrivals(start_ns, target, horizon_s, step=index, warmup_s=plan.warmup_s):

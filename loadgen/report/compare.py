@@ -358,3 +358,27 @@ def render_compare_html(cmp: Comparison, metrics: Sequence[str] = ("output_tok_s
         out.append(f"<tr>{first}{''.join(cells[2:])}</tr>")
     out.append("</tbody></table>")
     return "\n".join(out) + "\n"
+
+
+def write_comparison(run_dirs: Sequence[str | os.PathLike[str]], out: str) -> tuple[Path, str]:
+    """``loadgen compare``: summarise each run, write compare.md/.html/.json into a new directory
+    under ``out``; returns (that directory, the Markdown). Labels repeated across runs are numbered."""
+    import orjson
+
+    from loadgen.report.pipeline import summarise
+    from loadgen.rundir.layout import create_run_dir
+
+    summaries = [summarise(d)[1] for d in run_dirs]
+    labels: list[str] = []
+    for summary, d in zip(summaries, run_dirs, strict=True):
+        label = str(summary.get("label") or summary.get("run_id") or Path(d).name)
+        while label in labels:  # the same label twice (e.g. a run against itself): number them
+            label += f" #{len(labels) + 1}"
+        labels.append(label)
+    cmp = compare_runs(summaries, labels)
+    target = create_run_dir(out, "compare")
+    md = render_compare_md(cmp)
+    (target / "compare.md").write_text(md)
+    (target / "compare.html").write_text(render_compare_page(cmp, summaries), encoding="utf-8")
+    (target / "compare.json").write_bytes(orjson.dumps(cmp, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    return target, md

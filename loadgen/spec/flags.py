@@ -85,13 +85,20 @@ FLAGS: tuple[Flag, ...] = (
          "empty: Locust's user count drives the load)",
          _s("ramp", "ui", "form", "campaign"), default=[1, 8, 32, 64, 128], lg="steps"),
     Flag("rates", "rate", "floats", "open loop: comma-separated request rates per step (req/s), e.g. 1,2,4",
-         _s("ramp", "campaign")),
+         _s("ramp", "ui", "form", "campaign"), lg="rates"),
     Flag("step_seconds", "step-seconds", "float", "steady window length per step (default 30)",
          _s("ramp", "ui", "form", "campaign"), default=30.0),
     Flag("warmup_seconds", "warmup-seconds", "float", "warm-up excluded from each step (default 5)",
          _s("ramp", "ui", "form", "campaign"), default=5.0),
     Flag("requests_per_step", "requests-per-step", "int",
-         "end a step once this many requests finished in its window", _s("ramp", "campaign")),
+         "end a step once this many requests finished in its window", _s("ramp", "ui", "form", "campaign")),
+    Flag("arrival", "arrival", "choice",
+         "open loop: how requests arrive at each --rate: poisson (exponential gaps) or gamma (gaps with "
+         "coefficient of variation --burstiness; >1 bursty); default: the scenario's [load] arrival, else poisson",
+         _s("ramp", "ui", "form", "campaign"), choices=("poisson", "gamma")),
+    Flag("burstiness", "burstiness", "float",
+         "--arrival gamma: the gaps' coefficient of variation (1 is Poisson's, 2 twice as bursty)",
+         _s("ramp", "ui", "form", "campaign")),
     Flag("max_tokens", "max-tokens", "int", "max_tokens of each request (default 512)",
          _s("ramp", "ui", "form", "campaign"), default=512),
     Flag("context_tokens", "context-tokens", "ints",
@@ -156,10 +163,10 @@ FLAGS: tuple[Flag, ...] = (
          "thresholds that fail the run (exit 5), e.g. 'ttft_p99>2s,tpot_p99>50ms,error_rate>1%,invalid_steps>0': "
          "per step (any valid step breaching fails; run: for the whole run, e.g. run:error_rate>1%); metrics "
          "ttft|itl|tpot|e2e_mean|p50|p90|p99 (ms, s, us), error_rate (%), output_tok_s, goodput_share (%), "
-         "invalid_steps; operators > >= < <=", _s("ramp", "campaign"), metavar="THRESHOLDS"),
+         "invalid_steps; operators > >= < <=", _s("ramp", "ui", "form", "campaign"), metavar="THRESHOLDS"),
     Flag("abort_on", "abort-on", "str",
          "thresholds (as --fail-on) judged after each step: the first breach stops the ramp within a step, "
-         "writes a partial report and exits 5", _s("ramp", "campaign"), metavar="THRESHOLDS"),
+         "writes a partial report and exits 5", _s("ramp", "ui", "form", "campaign"), metavar="THRESHOLDS"),
     Flag("junit", "junit", "str",
          "write the thresholds' results as JUnit XML to this file (one testcase per step and threshold)", RAMP,
          metavar="FILE"),
@@ -305,8 +312,10 @@ def format_value(f: Flag, value: Any) -> str:
         return _number(value)
     if f.kind == "body":
         return json.dumps(value)
-    if f.kind == "slo" and isinstance(value, Mapping):
-        return ",".join(f"{k}={v:g}s" for k, v in value.items())
+    if f.kind == "slo" and isinstance(value, Mapping):  # parse_slo's {"ttft_p99_ms": 2000.0}
+        return ",".join(
+            f"{k.removesuffix('_ms')}={v:g}ms" if k.endswith("_ms") else f"{k}={v:g}s" for k, v in value.items()
+        )
     return str(value)
 
 

@@ -122,6 +122,8 @@ class RampOptions:
     server_status: str | None = None  # a command printing the server's state (systemctl is-active ...)
     wait_ready_s: float = 0.0
     rates: list[float] | None = None
+    arrival: str | None = None  # open loop: poisson | gamma (None: the scenario's [load] arrival)
+    burstiness: float | None = None  # --arrival gamma: the gaps' coefficient of variation
     scenario: str | None = None
     telemetry: TelemetryOptions | None = None  # None: no side process
     slo: dict[str, float] | None = None

@@ -1,4 +1,4 @@
-"""The web UI's exposure: a warning when it listens beyond loopback, and a login for ``--web-login``.
+"""The web UI's exposure: beyond loopback only behind a login (``--web-login``), said on start.
 
 Locust's ``--web-login`` only shows a login page; the locustfile must say who may log in. Ours takes
 one user from ``LOADGEN_WEB_AUTH=user:password`` (the environment, never the command line, like the
@@ -35,9 +35,9 @@ def exposure_warning(host: str | None, port: int, web_login: bool) -> str | None
     if web_login:
         return f"the web UI listens on {where} (port {port}) behind --web-login ({AUTH_ENV})"
     return (
-        f"the web UI listens on {where} (port {port}) with no login: anyone who reaches it can start load "
-        f"against the target and read the reports. Add --web-login with {AUTH_ENV}=user:password, "
-        "or pass --web-host 127.0.0.1"
+        f"the web UI would listen on {where} (port {port}) with no login: anyone who reaches it could start "
+        f"load against the target and read the reports. Add --web-login with {AUTH_ENV}=user:password in the "
+        "environment, or pass --web-host 127.0.0.1"
     )
 
 

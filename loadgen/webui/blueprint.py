@@ -15,6 +15,7 @@ index page shows that page inside the LLM tab, under the table. Routes:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,79 +23,112 @@ from typing import Any
 import orjson
 from flask import Blueprint, Response, abort, request, send_from_directory
 
-from loadgen.webui.live import LiveRun
+from loadgen.webui.live import LiveRun, empty_payload
 from loadgen.webui.promexport import CONTENT_TYPE, LoadgenMetrics
 
 STATIC = Path(__file__).with_name("static")
 TAB_KEY = "llm"
 
-# the LLM tab's table (Locust renders it from extended_stats rows with these keys)
+# the LLM tab's table (Locust renders it from extended_stats rows with these keys; tab.js finds
+# the table by its "Per-request tok/s" title)
 TABLE = [
     ("step", "Step"),
     ("load", "Concurrency / rate"),
     ("phase", "Phase"),
-    ("ok", "OK"),
-    ("failed", "Failed"),
+    ("valid", "Valid"),
+    ("timing", "Timing"),
+    ("ok", "OK (steady)"),
+    ("failed", "Failed (steady)"),
     ("tok_s", "Aggregate tok/s"),
     ("req_tok_s", "Per-request tok/s"),
     ("ttft_p50", "TTFT p50 (ms)"),
     ("ttft_p99", "TTFT p99 (ms)"),
+    ("tpot_p50", "TPOT p50 (ms)"),
+    ("tpot_p99", "TPOT p99 (ms)"),
     ("itl_p50", "ITL p50 (ms)"),
     ("itl_p99", "ITL p99 (ms)"),
     ("errors", "Errors"),
+    ("reasons", "Why (invalid, timing uncertain)"),
 ]
 
 
-def _fmt(v: Any, digits: int = 1) -> Any:
+def fmt_num(v: float | None, digits: int = 1) -> str:
+    """A figure as the report's tables print it (``report.markdown._num``): "1,234.5"; "" for none."""
     if v is None:
         return ""
-    if isinstance(v, float):
-        return round(v, digits)
-    return v
+    return f"{v:,.{digits}f}" if isinstance(v, float) else f"{v:,}"
+
+
+def fmt_ms(v: float | None) -> str:
+    """A latency as the report prints it (``report.markdown._ms``): 2 decimals under 10 ms, else 1."""
+    if v is None:
+        return ""
+    return f"{v:,.2f}" if abs(v) < 10 else f"{v:,.1f}"
 
 
 def table_rows(payload: dict[str, Any]) -> list[dict[str, Any]]:
-    """The LLM tab's table rows from a live payload (the "name" key is what Locust keys rows by)."""
+    """The LLM tab's table rows from a live payload (the "name" key is what Locust keys rows by).
+
+    Figures are formatted as the report formats them, so a finished run reads the same here as
+    in report.md."""
     rows = []
     for s in payload.get("steps", []):
         load = f"{s['rate']:g} req/s" if s.get("rate") is not None else str(s.get("concurrency") or "")
         if s.get("context_tokens"):
             load += f" @ {s['context_tokens']} tok"
         errors = ", ".join(f"{k}: {v}" for k, v in sorted(s.get("errors", {}).items()))
+        reasons = [r for r in (s.get("invalid_reason"), s.get("timing_reason")) if r]
         rows.append(
             {
                 "name": f"step {s['step']}",
                 "step": s["step"],
                 "load": load,
                 "phase": s["phase"],
-                "ok": s["ok"],
-                "failed": s["failed"],
-                "tok_s": _fmt(s["tok_s"]),
-                "req_tok_s": _fmt(s["req_tok_s"]),
-                "ttft_p50": _fmt(s["ttft_p50"]),
-                "ttft_p99": _fmt(s["ttft_p99"]),
-                "itl_p50": _fmt(s["itl_p50"], 2),
-                "itl_p99": _fmt(s["itl_p99"], 2),
+                "valid": "VALID" if s.get("valid", True) else "INVALID",
+                "timing": "uncertain" if s.get("timing_uncertain") else "",
+                # the report's counts: requests sent in the steady window (cancelled ones apart)
+                "ok": s.get("requests_ok", s["ok"]),
+                "failed": s.get("requests_failed", s["failed"]),
+                "tok_s": fmt_num(s.get("tok_s")),
+                "req_tok_s": fmt_num(s.get("req_tok_s")),
+                "ttft_p50": fmt_ms(s.get("ttft_p50")),
+                "ttft_p99": fmt_ms(s.get("ttft_p99")),
+                "tpot_p50": fmt_ms(s.get("tpot_p50")),
+                "tpot_p99": fmt_ms(s.get("tpot_p99")),
+                "itl_p50": fmt_ms(s.get("itl_p50")),
+                "itl_p99": fmt_ms(s.get("itl_p99")),
                 "errors": errors,
+                "reasons": "; ".join(reasons),
             }
         )
     return rows
 
 
 class LiveSource:
-    """The ``LiveRun`` of whichever run directory ``run_dir()`` names now (None before a run)."""
+    """The ``LiveRun`` of whichever run directory ``run_dir()`` names now (None before a run).
 
-    def __init__(self, run_dir: Callable[[], Path | None]) -> None:
+    The page polls live.json and Locust's UI polls /stats/requests, each every 2 s: a payload
+    younger than ``reuse_s`` is served again rather than computed twice."""
+
+    def __init__(self, run_dir: Callable[[], Path | None], reuse_s: float = 0.5) -> None:
         self._run_dir = run_dir
         self._live: LiveRun | None = None
+        self.reuse_s = reuse_s
+        self._last: tuple[float, Path, dict[str, Any]] | None = None
 
     def payload(self) -> dict[str, Any]:
         d = self._run_dir()
         if d is None:
-            return {"run_id": None, "steps": [], "errors": {}, "power": {}, "kv": [], "knee": None, "reports": {}}
-        if self._live is None or self._live.run_dir != Path(d):
-            self._live = LiveRun(Path(d))
-        return self._live.payload()
+            return empty_payload()
+        d = Path(d)
+        now = time.monotonic()
+        if self._last is not None and self._last[1] == d and now - self._last[0] < self.reuse_s:
+            return self._last[2]
+        if self._live is None or self._live.run_dir != d:
+            self._live = LiveRun(d)
+        payload = self._live.payload()
+        self._last = (now, d, payload)
+        return payload
 
 
 def install(env: Any, run_dir: Callable[[], Path | None], metrics: LoadgenMetrics) -> Blueprint:
@@ -131,10 +165,18 @@ def install(env: Any, run_dir: Callable[[], Path | None], metrics: LoadgenMetric
             abort(404, "no run yet: start one from the form; its reports appear here when it stops")
         return send_from_directory(Path(d).resolve(), name)
 
+    from loadgen.webui.pages import install_pages
+
+    install_pages(bp, env, run_dir, auth, base)  # the start form, past runs, compare
+    from loadgen.webui.control import install_control
+
+    install_control(bp, lambda: env.shape_class, auth)  # /loadgen/control/*: steering a running ramp
     app.register_blueprint(bp)
     web_ui.template_args["extendedTabs"] = [{"title": "LLM", "key": TAB_KEY}]
     web_ui.template_args["extendedTables"] = [{"key": TAB_KEY, "structure": [{"key": k, "title": t} for k, t in TABLE]}]
-    tab_script = f'<script src="{base}/loadgen/static/tab.js"></script>'.encode()
+    tab_script = (
+        f'<script src="{base}/loadgen/static/tab.js"></script><script src="{base}/loadgen/static/start.js"></script>'
+    ).encode()
     index_path = f"{base}/" if base else "/"
 
     @app.after_request

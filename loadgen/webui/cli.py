@@ -34,6 +34,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     flags.add_arguments(p, "ui")
     add_source_args(p)
+    p.add_argument(
+        "--scenarios",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a folder whose *.toml scenarios the start form offers (repeatable; default ./scenarios); "
+        "the form runs only these, never a path typed into it",
+    )
     return p
 
 
@@ -58,6 +66,8 @@ def locust_argv(argv: list[str]) -> list[str]:
         load = scenario.load
         if raw.get("concurrency") is None and load.mode != "open" and load.concurrency:
             raw["concurrency"] = ",".join(str(int(c)) for c in load.concurrency)
+        if raw.get("rates") is None and raw.get("concurrency") is None and load.mode == "open" and load.rates:
+            raw["rates"] = ",".join(f"{r:g}" for r in load.rates)
         if raw.get("step_seconds") is None and load.step_seconds:
             raw["step_seconds"] = load.step_seconds
         if raw.get("warmup_seconds") is None and load.warmup_seconds is not None:
@@ -77,6 +87,8 @@ def locust_argv(argv: list[str]) -> list[str]:
         )
     out += flags.to_argv(values, "lg")
     out += source_argv(ns)  # the telemetry sources, as loadgen ramp's
+    if ns.scenarios:
+        out += ["--lg-scenarios", ",".join(str(Path(d).resolve()) for d in ns.scenarios)]
     if not any(a == "--web-host" or a.startswith("--web-host=") for a in rest):
         out += ["--web-host", "127.0.0.1"]  # Locust's default is every interface; opening it is a choice
     return out + rest

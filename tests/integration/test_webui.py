@@ -9,7 +9,6 @@ LOADGEN_SCREENSHOT to copy it elsewhere). Skipped without a Chromium binary.
 from __future__ import annotations
 
 import base64
-import itertools
 import json
 import os
 import shutil
@@ -22,74 +21,10 @@ from typing import Any
 
 import pytest
 
+from tests.browser import CHROMIUM, Tab, needs_browser
 from tests.conftest import REPO, free_port, wait_http
 
 pytestmark = pytest.mark.slow
-
-CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "headless_shell")
-
-
-def _chromium() -> str | None:
-    env = os.environ.get("LOADGEN_CHROMIUM")
-    if env:
-        return env if Path(env).exists() else None
-    for name in CANDIDATES:
-        path = shutil.which(name)
-        if path:
-            return path
-    return None
-
-
-CHROMIUM = _chromium()
-try:
-    import websocket  # websocket-client
-
-    HAVE_WS = True
-except ImportError:  # pragma: no cover - depends on the environment
-    HAVE_WS = False
-
-needs_browser = pytest.mark.skipif(
-    CHROMIUM is None or not HAVE_WS,
-    reason="needs a Chromium binary (apt-get install chromium, or set LOADGEN_CHROMIUM) and websocket-client",
-)
-
-
-class Page:
-    """The DevTools protocol on one page target: send a command, wait for its answer."""
-
-    def __init__(self, ws_url: str) -> None:
-        self.ws = websocket.create_connection(ws_url, timeout=30, suppress_origin=True)
-        self._ids = itertools.count(1)
-
-    def call(self, method: str, **params: Any) -> dict[str, Any]:
-        mid = next(self._ids)
-        self.ws.send(json.dumps({"id": mid, "method": method, "params": params}))
-        while True:
-            msg = json.loads(self.ws.recv())
-            if msg.get("id") == mid:
-                if "error" in msg:
-                    raise RuntimeError(f"{method}: {msg['error']}")
-                result: dict[str, Any] = msg.get("result", {})
-                return result
-
-    def js(self, expr: str) -> Any:
-        res = self.call("Runtime.evaluate", expression=expr, returnByValue=True, awaitPromise=True)
-        if "exceptionDetails" in res:
-            raise RuntimeError(f"{expr[:80]}: {res['exceptionDetails']}")
-        return res["result"].get("value")
-
-    def wait(self, expr: str, timeout_s: float, what: str) -> Any:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            value = self.js(expr)
-            if value:
-                return value
-            time.sleep(0.25)
-        raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-
-    def close(self) -> None:
-        self.ws.close()
-
 
 # sets a React-controlled input the way typing does (the value setter, then an input event)
 SET_FIELD = """
@@ -150,7 +85,7 @@ def test_start_a_ramp_from_the_form_and_watch_the_llm_tab(sim_factory: Any, tmp_
         wait_http(f"http://127.0.0.1:{dbg_port}/json/version", browser, 20)
         with urllib.request.urlopen(f"http://127.0.0.1:{dbg_port}/json/list", timeout=5) as resp:
             targets = [t for t in json.load(resp) if t.get("type") == "page"]
-        page = Page(targets[0]["webSocketDebuggerUrl"])
+        page = Tab(targets[0]["webSocketDebuggerUrl"])
         page.wait("document.querySelector('input[name=\"lgSteps\"]') !== null", 20, "Locust's form")
 
         for name, value in [

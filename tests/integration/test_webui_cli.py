@@ -71,6 +71,10 @@ def test_a_scenario_supplies_the_ramp_steps(tmp_path: Path) -> None:
     assert _value(args, "--lg-step-seconds") == "7" and _value(args, "--lg-warmup-seconds") == "1"
     explicit = locust_argv(["--url", "http://h:1", "--scenario", str(scen), "--concurrency", "16"])
     assert _value(explicit, "--lg-steps") == "16"
+    # an open-loop scenario's rates become the form's rates, as loadgen ramp takes them
+    scen.write_text('name = "t"\n[load]\nmode = "open"\nrates = [0.5, 2]\narrival = "gamma"\nburstiness = 2\n')
+    args = locust_argv(["--url", "http://h:1", "--scenario", str(scen)])
+    assert _value(args, "--lg-rates") == "0.5,2" and "--lg-steps" not in args
 
 
 @pytest.mark.slow

@@ -122,7 +122,31 @@ def test_form_start_live_json_reports_and_metrics(sim_factory: Any, tmp_path: Pa
         assert _metric(text, "loadgen_step_concurrency") == 2
         page = _get(ui + "/loadgen/").decode()
         assert "static/llm.js" in page and "<svg" in page
-        assert b"loadgen/static/tab.js" in _get(ui + "/")
+        assert b"loadgen/static/tab.js" in _get(ui + "/") and b"loadgen/static/start.js" in _get(ui + "/")
+
+        # thresholds from the form, as loadgen ramp's: --abort-on stops the ramp after the step that
+        # breaches it, --fail-on is judged in the report
+        started = _post(
+            ui + "/swarm",
+            {**base, "lg_steps": "1,2,4", "lg_step_seconds": "1", "lg_warmup_seconds": "0.5",
+             "lg_abort_on": "output_tok_s<1000000", "lg_fail_on": "ttft_p99>1ms", "lg_label": "gated"},
+        )  # fmt: skip
+        assert started["success"], started
+        deadline = time.monotonic() + 30
+        gated = None
+        while time.monotonic() < deadline:
+            gated = next((d for d in out.iterdir() if d.name.endswith("-gated")), None)
+            if gated is not None and (gated / "summary.json").exists():
+                break
+            time.sleep(0.3)
+        assert gated is not None
+        verdict = json.loads((gated / "summary.json").read_text())
+        # judged when step 0 ended: the step under way then (C=2) ends "aborted", C=4 never runs
+        assert [(s["concurrency"], s["end_reason"]) for s in verdict["steps"]] == [(1, "duration"), (2, "aborted")]
+        assert verdict["thresholds"]["verdict"] == "fail"
+        assert verdict["thresholds"]["aborted_by"] == "output_tok_s<1000000"
+        events = [json.loads(line) for line in (gated / "events.jsonl").read_text().splitlines()]
+        assert any(e["kind"] == "aborted" and e["threshold"] == "output_tok_s<1000000" for e in events)
     finally:
         _stop(locust)
 

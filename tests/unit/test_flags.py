@@ -52,7 +52,7 @@ def test_ui_leaves_what_is_not_given_to_the_form() -> None:
 def test_values_written_as_flags_read_back_the_same() -> None:
     values = {"concurrency": [1, 8], "rates": [0.5, 2.0], "step_seconds": 7.5, "max_tokens": 16,
               "extra_body": {"ignore_eos": True, "stop": ["\n"]}, "scenario": "s.toml", "find_knee": True,
-              "no_stream": False}  # fmt: skip
+              "no_stream": False, "slo": {"ttft_p99_ms": 2000.0, "tpot_p50_ms": 0.5}}  # fmt: skip
     argv = flags.to_argv(values, "ramp")
     assert "--no-stream" not in argv and "--find-knee" in argv
     ns = _parser("ramp").parse_args(["--url", "http://h:1", *argv])

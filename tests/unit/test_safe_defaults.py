@@ -4,6 +4,10 @@ only inside their own directory, and no command from a file goes through a shell
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +18,7 @@ from loadgen.telemetry.monitor import main as monitor_main
 from loadgen.telemetry.monitor import serve, token_problem
 from loadgen.webui.auth import AUTH_ENV, credentials, exposure_warning
 from loadgen.webui.cli import locust_argv
+from tests.conftest import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -47,9 +52,11 @@ def test_compose_requires_a_monitor_token_instead_of_a_default() -> None:
     text = (REPO / "docker-compose.yml").read_text()
     assert "change-me" not in text
     assert text.count("${LOADGEN_MONITOR_TOKEN:?") == 2  # monitor and master
+    # the master's web UI listens on every interface of its container: behind a login, always
+    assert "${LOADGEN_WEB_AUTH:?" in text and '"--web-login"' in text
 
 
-def test_the_web_ui_listens_on_loopback_unless_told_and_warns_beyond_it() -> None:
+def test_the_web_ui_listens_on_loopback_unless_told_and_needs_a_login_beyond_it() -> None:
     argv = locust_argv(["--url", "http://127.0.0.1:30000"])
     assert argv[argv.index("--web-host") + 1] == "127.0.0.1"
     argv = locust_argv(["--url", "http://127.0.0.1:30000", "--web-host", "0.0.0.0"])
@@ -129,3 +136,39 @@ def test_commands_from_files_are_argument_lists_and_nothing_runs_a_shell() -> No
                 and getattr(node.value, "id", "") == "os"
             ):
                 raise AssertionError(f"{path}: os.{node.attr}")
+
+
+def _locust_ui(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    port = free_port()
+    clean = {k: v for k, v in os.environ.items() if k != AUTH_ENV}
+    return subprocess.Popen(
+        [sys.executable, "-m", "locust", "-f", "loadgen/locustfile.py", "--host", "http://127.0.0.1:9",
+         "--web-port", str(port), "--lg-out", str(tmp_path), "--no-telemetry", *args],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**clean, **(env or {})},
+    )  # fmt: skip
+
+
+def test_beyond_loopback_the_web_ui_refuses_to_start_without_a_login(tmp_path: Path) -> None:
+    proc = _locust_ui(tmp_path, "--web-host", "0.0.0.0")
+    out, _ = proc.communicate(timeout=60)
+    text = out.decode()
+    assert proc.returncode != 0
+    assert "with no login" in text and "--web-login" in text and AUTH_ENV in text
+
+
+def test_beyond_loopback_with_a_login_the_web_ui_starts_and_says_so(tmp_path: Path) -> None:
+    proc = _locust_ui(tmp_path, "--web-host", "0.0.0.0", "--web-login", env={AUTH_ENV: "ops:" + "s3cret-" * 3})
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 30
+        seen = b""
+        while b"behind --web-login" not in seen and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            seen += line
+        assert b"behind --web-login" in seen, seen.decode()[-2000:]
+        assert proc.poll() is None
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=15)
