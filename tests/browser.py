@@ -90,6 +90,19 @@ class Tab:
     def navigate(self, url: str) -> None:
         self.call("Page.navigate", url=url)
 
+    def open(self, url: str, timeout_s: float = 30.0) -> list[str]:
+        """Load ``url`` and wait for its load event; the errors logged meanwhile (``errors``). Needs
+        the Page, Runtime and Log domains enabled."""
+        self.events.clear()
+        self.call("Page.navigate", url=url)
+        deadline = time.monotonic() + timeout_s
+        while not any(e["method"] == "Page.loadEventFired" for e in self.events):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{url} did not finish loading within {timeout_s} s")
+            self.events.append(json.loads(self.ws.recv()))
+        self.js("new Promise(r => setTimeout(r, 200))")  # late console output arrives as events too
+        return errors(self.events)
+
     def screenshot(self, path: Path) -> bytes:
         shot = base64.b64decode(self.call("Page.captureScreenshot", format="png")["data"])
         path.write_bytes(shot)
@@ -97,6 +110,22 @@ class Tab:
 
     def close(self) -> None:
         self.ws.close()
+
+
+def errors(events: list[dict[str, Any]]) -> list[str]:
+    """Console errors and warnings, uncaught exceptions and browser log errors among ``events``."""
+    out = []
+    for e in events:
+        p = e.get("params", {})
+        if e.get("method") == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert", "warning"):
+            out.append(
+                f"console.{p['type']}: " + " ".join(str(a.get("value", a.get("description"))) for a in p["args"])
+            )
+        elif e.get("method") == "Runtime.exceptionThrown":
+            out.append("exception: " + json.dumps(p.get("exceptionDetails", {}))[:500])
+        elif e.get("method") == "Log.entryAdded" and p.get("entry", {}).get("level") in ("error", "warning"):
+            out.append(f"log {p['entry'].get('source')}: {p['entry'].get('text')}")
+    return out
 
 
 @contextmanager

@@ -11,12 +11,8 @@ without a Chromium binary (``apt-get install chromium``, or set LOADGEN_CHROMIUM
 from __future__ import annotations
 
 import copy
-import itertools
 import json
-import os
-import shutil
 import subprocess
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,25 +24,8 @@ from loadgen.analysis.pareto import pareto_summary
 from loadgen.report.compare import compare_runs, render_compare_page
 from loadgen.report.html import write_html
 from loadgen.report.plots_demo import write_demo_run
+from tests.browser import CHROMIUM, HAVE_WS, Tab
 from tests.conftest import free_port, wait_http
-
-CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "headless_shell")
-
-
-def _chromium() -> str | None:
-    env = os.environ.get("LOADGEN_CHROMIUM")
-    if env:
-        return env if shutil.which(env) or Path(env).is_file() else None
-    return next((p for name in CANDIDATES if (p := shutil.which(name))), None)
-
-
-CHROMIUM = _chromium()
-try:
-    import websocket  # websocket-client
-
-    HAVE_WS = True
-except ImportError:  # pragma: no cover - depends on the environment
-    HAVE_WS = False
 
 pytestmark = [
     pytest.mark.slow,
@@ -55,64 +34,6 @@ pytestmark = [
         reason="needs a Chromium binary (apt-get install chromium, or set LOADGEN_CHROMIUM) and websocket-client",
     ),
 ]
-
-
-class Tab:
-    """One page target over the DevTools protocol; keeps every event it reads."""
-
-    def __init__(self, ws_url: str) -> None:
-        self.ws = websocket.create_connection(ws_url, timeout=30, suppress_origin=True)
-        self._ids = itertools.count(1)
-        self.events: list[dict[str, Any]] = []
-
-    def call(self, method: str, **params: Any) -> dict[str, Any]:
-        mid = next(self._ids)
-        self.ws.send(json.dumps({"id": mid, "method": method, "params": params}))
-        while True:
-            msg = json.loads(self.ws.recv())
-            if msg.get("id") == mid:
-                if "error" in msg:
-                    raise RuntimeError(f"{method}: {msg['error']}")
-                result: dict[str, Any] = msg.get("result", {})
-                return result
-            if "method" in msg:
-                self.events.append(msg)
-
-    def js(self, expr: str) -> Any:
-        res = self.call("Runtime.evaluate", expression=expr, returnByValue=True, awaitPromise=True)
-        if "exceptionDetails" in res:
-            raise RuntimeError(f"{expr[:80]}: {res['exceptionDetails']}")
-        return res["result"].get("value")
-
-    def open(self, url: str, timeout_s: float = 30.0) -> list[str]:
-        """Load ``url``; return the errors logged while it loaded (console, exceptions, browser log)."""
-        self.events.clear()
-        self.call("Page.navigate", url=url)
-        deadline = time.monotonic() + timeout_s
-        while not any(e["method"] == "Page.loadEventFired" for e in self.events):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{url} did not finish loading within {timeout_s} s")
-            self.events.append(json.loads(self.ws.recv()))
-        self.js("new Promise(r => setTimeout(r, 200))")  # late console output arrives as events too
-        return errors(self.events)
-
-    def close(self) -> None:
-        self.ws.close()
-
-
-def errors(events: list[dict[str, Any]]) -> list[str]:
-    out = []
-    for e in events:
-        p = e.get("params", {})
-        if e.get("method") == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert", "warning"):
-            out.append(
-                f"console.{p['type']}: " + " ".join(str(a.get("value", a.get("description"))) for a in p["args"])
-            )
-        elif e.get("method") == "Runtime.exceptionThrown":
-            out.append("exception: " + json.dumps(p.get("exceptionDetails", {}))[:500])
-        elif e.get("method") == "Log.entryAdded" and p.get("entry", {}).get("level") in ("error", "warning"):
-            out.append(f"log {p['entry'].get('source')}: {p['entry'].get('text')}")
-    return out
 
 
 @pytest.fixture(scope="module")

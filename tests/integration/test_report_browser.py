@@ -12,7 +12,6 @@ import html
 import json
 import os
 import re
-import shutil
 import signal
 import struct
 import subprocess
@@ -25,20 +24,10 @@ import pytest
 from loadgen.report.html import write_html
 from loadgen.report.plots import PLOT_SLUGS
 from loadgen.report.plots_demo import MARKUP_ERROR, MARKUP_LOG, write_demo_run
+from tests.browser import CHROMIUM
 
 pytestmark = pytest.mark.slow
 
-CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "headless_shell")
-
-
-def _chromium() -> str | None:
-    env = os.environ.get("LOADGEN_CHROMIUM")
-    if env:
-        return env if shutil.which(env) or Path(env).is_file() else None
-    return next((p for name in CANDIDATES if (p := shutil.which(name))), None)
-
-
-CHROMIUM = _chromium()
 needs_chromium = pytest.mark.skipif(
     CHROMIUM is None, reason="no Chromium binary (apt-get install chromium, or set LOADGEN_CHROMIUM)"
 )
