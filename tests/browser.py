@@ -112,6 +112,14 @@ class Tab:
         self.ws.close()
 
 
+def keep_artifact(path: Path) -> None:
+    """Copy a test's file (a screenshot) into ``$LOADGEN_ARTIFACTS`` when set (``.ci/run`` sets it)."""
+    target = os.environ.get("LOADGEN_ARTIFACTS")
+    if target:
+        Path(target).mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, Path(target) / path.name)
+
+
 def errors(events: list[dict[str, Any]]) -> list[str]:
     """Console errors and warnings, uncaught exceptions and browser log errors among ``events``."""
     out = []

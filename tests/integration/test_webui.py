@@ -3,15 +3,13 @@
 Headless Chromium (Debian's ``chromium``) is driven over the DevTools protocol with a small client
 on ``websocket-client``; the UI is ``locust -f loadgen/locustfile.py`` against the simulated
 server (``--profile tiny``). A screenshot of the LLM tab is kept as a test artefact (tmp path; set
-LOADGEN_SCREENSHOT to copy it elsewhere). Skipped without a Chromium binary.
+LOADGEN_ARTIFACTS to keep it in that folder). Skipped without a Chromium binary.
 """
 
 from __future__ import annotations
 
 import base64
 import json
-import os
-import shutil
 import subprocess
 import sys
 import time
@@ -21,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser import CHROMIUM, Tab, needs_browser
+from tests.browser import CHROMIUM, Tab, keep_artifact, needs_browser
 from tests.conftest import REPO, free_port, wait_http
 
 pytestmark = pytest.mark.slow
@@ -137,9 +135,7 @@ def test_start_a_ramp_from_the_form_and_watch_the_llm_tab(sim_factory: Any, tmp_
         path = tmp_path / "webui-llm-tab.png"
         path.write_bytes(shot)
         assert shot[:8] == b"\x89PNG\r\n\x1a\n" and len(shot) > 20_000
-        copy_to = os.environ.get("LOADGEN_SCREENSHOT")
-        if copy_to:
-            shutil.copyfile(path, copy_to)
+        keep_artifact(path)
         runs = list(out.iterdir())
         assert len(runs) == 1 and (runs[0] / "summary.json").exists()
         summary = json.loads((runs[0] / "summary.json").read_text())

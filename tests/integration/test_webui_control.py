@@ -13,7 +13,6 @@ page after the 3-step ramp is kept (tmp path; copied into ``$LOADGEN_ARTIFACTS``
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import time
@@ -26,7 +25,7 @@ from typing import Any
 import pytest
 
 from loadgen.spec import flags
-from tests.browser import chromium, needs_browser
+from tests.browser import chromium, keep_artifact, needs_browser
 from tests.conftest import REPO, free_port, loadgen_cmd, wait_http
 
 pytestmark = pytest.mark.slow
@@ -52,13 +51,6 @@ def _post(url: str, data: dict[str, str]) -> dict[str, Any]:
 
 def _steps(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (run_dir / "steps.jsonl").read_text().splitlines() if line.strip()]
-
-
-def _artifact(path: Path) -> None:
-    target = os.environ.get("LOADGEN_ARTIFACTS")
-    if target:
-        Path(target).mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, Path(target) / path.name)
 
 
 @needs_browser
@@ -151,7 +143,7 @@ def test_start_steer_watch_and_compare_from_the_browser(sim_factory: Any, tmp_pa
             time.sleep(0.5)
             shot = tab.screenshot(tmp_path / "webui-live-3-steps.png")
             assert shot[:8] == b"\x89PNG\r\n\x1a\n" and len(shot) > 20_000
-            _artifact(tmp_path / "webui-live-3-steps.png")
+            keep_artifact(tmp_path / "webui-live-3-steps.png")
             summary = json.loads((run_dir / "summary.json").read_text())
             assert [s["concurrency"] for s in summary["steps"]] == [1, 3, 2]
             assert summary["steps"][0]["end_reason"] == "changed"
