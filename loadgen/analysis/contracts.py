@@ -500,9 +500,11 @@ class _CapacityPlanRequired(TypedDict):
 
 
 class CapacityPlan(_CapacityPlanRequired, total=False):
-    """``plan`` (``analysis.plan.capacity_plan``); ``reason`` when no step meets the SLO."""
+    """``plan`` (``analysis.plan.capacity_plan``); ``reason`` when no step meets the SLO;
+    ``predicted`` when the run is a twin's replay (``RunSummary.predicted``)."""
 
     reason: str
+    predicted: str
 
 
 GpusSource = Literal["option", "telemetry", "unknown"]
@@ -567,6 +569,9 @@ class RunSummary(_RunSummaryRequired, total=False):
     repeats: dict[str, Any]
     # throughput per GPU against per-user tok/s, per step, the frontier marked (analysis.pareto)
     pareto: ParetoSummary
+    # the run is a digital twin's replay (manifest ``twin``, ``loadgen twin``): "Predicted by the twin
+    # of RUN, not measured" and the what-if, shown on the report and the plan (report.pipeline)
+    predicted: str
 
 
 __all__ = [

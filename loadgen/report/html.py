@@ -175,7 +175,17 @@ def _header(summary: RunSummary) -> str:
         ("started", summary.get("created")),
     ]
     meta = "".join(f"<span>{esc(k)} <b>{esc(v)}</b></span>" for k, v in facts if v is not None)
-    return f"<h1>Load test report: {esc(title)}</h1>\n<p class=meta>{meta}</p>"
+    return f"<h1>Load test report: {esc(title)}</h1>\n<p class=meta>{meta}</p>" + _predicted(summary.get("predicted"))
+
+
+def _predicted(mark: str | None) -> str:
+    """The banner of a twin's replay (``summary["predicted"]``): no figure on the page was measured."""
+    if not mark:
+        return ""
+    return (
+        '<section class="verdict none" id="predicted"><p class=head>PREDICTED, not measured</p>'
+        f"<p class=reason>{esc(mark)} Every figure on this page is the twin's.</p></section>"
+    )
 
 
 def _verdict(summary: RunSummary) -> str:
@@ -315,7 +325,7 @@ def _plan(summary: RunSummary) -> str:
         return ""
     axis = as_axis(plan.get("axis")) or summary_axis(summary)
     op = plan.get("operating_point")
-    out = ["<h2 id=plan>Capacity plan</h2>"]
+    out = ["<h2 id=plan>Capacity plan</h2>", _predicted(plan.get("predicted"))]
     if not isinstance(op, dict):
         out.append(f"<p>{esc(plan.get('reason') or 'no operating point found')}</p>")
     else:

@@ -66,6 +66,7 @@ def _load(step: StepSummary) -> str:
 def _header(summary: RunSummary) -> list[str]:
     title = summary.get("label") or summary.get("run_id") or "run"
     lines = [f"# Load test report: {escape_cell(title)}", ""]
+    lines += predicted_block(summary)
     facts = [
         ("Run", summary.get("run_id")),
         ("Server", summary.get("url")),
@@ -135,6 +136,15 @@ _STEP_COLUMNS = (
     "OK / failed",
     "Valid",
 )
+
+
+def predicted_block(summary: RunSummary) -> list[str]:
+    """A twin's replay (``summary["predicted"]``): one quoted line saying that no figure below was
+    measured; [] for a measured run."""
+    mark = summary.get("predicted")
+    if not mark:
+        return []
+    return [f"> **PREDICTED.** {escape_cell(mark)} Every figure in this report is the twin's.", ""]
 
 
 def verdict_block(summary: RunSummary) -> list[str]:
@@ -282,4 +292,4 @@ def render_markdown(summary: RunSummary, sections: Sequence[Section] = (), lead:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-__all__ = ["Section", "escape_cell", "render_markdown", "step_table", "verdict_block"]
+__all__ = ["Section", "escape_cell", "predicted_block", "render_markdown", "step_table", "verdict_block"]

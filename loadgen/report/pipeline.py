@@ -49,6 +49,9 @@ def summarise(
     """
     run = load_run(Path(run_dir))
     summary = build_summary(run, [telemetry_enricher, client_load_enricher, server_down_enricher], call_type=call_type)
+    predicted = predicted_mark(run.manifest)
+    if predicted:
+        summary["predicted"] = predicted
     if slo is None:
         slo = read_manifest(Path(run_dir)).get("slo") or None
     if slo:
@@ -74,12 +77,29 @@ def summarise(
 PLAN_FILE = "plan.json"
 
 
+def predicted_mark(manifest: dict[str, Any]) -> str | None:
+    """The line every report and plan of a twin's replay carries (manifest ``twin``, written by
+    ``loadgen twin``): whose twin, and the what-if; None for a measured run."""
+    twin = manifest.get("twin")
+    if not isinstance(twin, dict) or not twin.get("predicted"):
+        return None
+    source = twin.get("source_run_id") or Path(str(twin.get("source_run") or "?")).name
+    changes = [f"{k}={v}" for k, v in (twin.get("overrides") or {}).items()]
+    for key, name in (("concurrency", "concurrency"), ("context_tokens", "context tokens")):
+        if isinstance(twin.get(key), list) and twin[key]:
+            changes.append(f"{name} {','.join(str(v) for v in twin[key])}")
+    if twin.get("max_tokens") is not None:
+        changes.append(f"max_tokens {twin['max_tokens']}")
+    what_if = f" (what-if: {'; '.join(changes)})" if changes else ""
+    return f"Predicted by the twin of {source}{what_if}, not measured."
+
+
 def make_plan(summary: RunSummary, request: dict[str, Any]) -> CapacityPlan:
     """``capacity_plan`` over the summary's steps; ``request`` holds the ``loadgen plan`` options."""
     steps = knee_steps(summary)
     if summary.get("repeats"):
         steps = merged_steps(steps, summary["repeats"]["groups"])
-    return capacity_plan(
+    plan = capacity_plan(
         steps,
         request["slo"],
         target_rps=request.get("target_rps"),
@@ -89,6 +109,9 @@ def make_plan(summary: RunSummary, request: dict[str, Any]) -> CapacityPlan:
         gpu_hour_cost=request.get("gpu_hour_cost"),
         context_tokens=request.get("context_tokens"),
     )
+    if summary.get("predicted"):
+        plan["predicted"] = summary["predicted"]
+    return plan
 
 
 def write_plan(run_dir: str | os.PathLike[str], request: dict[str, Any]) -> CapacityPlan:

@@ -113,15 +113,20 @@ def telemetry_section(summary: RunSummary) -> str | None:
 def render_plan_md(plan: CapacityPlan) -> str:
     """The capacity plan in words and numbers (``loadgen plan``, and the report's plan section)."""
     slo = plan.get("slo") or {}
-    lines = ["## Capacity plan", "", "SLO: " + (", ".join(f"{k} ≤ {v:g}" for k, v in slo.items()) or "–"), ""]
+    lines = ["## Capacity plan", ""]
+    predicted = plan.get("predicted")
+    if predicted:
+        lines += [f"> **PREDICTED.** {escape_cell(predicted)} Every figure of this plan is the twin's.", ""]
+    lines += ["SLO: " + (", ".join(f"{k} ≤ {v:g}" for k, v in slo.items()) or "–"), ""]
     op = plan.get("operating_point")
     if not op:
-        lines += [f"**No measured load meets the SLO.** {escape_cell(plan.get('reason', ''))}", ""]
+        none = "No predicted load meets the SLO." if predicted else "No measured load meets the SLO."
+        lines += [f"**{none}** {escape_cell(plan.get('reason', ''))}", ""]
     else:
         axis = plan.get("axis", "concurrency")
         load = f"C={_f(op.get(axis))}" if axis == "concurrency" else f"{_f(op.get(axis), 2)} req/s"
         lines += [
-            f"**Highest load per replica that meets the SLO: {load}** "
+            f"**{'Predicted h' if predicted else 'H'}ighest load per replica that meets the SLO: {load}** "
             f"(step {op.get('step')}{', interpolated' if op.get('interpolated') else ''}): "
             f"{_f(op.get('ok_req_s'), 2)} req/s, {_f(op.get('output_tok_s'), 0)} output tok/s; "
             f"goodput {_f(op.get('goodput_req_s'), 2)} req/s ({_f(op.get('goodput_frac'), 1, pct=True)} of requests "

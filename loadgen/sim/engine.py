@@ -245,10 +245,19 @@ class FixedStepModel:
     def __init__(self, timing: FixedTiming, real: StepModel) -> None:
         self.t = timing
         self.real = real
+        self._batch, self._step_ms = timing.decode_points()
 
     def decode(self, n_reqs: int, ctx_sum: float) -> StepCost:
+        if self._batch:
+            return self._cost(self._table_ms(float(n_reqs)) / 1e3)
         d = self.t.itl_ms * (1.0 + self.t.itl_growth * max(0, n_reqs - 1)) / 1e3
         return self._cost(d)
+
+    def _table_ms(self, n: float) -> float:
+        xs, ys = self._batch, self._step_ms
+        i = min(max(bisect_left(xs, n), 1), len(xs) - 1)  # segment [i-1, i]; the end ones extend
+        slope = (ys[i] - ys[i - 1]) / (xs[i] - xs[i - 1])
+        return max(ys[i - 1] + slope * (n - xs[i - 1]), 1e-3)
 
     def prefill(self, n_tokens: int, attn_pairs: float) -> StepCost:
         d = max(self.t.ttft_floor_ms, self.t.ttft_ms + self.t.ttft_per_1k_ms * n_tokens / 1000.0) / 1e3

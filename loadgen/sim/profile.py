@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from dataclasses import dataclass, field, fields, replace
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +145,11 @@ class FixedTiming:
     concurrency rises and aggregate throughput saturates at ``itl_ms / itl_growth`` requests' worth.
     A prefill step takes ``ttft_ms`` (plus ``ttft_per_1k_ms`` per 1,000 prompt tokens), and at least
     ``ttft_floor_ms``: a small batch is bound by reading the weights, not by its tokens (0: no floor).
+
+    ``decode_ms_by_batch`` (``"N:MS,N:MS,..."``, at least two points, batch sizes increasing), when
+    set, replaces ``itl_ms``/``itl_growth``: the decode step is piecewise linear in the running
+    requests through those points, extended past either end along the nearest segment (never below
+    1 µs). A calibrated twin uses it where the step time bends with the batch (MoE experts touched).
     """
 
     ttft_ms: float = 20.0
@@ -152,6 +158,32 @@ class FixedTiming:
     ttft_per_1k_ms: float = 0.0
     ttft_floor_ms: float = 0.0
     power_busy_w: float = 300.0  # per-GPU power while stepping
+    decode_ms_by_batch: str = ""
+
+    def __post_init__(self) -> None:
+        batch_table(self.decode_ms_by_batch)  # a bad table fails at load, not at the first step
+
+    def decode_points(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """``decode_ms_by_batch`` as (batch sizes, step ms); both empty when unset."""
+        return batch_table(self.decode_ms_by_batch)
+
+
+def batch_table(text: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Parse ``"N:MS,N:MS,..."`` into increasing batch sizes and positive step times (ms)."""
+    if not text.strip():
+        return (), ()
+    where = f"timing.decode_ms_by_batch {text!r}"
+    try:
+        pairs = [tuple(float(x) for x in item.split(":")) for item in text.split(",") if item.strip()]
+    except ValueError as exc:
+        raise ProfileError(f"{where}: expected BATCH:MS pairs separated by commas, e.g. 1:7.1,32:9.8") from exc
+    if any(len(p) != 2 for p in pairs) or len(pairs) < 2:
+        raise ProfileError(f"{where}: expected two or more BATCH:MS pairs, e.g. 1:7.1,32:9.8")
+    ns = tuple(p[0] for p in pairs)
+    ms = tuple(p[1] for p in pairs)
+    if any(b <= a for a, b in pairwise(ns)) or ns[0] < 1 or any(m <= 0 for m in ms):
+        raise ProfileError(f"{where}: batch sizes must start at 1 or more and increase; step times must be > 0")
+    return ns, ms
 
 
 @dataclass(frozen=True)

@@ -17,13 +17,16 @@ import sys
 import tempfile
 import time
 import urllib.request
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from loadgen.analysis.load import Run, RunLoadError, load_run
+from loadgen.analysis.summary import manifest_value
+from loadgen.rundir.layout import read_manifest, write_manifest
 from loadgen.spec import flags
 from loadgen.twin.compare import compare_runs, markdown
-from loadgen.twin.emit import TwinError, apply_sets, write_twin
+from loadgen.twin.emit import SET_ALIASES, TwinError, apply_sets, write_twin
 from loadgen.twin.fit import TwinFit, fit
 from loadgen.twin.observe import observe
 
@@ -101,8 +104,65 @@ def _parse_sets(items: list[str]) -> dict[str, str]:
     return out
 
 
-def ramp_argv(run: Run, url: str, out: Path, concurrency: list[int] | None, gpu_source: str) -> list[str]:
-    """The ``loadgen ramp`` command that replays ``run``'s ramp against ``url``."""
+@dataclass(frozen=True)
+class WhatIf:
+    """What the replay changes against the measured run: simulator parameters (``sets``, as given
+    to ``--set``) and the ramp's loads, context lengths and max_tokens (None: the run's own)."""
+
+    sets: dict[str, str] = field(default_factory=dict)
+    concurrency: list[int] | None = None
+    context_tokens: list[int] | None = None
+    max_tokens: int | None = None
+
+    def describe(self, run: Run, result: TwinFit) -> str:
+        """One line: each change with the measured value beside it ("" when nothing changes)."""
+        parts = []
+        for name, value in self.sets.items():
+            fitted = (result.measured.get("what_if") or {}).get(SET_ALIASES.get(name, name), {}).get("fitted")
+            parts.append(f"{name}={value}" + (f" (fitted {fitted:g})" if isinstance(fitted, (int, float)) else ""))
+        opts = run.manifest.get("options") or {}
+        if self.concurrency:
+            was = sorted({s.concurrency for s in run.steps if s.concurrency})
+            parts.append(f"concurrency {_ints(self.concurrency)} (measured {_ints(was) or 'none'})")
+        if self.context_tokens:
+            was_ctx = opts.get("context_tokens") or sorted({s.context_tokens for s in run.steps if s.context_tokens})
+            parts.append(f"context tokens {_ints(self.context_tokens)} (measured {_ints(was_ctx) or 'default'})")
+        if self.max_tokens is not None:
+            was_max = opts.get("max_tokens")
+            ratio = f", {self.max_tokens / was_max:.2g}x" if isinstance(was_max, int) and was_max > 0 else ""
+            parts.append(f"max_tokens {self.max_tokens} (measured {was_max}{ratio})")
+        return "; ".join(parts)
+
+    def manifest(self) -> dict[str, Any]:
+        return {
+            "overrides": dict(self.sets),
+            "concurrency": self.concurrency,
+            "context_tokens": self.context_tokens,
+            "max_tokens": self.max_tokens,
+        }
+
+
+def _ints(values: Any) -> str:
+    return ",".join(str(v) for v in values) if isinstance(values, (list, tuple)) else ""
+
+
+def _telemetry_argv(run: Run, url: str) -> list[str]:
+    """The replay samples the twin as the run sampled its server, at the run's rates: the twin's
+    /metrics always (its KV fill, queue and retractions answer the what-if even where the run had no
+    /metrics), its /gpu/metrics where the run had GPU telemetry (else the twin's power is no fit)."""
+    tel = (run.manifest.get("options") or {}).get("telemetry") or {}
+    argv = ["--metrics-url", f"{url}/metrics", "--metrics-hz", repr(float(tel.get("metrics_hz") or 1.0))]
+    if any(s.get("src") == "gpu" for s in run.samples):
+        argv += ["--gpu-source", f"{url}/gpu/metrics", "--gpu-hz", repr(float(tel.get("gpu_hz") or 10.0))]
+    else:
+        argv += ["--gpu-source", "none"]
+    return argv
+
+
+def ramp_argv(run: Run, url: str, out: Path, what_if: WhatIf | None = None) -> list[str]:
+    """The ``loadgen ramp`` command that replays ``run``'s ramp against ``url`` (with ``what_if``'s
+    loads, context lengths and max_tokens), sampling the twin's telemetry."""
+    what_if = what_if or WhatIf()
     opts: dict[str, Any] = dict(run.manifest.get("options") or {})
     if not opts:
         raise TwinError(f"{run.path}: manifest.json has no options: cannot tell which ramp to replay")
@@ -111,19 +171,27 @@ def ramp_argv(run: Run, url: str, out: Path, concurrency: list[int] | None, gpu_
         values[f"timeouts.{k}"] = v
     values.pop("timeouts", None)
     values["no_stream"] = not opts.get("stream", True)
+    if isinstance(values.get("slo"), dict):
+        # the manifest keeps the parsed limits (ttft_p99_ms: 2000.0); the flag takes their text
+        values["slo"] = _slo_text(values["slo"]) or None
     if values.get("find_knee"):
         # a knee search replays as the loads it actually visited
         values["find_knee"] = False
         values["concurrency"] = sorted({s.concurrency for s in run.steps if s.concurrency})
-    if concurrency:
-        values["concurrency"] = concurrency
+    if what_if.concurrency:
+        values["concurrency"] = what_if.concurrency
         values["rates"] = None
+    if what_if.context_tokens:
+        values["context_tokens"] = what_if.context_tokens
+    if what_if.max_tokens is not None:
+        values["max_tokens"] = what_if.max_tokens
     values.update({"url": url, "out": str(out), "label": f"twin of {run.path.name}", "wait_ready_s": 30.0})
-    return [sys.executable, "-m", "loadgen.cli", "ramp", *flags.to_argv(values, "ramp"), "--gpu-source", gpu_source]
+    return [sys.executable, "-m", "loadgen.cli", "ramp", *flags.to_argv(values, "ramp"), *_telemetry_argv(run, url)]
 
 
 def _start_sim(profile: Path, workdir: Path, extra: list[str]) -> tuple[subprocess.Popen[bytes], str]:
     port_file = workdir / "twin-sim.port"
+    port_file.unlink(missing_ok=True)  # a twin served before (the measured replay's) wrote its own
     log = workdir / "twin-sim.log"
     cmd = [
         sys.executable,
@@ -163,6 +231,58 @@ def _start_sim(profile: Path, workdir: Path, extra: list[str]) -> tuple[subproce
         time.sleep(0.05)
 
 
+def _int_list(text: str | None, flag: str) -> list[int] | None:
+    if not text:
+        return None
+    try:
+        return [int(x) for x in text.split(",")]
+    except ValueError:
+        raise TwinError(f"{flag} {text!r}: expected integers separated by commas") from None
+
+
+def mark_predicted(twin_run: Path, measured: Run, profile: Path, what_if: WhatIf) -> None:
+    """Record in the replay's manifest that every figure of it is the twin's prediction."""
+    manifest = read_manifest(twin_run)
+    manifest["twin"] = {
+        "predicted": True,
+        "source_run": str(measured.path.resolve()),
+        "source_run_id": measured.run_id,
+        "profile": str(profile.resolve()),
+        **what_if.manifest(),
+    }
+    write_manifest(twin_run, manifest)
+
+
+def _cli(*args: str) -> tuple[int, list[str]]:
+    """Run ``python -m loadgen.cli ARGS``; its exit code and its output lines (stdout, then stderr)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "loadgen.cli", *args],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    return done.returncode, (done.stdout + done.stderr).rstrip("\n").splitlines()
+
+
+def _slo_text(slo: dict[str, Any]) -> str:
+    """A parsed SLO (``ttft_p99_ms``: 2000.0) back as ``--slo`` text (the flag table's writer)."""
+    from loadgen.spec import flags
+
+    return flags.format_value(flags.BY_DEST["slo"], slo)
+
+
+def _plan_argv(args: argparse.Namespace, measured: Run, twin_run: Path) -> list[str] | None:
+    slo = args.slo or (_slo_text(s) if isinstance(s := manifest_value(measured.manifest, "slo"), dict) and s else None)
+    if slo is None:
+        return None
+    argv = ["plan", str(twin_run), "--slo", slo]
+    if args.target_rps is not None:
+        argv += ["--target-rps", repr(args.target_rps)]
+    if args.target_users is not None:
+        argv += ["--target-users", repr(args.target_users)]
+    return argv
+
+
 def twin_main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="loadgen twin", description="Calibrate a twin and replay the run against it.")
     ap.add_argument("run", metavar="RUN_DIR")
@@ -175,38 +295,107 @@ def twin_main(argv: list[str]) -> int:
         "or any simulator field as SECTION.FIELD=VALUE",
     )
     ap.add_argument("--concurrency", help="replay these concurrencies instead of the run's (what-if)")
+    ap.add_argument("--context-tokens", help="replay these context lengths instead of the run's (what-if)")
+    ap.add_argument("--max-tokens", type=int, help="replay with this max_tokens instead of the run's (what-if)")
     ap.add_argument("--out", help="folder for twin.toml, twin.md, twin.json and the twin's run (default RUN_DIR/twin)")
+    ap.add_argument(
+        "--plan",
+        action="store_true",
+        help="also plan capacity from the twin's predicted curve (loadgen plan of the replay, marked predicted); "
+        "SLO from --slo, else the run's own",
+    )
+    ap.add_argument("--slo", help="limits for --plan, e.g. ttft_p99=2s,tpot_p99=50ms (default: the run's --slo)")
+    ap.add_argument("--target-rps", type=float, help="with --plan: requests/s the service must carry")
+    ap.add_argument("--target-users", type=float, help="with --plan: concurrent users the service must carry")
     args = ap.parse_args(argv)
-    try:
-        conc = [int(x) for x in args.concurrency.split(",")] if args.concurrency else None
-    except ValueError:
-        print(f"error: --concurrency {args.concurrency!r}: expected integers separated by commas", file=sys.stderr)
-        return 2
     out = Path(args.out) if args.out else Path(args.run) / "twin"
     try:
+        what_if = WhatIf(
+            sets=_parse_sets(args.set),
+            concurrency=_int_list(args.concurrency, "--concurrency"),
+            context_tokens=_int_list(args.context_tokens, "--context-tokens"),
+            max_tokens=args.max_tokens,
+        )
         runs, result = calibrate([args.run])
-        passthrough = apply_sets(result, _parse_sets(args.set))
+        measured = runs[0]
+        if args.plan and _plan_argv(args, measured, out) is None:
+            raise TwinError(f"--plan: {args.run} was run without --slo; give the limits, e.g. --slo ttft_p99=2s")
+        passthrough = apply_sets(result, what_if.sets)
         profile, _ = write_twin(result, out / "twin.toml", served_name=_served_name(runs))
+        ramp_argv(measured, "http://127.0.0.1:0", out / "runs", what_if)  # bad options fail before the twin starts
     except TwinError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    measured = runs[0]
     extra = [a for k, v in passthrough.items() for a in ("--set", f"{k}={v}")]
+    # Loads the run never measured are replayed on their own, after the measured ramp replayed as it
+    # ran: a step followed by a heavier one ends differently (its requests sent late in the window
+    # finish under the next load), so the twin's measured steps are compared as the run measured them
+    # and the what-if curve is a ramp of its own, as a real ramp of those loads would be.
+    replays = [what_if]
+    if _beyond_measured(measured, what_if):
+        replays = [WhatIf(sets=what_if.sets), what_if]
+    paths: list[Path] = []
+    for replay in replays:
+        got = _replay(profile, out, extra, measured, replay)
+        if isinstance(got, int):
+            return got
+        mark_predicted(got, measured, profile, replay)
+        paths.append(got)
+    twin_path = paths[-1]
+    for earlier in paths[:-1]:  # the measured ramp's replay: its report again, now marked predicted
+        code, shown = _cli("report", str(earlier))
+        if code != 0:
+            print(f"error: `loadgen report {earlier}` exited with {code}:", file=sys.stderr)
+            print("\n".join(shown[-15:]), file=sys.stderr)
+            return 1
+    plan_argv = _plan_argv(args, measured, twin_path)
+    # the replay's report was written before the mark: `loadgen plan` (or `report`) renders it again
+    rerender = plan_argv if args.plan and plan_argv else ["report", str(twin_path)]
+    code, shown = _cli(*rerender)
+    if code != 0:
+        print(f"error: `loadgen {' '.join(rerender)}` exited with {code}:", file=sys.stderr)
+        print("\n".join(shown[-15:]), file=sys.stderr)
+        return 1
+    plan_text = shown[:-2] if args.plan else []  # `loadgen plan` ends with "plan: FILE" and the run dir
+    twin_runs = [load_run(p) for p in paths]
+    table = compare_runs(measured, twin_runs[0], twin_runs[1] if len(twin_runs) > 1 else None)
+    table["twin_run"] = str(twin_path)
+    table["twin_runs"] = [str(p) for p in paths]
+    table["what_if"] = {**what_if.manifest(), "text": what_if.describe(measured, result)}
+    table["plan"] = _plan_part(plan_argv, args.plan, plan_text, twin_path)
+    table["fit"] = result.as_json()
+    (out / "twin.json").write_text(json.dumps(table, indent=2) + "\n")
+    (out / "twin.md").write_text(markdown(table, _summary(result), result.cannot_fit))
+    if plan_text:
+        print("\n".join(plan_text))
+    print(f"twin: {out / 'twin.md'}")
+    print(twin_path)  # last, as every command that writes a run directory: the twin's replay, marked predicted
+    return 0
+
+
+def _beyond_measured(run: Run, what_if: WhatIf) -> bool:
+    """The what-if asks for loads the run never measured, of the same workload (another context
+    length or max_tokens makes every step a prediction, one replay)."""
+    if not what_if.concurrency or what_if.context_tokens or what_if.max_tokens is not None:
+        return False
+    measured = {s.concurrency for s in run.steps if s.concurrency}
+    return bool(set(what_if.concurrency) - measured) and bool(measured)
+
+
+def _replay(profile: Path, out: Path, extra: list[str], measured: Run, what_if: WhatIf) -> Path | int:
+    """Serve the twin, replay ``measured``'s ramp against it with ``what_if``; the replay's run
+    directory, or the exit code after saying why it failed."""
     try:
         proc, url = _start_sim(profile, out, extra)
     except TwinError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     try:
-        gpu = f"{url}/gpu/metrics" if any(s.get("src") == "gpu" for s in measured.samples) else "none"
-        cmd = ramp_argv(measured, url, out / "runs", conc, gpu)
+        cmd = ramp_argv(measured, url, out / "runs", what_if)
         with tempfile.TemporaryFile("w+") as log:
             done = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
             log.seek(0)
             text = log.read()
-    except TwinError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     finally:
         proc.terminate()
         try:
@@ -218,11 +407,21 @@ def twin_main(argv: list[str]) -> int:
         print(f"error: the replay `{' '.join(cmd)}` exited with {done.returncode}:", file=sys.stderr)
         print("\n".join(lines[-15:]), file=sys.stderr)
         return 1
-    twin_run = load_run(lines[-1].strip())
-    table = compare_runs(measured, twin_run)
-    table["twin_run"] = str(twin_run.path)
-    table["fit"] = result.as_json()
-    (out / "twin.json").write_text(json.dumps(table, indent=2) + "\n")
-    (out / "twin.md").write_text(markdown(table, _summary(result), result.cannot_fit))
-    print(f"twin: {out / 'twin.md'}")
-    return 0
+    return Path(lines[-1].strip())
+
+
+def _plan_part(plan_argv: list[str] | None, planned: bool, text: list[str], twin_path: Path) -> dict[str, Any]:
+    """twin.json's ``plan``: the plan ``--plan`` made (its command and text, headed PREDICTED), or
+    the command that makes one (the run's SLO, else an example)."""
+    argv = plan_argv or ["plan", str(twin_path), "--slo", "ttft_p99=2s,tpot_p99=50ms"]
+    if planned:
+        body = [ln for ln in text if not ln.startswith("## ")]
+        while body and not body[0].strip():
+            body.pop(0)
+        return {"file": str(twin_path / "plan.json"), "command": ["loadgen", *argv], "lines": body}
+    cmd = " ".join(["loadgen", *argv])
+    return {
+        "file": None,
+        "command": ["loadgen", *argv],
+        "lines": [f"Not planned (`loadgen twin --plan`). A plan from the twin marks every figure predicted: `{cmd}`"],
+    }

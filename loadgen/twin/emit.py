@@ -28,6 +28,8 @@ MEM_FRACTION = 0.9
 NOTIONAL_HBM_GB = 1000.0
 DEFAULT_CONTEXT = 131072
 DEFAULT_CHUNKED_PREFILL = 8192
+KNOT_PREFIX = "decode_ms_at_batch_"  # fit parameters: the broken-line decode step at that batch
+LINE_PARAMS = ("decode_ms_fixed", "decode_ms_per_request", "decode_ms_per_1k_ctx")
 
 # --set names that are not fit parameters but profile fields (SECTION.FIELD passes through)
 SET_ALIASES = {
@@ -69,6 +71,8 @@ def _get(result: TwinFit, name: str, default: float) -> float:
 
 
 def _comment(result: TwinFit, *names: str) -> str:
+    if not names:
+        return ""
     parts = []
     for n in names:
         p = result.params.get(n)
@@ -77,6 +81,10 @@ def _comment(result: TwinFit, *names: str) -> str:
         else:
             parts.append(f"{n}: not fitted")
     return "  # " + "; ".join(parts)
+
+
+def _knot_batch(name: str) -> int:
+    return int(name[len(KNOT_PREFIX) :])
 
 
 def _toml_value(v: Any) -> str:
@@ -89,7 +97,19 @@ def _toml_value(v: Any) -> str:
     return json.dumps(str(v))
 
 
-def timing_fields(result: TwinFit) -> dict[str, float]:
+def decode_knots(result: TwinFit) -> list[tuple[int, float]]:
+    """The broken-line decode points (batch, ms) with the KV term folded in at the run's context
+    per request, as the twin serves them; empty when the fit kept the straight line, or when a
+    what-if (``--set``) changed the line."""
+    if any(name in result.measured.get("what_if", {}) for name in LINE_PARAMS):
+        return []
+    c = _get(result, "decode_ms_per_1k_ctx", 0.0)
+    ctx = float(result.measured.get("ctx_per_request_tokens", 0.0))
+    points = [(_knot_batch(k), p.value) for k, p in result.params.items() if k.startswith(KNOT_PREFIX)]
+    return [(x, v + c * ctx * x / 1000.0) for x, v in sorted(points)]
+
+
+def timing_fields(result: TwinFit) -> dict[str, float | str]:
     """The ``[timing]`` section: the fitted step model in the simulator's fixed-timing form."""
     a = _get(result, "decode_ms_fixed", 5.0)
     b = _get(result, "decode_ms_per_request", 0.0)
@@ -103,6 +123,7 @@ def timing_fields(result: TwinFit) -> dict[str, float]:
         "ttft_floor_ms": max(_get(result, "prefill_ms_floor", 0.0), 0.0),
         "itl_ms": itl,
         "itl_growth": b_eff / itl,
+        "decode_ms_by_batch": ",".join(f"{x}:{ms:.6g}" for x, ms in decode_knots(result)),
         "power_busy_w": _get(result, "busy_w", 200.0),
     }
 
@@ -120,7 +141,7 @@ def profile_text(result: TwinFit, *, name: str, served_name: str) -> str:
     timing = timing_fields(result)
     ctx = result.measured.get("ctx_per_request_tokens")
     idle = _get(result, "idle_w", 40.0)
-    busy = timing["power_busy_w"]
+    busy = _get(result, "busy_w", 200.0)
     limit = max(_get(result, "power_limit_w", 0.0), busy, idle) or 300.0
     prefix_on = _get(result, "prefix_cache", 1.0) >= 0.5
     lines = [
@@ -201,7 +222,10 @@ def profile_text(result: TwinFit, *, name: str, served_name: str) -> str:
         f"itl_ms = {_toml_value(timing['itl_ms'])}" + _comment(result, "decode_ms_fixed"),
         f"itl_growth = {_toml_value(timing['itl_growth'])}"
         + _comment(result, "decode_ms_per_request", "decode_ms_per_1k_ctx"),
-        f"power_busy_w = {_toml_value(busy)}" + _comment(result, "busy_w"),
+        "# the broken line through each load level's batch, when fitted, replaces itl_ms / itl_growth",
+        f"decode_ms_by_batch = {_toml_value(timing['decode_ms_by_batch'])}"
+        + _comment(result, *sorted((k for k in result.params if k.startswith(KNOT_PREFIX)), key=_knot_batch)),
+        f"power_busy_w = {_toml_value(float(busy))}" + _comment(result, "busy_w"),
         "",
     ]
     return "\n".join(lines)

@@ -26,7 +26,8 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from scipy.optimize import least_squares, minimize
+from scipy.optimize import brentq, least_squares, minimize
+from scipy.signal import lfilter
 from scipy.stats import norm
 
 from loadgen.twin.observe import Observations
@@ -42,6 +43,7 @@ DEFAULT_MAX_RUNNING_AR = 4096  # the simulator's (and a large SGLang pool's) cap
 DEFAULT_MAX_RUNNING_SPEC = 48  # SGLang's default with speculative decoding
 UNBOUNDED_KV_TOKENS = 10_000_000
 DEFAULT_PREFIX_BLOCK = 64
+DEFAULT_LEN_SIGMA = 0.8  # the simulator's natural-length spread, assumed where the run cannot tell
 
 
 @dataclass
@@ -78,8 +80,16 @@ class TwinFit:
 
 
 def _lsq(fun: Any, x0: list[float], scale: float, n_obs: int) -> tuple[F64, F64]:
-    """Robust least squares; returns (x, standard errors from the Jacobian)."""
+    """Robust least squares; returns (x, standard errors from the Jacobian).
+
+    ``scale`` (where the soft-L1 loss turns from squares to absolute values) starts at the data's
+    spread, which for step times pooled over a ramp is mostly the spread *between* batch sizes; the
+    fit is repeated at the spread of its residuals, so that the right tail of client timing (which
+    pulls a least-squares fit up) stays in the loss's linear part."""
     res = least_squares(fun, x0, loss="soft_l1", f_scale=max(scale, 1e-9))
+    resid_scale = _mad_scale(np.asarray(res.fun, dtype=np.float64))
+    if 0.0 < resid_scale < scale:
+        res = least_squares(fun, res.x, loss="soft_l1", f_scale=resid_scale)
     jac = res.jac
     dof = max(1, n_obs - len(x0))
     s2 = 2.0 * res.cost / dof
@@ -148,6 +158,7 @@ def _fit_decode(obs: Observations, params: dict[str, Param], cannot: list[str], 
             evidence if err_c is not None else "not separable from the batch (see cannot_fit)",
             assumed=err_c is None,
         )
+        _fit_decode_knots(g_ms - c * k, n, obs.gap_step_idx[ok], a, b, scale, params)
     else:
         med = float(np.median(g_ms))
         params["decode_ms_fixed"] = Param(med, scale / math.sqrt(len(g_ms)), "ms", evidence)
@@ -158,6 +169,38 @@ def _fit_decode(obs: Observations, params: dict[str, Param], cannot: list[str], 
         cannot.append(
             f"decode step growth with batch: every clean gap had batch {int(distinct_n[0])}; a ramp over two or "
             "more concurrencies is needed (assumed flat)"
+        )
+
+
+def _fit_decode_knots(
+    g_ms: F64, n: F64, step_idx: npt.NDArray[np.int64], a: float, b: float, scale: float, params: dict[str, Param]
+) -> None:
+    """The decode step as a broken line in the batch, through one point per measured load level (the
+    median batch of each step's clean gaps), extended past the first and last along their segments: a
+    step time that bends with the batch (MoE: the experts touched saturate) is not a straight line,
+    and a line fitted over a ramp is off most at its ends (C=1). Kept when there are three or more
+    levels, each point determined to within REL_UNCERTAINTY_MAX; the twin serves it as
+    ``decode_ms_by_batch``."""
+    xs = np.unique([float(np.round(np.median(n[step_idx == i]))) for i in np.unique(step_idx)])
+    if len(xs) < 3:
+        return
+    # hat functions: the step time at n interpolates the two nearest points (the end segments extend)
+    seg = np.clip(np.searchsorted(xs, n, side="right") - 1, 0, len(xs) - 2)
+    frac = (n - xs[seg]) / (xs[seg + 1] - xs[seg])
+    near = np.abs(n[:, None] - xs[None, :]).argmin(axis=1)
+    support = np.bincount(near, minlength=len(xs))
+    if support.min() < MIN_PREFILLS:
+        return
+
+    def resid(v: F64) -> F64:
+        return v[seg] * (1.0 - frac) + v[seg + 1] * frac - g_ms
+
+    v, err = _lsq(resid, [a + b * x for x in xs], scale, len(n))
+    if not np.all((v > 0) & (err < REL_UNCERTAINTY_MAX * v)):
+        return
+    for x, val, e, m in zip(xs, v, err, support, strict=True):
+        params[f"decode_ms_at_batch_{int(x)}"] = Param(
+            float(val), float(e), "ms", f"broken line through each step's median batch: {int(m)} clean gaps nearest"
         )
 
 
@@ -225,7 +268,24 @@ def _fit_prefill_floor(
     )
 
 
+def renewal_steps(p: float, depth: int, max_tokens: int) -> F64:
+    """Expected decode steps to commit at least m tokens, m = 0..max_tokens, when each step commits
+    1..depth+1 tokens with P(more than j) = p**j (the simulator's acceptance, ``acceptance_cdf``)."""
+    surv = p ** np.arange(depth + 2, dtype=np.float64)
+    surv[-1] = 0.0
+    pmf = surv[:-1] - surv[1:]  # P(commit j), j = 1..depth+1
+    # E[m] = 1 + sum_j P(j) E[m - j], E[<= 0] = 0: a linear recurrence, run as an IIR filter
+    steps = lfilter([1.0], np.concatenate(([1.0], -pmf)), np.ones(max_tokens))
+    return np.concatenate(([0.0], np.asarray(steps, dtype=np.float64)))
+
+
 def _fit_chunks(obs: Observations, params: dict[str, Param], cannot: list[str]) -> None:
+    """Speculative acceptance. Per-chunk token counts are exact only when the server reports usage
+    in every chunk (otherwise the usage total is spread over the chunks by characters), and a
+    request's last chunk is cut at its end, which is more likely reached by a long draw; so the
+    mean accepted length is fitted to what is exact, the steps each request took: tokens after the
+    first (the prefill's) over chunks after the first, matched to the expected number of steps of
+    the twin's own acceptance model (truncated geometric, depth from the largest chunk)."""
     tok, n = obs.chunk_tokens, obs.chunk_batch
     if len(tok) < MIN_GAPS:
         params["tokens_per_chunk"] = Param(1.0, None, "tokens", "no streamed chunks", assumed=True)
@@ -233,11 +293,40 @@ def _fit_chunks(obs: Observations, params: dict[str, Param], cannot: list[str]) 
         cannot.append("tokens per chunk (speculative acceptance): no streamed chunks; assumed 1 (no speculation)")
         return
     mean = float(tok.mean())
-    depth = float(np.max(tok) - 1)
+    depth = int(np.max(tok) - 1)
     evidence = f"{len(tok)} chunks (first and last of each request left out)"
-    params["tokens_per_chunk"] = Param(mean, float(tok.std() / math.sqrt(len(tok))), "tokens", evidence)
-    params["spec_depth"] = Param(depth, None, "tokens", f"largest chunk seen ({int(np.max(tok))} tokens) - 1")
-    if depth > 0 and len(np.unique(n)) >= 2:
+    params["spec_depth"] = Param(float(depth), None, "tokens", f"largest chunk seen ({depth + 1} tokens) - 1")
+    if depth <= 0:
+        params["tokens_per_chunk"] = Param(1.0, 0.0, "tokens", evidence + ": one token each")
+        return
+    out, chunks = obs.output_tokens, obs.output_chunks
+    use = np.isfinite(out) & (chunks >= 2) & (out >= chunks)
+    dec_tok = (out[use] - 1.0).astype(np.int64)  # the prefill commits the first token
+    dec_steps = chunks[use] - 1.0
+    if len(dec_tok) >= 5:
+        weight = np.bincount(dec_tok).astype(np.float64)
+        target = float(dec_steps.sum())
+
+        def excess(p: float) -> float:
+            return float(weight @ renewal_steps(p, depth, len(weight) - 1)) - target
+
+        lo, hi = 1e-9, 1.0 - 1e-9
+        p_acc = lo if excess(lo) <= 0 else hi if excess(hi) >= 0 else float(brentq(excess, lo, hi, xtol=1e-7))
+        tau = 1.0 + float(np.sum(p_acc ** np.arange(1, depth + 1)))
+        ratio = float(dec_tok.sum() / target)
+        resid = dec_tok - ratio * dec_steps
+        se = math.sqrt(float(resid @ resid) / max(1, len(resid) - 1) / len(resid)) / float(dec_steps.mean())
+        params["tokens_per_chunk"] = Param(
+            tau,
+            se * tau / ratio,
+            "tokens",
+            f"{len(dec_tok)} requests: {int(dec_tok.sum())} tokens after the first in {int(target)} chunks, "
+            f"matched to the steps a truncated geometric acceptance (depth {depth}) takes to commit them; "
+            f"the mean of whole chunks reads {mean:.3f}",
+        )
+    else:
+        params["tokens_per_chunk"] = Param(mean, float(tok.std() / math.sqrt(len(tok))), "tokens", evidence)
+    if len(np.unique(n)) >= 2:
         x, err = _lsq(lambda p: p[0] + p[1] * n - tok, [mean, 0.0], max(float(tok.std()), 0.1), len(tok))
         params["tokens_per_chunk_per_request"] = Param(
             float(x[1]),
@@ -256,17 +345,17 @@ def _fit_lengths(obs: Observations, params: dict[str, Param], cannot: list[str])
         cannot.append("output lengths: no successful request")
         return
     n_stop = int(stop.sum())
-    if n_stop < 5:
+    if n_stop == 0:
         median = max(300.0, 8.0 * cap_max)
         params["natural_len_median"] = Param(
             median,
             None,
             "tokens",
-            f"{n_stop} of {len(out)} requests stopped before max_tokens: lengths are censored "
+            f"none of {len(out)} requests stopped before max_tokens: lengths are censored "
             f"at {cap_max:.0f}; assumed long enough that almost none stop",
             assumed=True,
         )
-        params["natural_len_sigma"] = Param(0.8, None, "", "the simulator's default", assumed=True)
+        params["natural_len_sigma"] = Param(DEFAULT_LEN_SIGMA, None, "", "the simulator's default", assumed=True)
         return
     lo = np.log(np.maximum(out, 1.0))
     hi = np.log(out + 1.0)
@@ -278,7 +367,26 @@ def _fit_lengths(obs: Observations, params: dict[str, Param], cannot: list[str])
         ll_len = norm.logsf((log_cap[~stop] - mu) / s)
         return -float(ll_stop.sum() + ll_len.sum())
 
-    x0 = np.array([float(np.median(np.log(out))), math.log(0.8)])
+    if n_stop < 5:
+        # a few early stops still say how often requests stop below the cap: the median, with the
+        # spread assumed (early stops matter to the twin: they break up closed-loop cohorts)
+        fixed = math.log(DEFAULT_LEN_SIGMA)
+        one = minimize(lambda q: nll(np.array([q[0], fixed])), [math.log(cap_max) + 1.0], method="BFGS")
+        mu = float(one.x[0])
+        e_mu = math.sqrt(max(float(np.asarray(one.hess_inv)[0, 0]), 0.0))
+        ev = (
+            f"{n_stop} of {len(out)} requests stopped before max_tokens (censored log-normal likelihood, "
+            f"spread assumed {DEFAULT_LEN_SIGMA})"
+        )
+        params["natural_len_median"] = Param(math.exp(mu), math.exp(mu) * e_mu, "tokens", ev)
+        params["natural_len_sigma"] = Param(
+            DEFAULT_LEN_SIGMA, None, "", "too few stops to fit; the simulator's default", assumed=True
+        )
+        cannot.append(
+            f"output length spread: only {n_stop} requests stopped before max_tokens; assumed {DEFAULT_LEN_SIGMA}"
+        )
+        return
+    x0 = np.array([float(np.median(np.log(out))), math.log(DEFAULT_LEN_SIGMA)])
     res = minimize(nll, x0, method="BFGS")
     mu, ls = float(res.x[0]), float(res.x[1])
     cov = np.asarray(res.hess_inv)

@@ -73,6 +73,7 @@ class Observations:
     prompt_tokens: F64
     cached_tokens: F64  # NaN where the server did not say
     output_tokens: F64
+    output_chunks: F64  # chunks that carried output (0 where the request was not streamed)
     finished_stop: BArr
     max_tokens: F64
     # run facts
@@ -235,6 +236,7 @@ def _one_run(run: Run) -> dict[str, Any]:
         "prompt_tokens": req.prompt_tokens[okr].astype(np.float64),
         "cached_tokens": cached_col,
         "output_tokens": out_tok,
+        "output_chunks": counts[okr].astype(np.float64),
         "finished_stop": np.array([f == "stop" for f in fr], dtype=bool),
         "max_tokens": req.max_tokens[okr].astype(np.float64),
         "steps": [StepInfo(s.step, s.concurrency, s.rate, s.context_tokens, s.steady_ns, s.end_ns) for s in run.steps],
@@ -288,6 +290,7 @@ def observe(runs: list[Run]) -> Observations:
         prompt_tokens=cat("prompt_tokens"),
         cached_tokens=cat("cached_tokens"),
         output_tokens=cat("output_tokens"),
+        output_chunks=cat("output_chunks"),
         finished_stop=cat("finished_stop"),
         max_tokens=cat("max_tokens"),
         steps=[s for p in parts for s in p["steps"]],

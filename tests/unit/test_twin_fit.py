@@ -17,9 +17,11 @@ import numpy as np
 import pytest
 
 from loadgen.analysis.load import load_run
+from loadgen.sim.engine import Engine, acceptance_cdf
+from loadgen.sim.profile import ProfileError, apply_overrides, load_profile
 from loadgen.twin.cli import calibrate_main
 from loadgen.twin.emit import apply_sets, profile_text
-from loadgen.twin.fit import fit
+from loadgen.twin.fit import fit, renewal_steps
 from loadgen.twin.observe import observe
 
 T0 = 1_800_000_000_000_000_000
@@ -33,6 +35,10 @@ class Truth:
     p0_ms: float = 20.0
     p1_ms: float = 2.0  # per 1k prefilled tokens
     max_running: int = 10_000
+    bend_ms: float = 0.0  # + bend_ms * sqrt(n): a decode step that bends with the batch (MoE)
+    tau: float = 1.0  # speculative decoding: mean tokens a decode step commits (truncated geometric)
+    depth: int = 0
+    natural_median: float = 0.0  # > 0: a request stops at a log-normal length (spread 0.8) below the cap
 
 
 def synth_run(
@@ -48,6 +54,13 @@ def synth_run(
 ) -> Path:
     """Write a run directory of a closed-loop ramp over ``concurrency`` against ``truth``."""
     rng = np.random.default_rng(seed)
+    accept = acceptance_cdf(truth.tau, truth.depth)
+
+    def natural_target() -> int:
+        if truth.natural_median <= 0:
+            return max_tokens
+        return min(max_tokens, max(2, int(truth.natural_median * np.exp(0.8 * rng.standard_normal()))))
+
     prompts = prompt_tokens or [60]
     path.mkdir(parents=True, exist_ok=True)
     recs: list[dict[str, object]] = []
@@ -73,6 +86,8 @@ def synth_run(
                 "sent": now,
                 "prompt": int(rng.choice(prompts)),
                 "chunks": [],
+                "tokens": [],
+                "target": natural_target(),
                 "step": si,
             }
 
@@ -85,15 +100,19 @@ def synth_run(
                 t += (truth.p0_ms + truth.p1_ms * tokens / 1000.0) / 1e3
                 for r in batch:
                     r["chunks"].append(t)  # type: ignore[attr-defined]
+                    r["tokens"].append(1)  # type: ignore[attr-defined]
                     running.append(r)
                 continue
             n = len(running)
             ctx = sum(int(r["prompt"]) + len(r["chunks"]) for r in running)  # type: ignore[arg-type, misc]
-            t += (truth.a_ms + truth.b_ms * n + truth.c_ms * ctx / 1000.0) / 1e3
+            t += (truth.a_ms + truth.b_ms * n + truth.bend_ms * n**0.5 + truth.c_ms * ctx / 1000.0) / 1e3
             done = []
             for r in running:
+                have = sum(r["tokens"])  # type: ignore[call-overload]
+                drawn = int(np.searchsorted(accept, rng.random(), side="right")) + 1
                 r["chunks"].append(t)  # type: ignore[attr-defined]
-                if len(r["chunks"]) >= max_tokens:  # type: ignore[arg-type]
+                r["tokens"].append(min(drawn, int(r["target"]) - have))  # type: ignore[attr-defined, call-overload]
+                if have + r["tokens"][-1] >= int(r["target"]):  # type: ignore[index, call-overload]
                     done.append(r)
             for r in done:
                 running.remove(r)
@@ -116,11 +135,11 @@ def synth_run(
                 "first_chunk_ns": sent + chunks[0] if stream else None,
                 "end_ns": T0 + int(float(r["end"]) * 1e9),  # type: ignore[arg-type]
                 "chunk_offsets_ns": chunks if stream else [],
-                "chunk_tokens": [1] * len(chunks) if stream else [],
+                "chunk_tokens": r["tokens"] if stream else [],
                 "prompt_tokens": r["prompt"],
-                "output_tokens": len(chunks),
+                "output_tokens": sum(r["tokens"]),  # type: ignore[call-overload]
                 "tokens_source": "usage",
-                "finish_reason": "length",
+                "finish_reason": "stop" if int(r["target"]) < max_tokens else "length",  # type: ignore[call-overload]
                 "status": 200,
                 "error_class": None,
                 "error": None,
@@ -246,3 +265,68 @@ def test_the_fixed_timing_prefill_has_a_floor() -> None:
     model._cost = lambda d: d  # type: ignore[method-assign,assignment,return-value]
     assert model.prefill(100, 0.0) == pytest.approx(6.0e-3)  # 2 + 0.4 < 6: the floor
     assert model.prefill(2000, 0.0) == pytest.approx(10.0e-3)  # 2 + 8 > 6: the line
+
+
+def test_a_decode_step_that_bends_is_followed_through_each_load_level(tmp_path: Path) -> None:
+    # a + b*n + bend*sqrt(n): a straight line over C=1..64 misses C=1; the broken line through each
+    # step's batch does not, and the twin's simulator serves that broken line
+    from loadgen.sim.profile import load_profile_file
+
+    truth = Truth(a_ms=5.0, b_ms=0.02, bend_ms=1.5)
+    result = _fit(synth_run(tmp_path / "run", truth, [1, 8, 32, 64], step_s=2.0))
+    p = result.params
+
+    def true_ms(n: float) -> float:
+        return truth.a_ms + truth.b_ms * n + truth.bend_ms * n**0.5
+
+    line_1 = p["decode_ms_fixed"].value + p["decode_ms_per_request"].value
+    assert abs(line_1 / true_ms(1) - 1) > 0.05
+    knots = {int(k.rsplit("_", 1)[1]) for k in p if k.startswith("decode_ms_at_batch_")}
+    assert {1, 8, 32, 64} <= knots
+    path = tmp_path / "twin.toml"
+    path.write_text(profile_text(result, name="twin", served_name="m"))
+    engine = Engine(load_profile_file(path))
+    for n in (1, 8, 32, 64):
+        assert engine.timing.decode(n, 0).duration_s * 1e3 == pytest.approx(true_ms(n), rel=5e-3)
+    # a what-if on the line replaces the broken line
+    apply_sets(result, {"decode_ms_per_request": "1.0"})
+    assert 'decode_ms_by_batch = ""' in profile_text(result, name="twin", served_name="m")
+
+
+def test_speculative_acceptance_is_fitted_from_the_steps_each_request_took(tmp_path: Path) -> None:
+    truth = Truth(tau=3.0, depth=5)
+    run = synth_run(tmp_path / "run", truth, [1, 4, 16], step_s=2.0, max_tokens=32)
+    obs = observe([load_run(run)])
+    p = fit(obs).params
+    assert p["spec_depth"].value == truth.depth
+    assert p["tokens_per_chunk"].value == pytest.approx(truth.tau, rel=0.02)
+    # whole chunks alone read low: the chunk that reaches max_tokens, left out, is more often a long draw
+    assert obs.chunk_tokens.mean() < 0.97 * truth.tau
+
+
+def test_renewal_steps_count_the_draws_to_reach_each_length() -> None:
+    assert renewal_steps(0.0, 3, 5).tolist() == [0, 1, 2, 3, 4, 5]  # one token a step
+    sure = renewal_steps(1.0 - 1e-12, 3, 9)  # always depth + 1 = 4 tokens
+    assert sure.tolist() == pytest.approx([0, 1, 1, 1, 1, 2, 2, 2, 2, 3], abs=1e-6)
+
+
+def test_decode_ms_by_batch_is_a_broken_line_extended_at_its_ends() -> None:
+    prof = apply_overrides(load_profile("tiny"), {"timing.decode_ms_by_batch": "2:10,4:13,16:19"})
+    engine = Engine(prof)
+    ms = [engine.timing.decode(n, 0.0).duration_s * 1e3 for n in (1, 2, 3, 4, 10, 16, 32)]
+    assert ms == pytest.approx([8.5, 10.0, 11.5, 13.0, 16.0, 19.0, 27.0])
+    for bad in ("4:10", "4:10,2:12", "1:10,x:3", "1:0,2:3"):
+        with pytest.raises(ProfileError, match="decode_ms_by_batch"):
+            apply_overrides(load_profile("tiny"), {"timing.decode_ms_by_batch": bad})
+
+
+def test_a_few_early_stops_give_the_natural_length(tmp_path: Path) -> None:
+    # median 300 against a 64-token cap: ~3 % of requests stop on their own; with fewer than five stops
+    # the median is still fitted (the spread assumed), not assumed
+    truth = Truth(natural_median=300.0)
+    result = _fit(synth_run(tmp_path / "run", truth, [4, 16], step_s=1.0, max_tokens=64, seed=3))
+    median, sigma = result.params["natural_len_median"], result.params["natural_len_sigma"]
+    assert not median.assumed and sigma.assumed
+    assert median.uncertainty is not None
+    assert abs(median.value - truth.natural_median) <= 3 * median.uncertainty
+    assert any("output length spread" in c for c in result.cannot_fit)
