@@ -92,8 +92,23 @@ def _telemetry(opts: Namespace) -> TelemetryOptions | None:
 
 
 def wants_ramp(opts: Namespace) -> bool:
-    """Ramp steps given (users, ``--lg-steps``, or rates, ``--lg-rates``): the shape walks them."""
-    return bool(str(opts.lg_steps).strip() or str(getattr(opts, "lg_rates", "")).strip())
+    """Ramp steps given (users, ``--lg-steps``, or rates, ``--lg-rates``), or a trace scenario (its
+    ``[load]`` time scales are the steps): the shape walks them."""
+    if str(opts.lg_steps).strip() or str(getattr(opts, "lg_rates", "")).strip():
+        return True
+    return _replays_a_trace(str(getattr(opts, "lg_scenario", "") or ""))
+
+
+def _replays_a_trace(path: str) -> bool:
+    if not path:
+        return False
+    from loadgen.workload.scenario import ScenarioError, load_scenario
+
+    try:
+        load = load_scenario(path).load
+    except ScenarioError:
+        return False  # validate() says what is wrong with it
+    return load.mode == "open" and load.arrival == "trace"
 
 
 # options the form carries when the flag table gives them its form surface (read only where present)

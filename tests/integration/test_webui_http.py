@@ -54,10 +54,23 @@ def test_form_start_live_json_reports_and_metrics(sim_factory: Any, tmp_path: Pa
     sim = sim_factory("--profile", "tiny")
     port = free_port()
     out = tmp_path / "reports"
+    scenarios = tmp_path / "scenarios"
+    scenarios.mkdir()
+    # a trace of 40 arrivals 0.1 s apart, replayed as it is: the start form's trace replay
+    trace = scenarios / "trace.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(
+        f"2023-11-16 18:15:{i // 10:02d}.{i % 10}000000,60,8\n" for i in range(40)
+    ))  # fmt: skip
+    (scenarios / "replay.toml").write_text(
+        f'name = "replay"\n[prompt]\nsource = "trace"\n[trace]\npath = "{trace}"\nformat = "azure"\n'
+        "[output]\nmax_tokens = 8\nfrom_dataset = false\n"
+        '[load]\nmode = "open"\narrival = "trace"\ntime_scales = [1.0]\nstep_seconds = 2\nwarmup_seconds = 0\n'
+    )
     locust = subprocess.Popen(
         [
             sys.executable, "-m", "locust", "-f", "loadgen/locustfile.py", "--host", sim.url,
             "--web-host", "127.0.0.1", "--web-port", str(port), "--lg-out", str(out), "--no-telemetry",
+            "--lg-scenarios", str(scenarios),
         ],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=(tmp_path / "locust.log").open("wb"),
     )  # fmt: skip
@@ -147,6 +160,21 @@ def test_form_start_live_json_reports_and_metrics(sim_factory: Any, tmp_path: Pa
         assert verdict["thresholds"]["aborted_by"] == "output_tok_s<1000000"
         events = [json.loads(line) for line in (gated / "events.jsonl").read_text().splitlines()]
         assert any(e["kind"] == "aborted" and e["threshold"] == "output_tok_s<1000000" for e in events)
+
+        # a trace scenario from the scenario folder: its time scales are the steps (no users, no rates)
+        replay_form = {"lg_steps": "", "lg_rates": "", "lg_max_tokens": "512", "lg_label": "trace"}
+        started = _post(ui + "/swarm", {**base, **replay_form, "lg_scenario": str(scenarios / "replay.toml")})
+        assert started["success"] and "UIRampShape" in started["message"], started
+        deadline = time.monotonic() + 30
+        replay = None
+        while time.monotonic() < deadline:
+            replay = next((d for d in out.iterdir() if d.name.endswith("-trace")), None)
+            if replay is not None and (replay / "summary.json").exists():
+                break
+            time.sleep(0.3)
+        assert replay is not None
+        (step,) = json.loads((replay / "summary.json").read_text())["steps"]
+        assert step["rate"] is None and step["concurrency"] is None and step["requests_ok"] >= 5
     finally:
         _stop(locust)
 

@@ -8,8 +8,8 @@
 // the LLM tab. Locust's page is React: our panel is inserted as a sibling of Locust's form and put
 // back when React redraws.
 //
-// Element ids (browser tests use them): #lg-start (the panel), #lg-mode-closed / #lg-mode-open (the
-// load mode), #lg-field-<lg name> (each field, e.g. #lg-field-lg_steps), #lg-scenario-info,
+// Element ids (browser tests use them): #lg-start (the panel), #lg-mode-closed / #lg-mode-open /
+// #lg-mode-trace (the load mode; trace: a trace scenario's time scales are the steps), #lg-field-<lg name> (each field, e.g. #lg-field-lg_steps), #lg-scenario-info,
 // #lg-start-button, #lg-start-message, #lg-locust-form-toggle.
 "use strict";
 (function () {
@@ -91,8 +91,10 @@
   }
 
   function applyMode() {
-    const closed = mode === "closed";
-    for (const [dest, on] of [["concurrency", closed], ["rates", !closed], ["arrival", !closed], ["burstiness", !closed]]) {
+    const closed = mode === "closed", open = mode === "open";
+    const trace = document.getElementById("lg-mode-trace");
+    if (trace) trace.disabled = !traceScenario();
+    for (const [dest, on] of [["concurrency", closed], ["rates", open], ["arrival", open], ["burstiness", open]]) {
       const f = fieldByDest(dest);
       const input = f && document.getElementById("lg-field-" + f.name);
       if (input) input.disabled = !on;
@@ -107,14 +109,23 @@
     return s;
   }
 
+  function traceScenario() {
+    const f = fieldByDest("scenario");
+    const s = f ? scenarioByPath(value(f.name)) : null;
+    return !!(s && s.load && s.load.mode === "open" && s.load.arrival === "trace");
+  }
+
   function onScenario() {
     const s = showScenario();
-    if (!s || !s.load) return;
+    if (mode === "trace" && !traceScenario()) mode = "closed";
+    if (!s || !s.load) { document.getElementById("lg-mode-" + mode).checked = true; applyMode(); return; }
     // the scenario's [load] fills the load fields, as `loadgen ramp --scenario` does (still editable)
     const steps = fieldByDest("concurrency"), rates = fieldByDest("rates");
     if (s.load.mode === "closed") {
       mode = "closed";
       setValue(steps.name, s.load.concurrency.join(","));
+    } else if (s.load.arrival === "trace") {
+      mode = "trace"; // the steps are the scenario's time scales
     } else {
       mode = "open";
       if (s.load.rates && s.load.rates.length) setValue(rates.name, s.load.rates.join(","));
@@ -164,6 +175,9 @@
         checked: mode === "closed", onchange: () => { mode = "closed"; applyMode(); } }), document.createTextNode("Closed loop: users per step")]),
       el("label", {}, [el("input", { type: "radio", name: "lg-mode", id: "lg-mode-open", value: "open",
         checked: mode === "open", onchange: () => { mode = "open"; applyMode(); } }), document.createTextNode("Open loop: request rates")]),
+      el("label", {}, [el("input", { type: "radio", name: "lg-mode", id: "lg-mode-trace", value: "trace",
+        checked: mode === "trace", onchange: () => { mode = "trace"; applyMode(); } }),
+        document.createTextNode("Trace replay (a trace scenario's time scales)")]),
     ]);
     const hostInput = el("input", { id: "lg-field-host", name: "host", type: "text",
       oninput: () => { values.host = hostInput.value; } });
@@ -208,6 +222,10 @@
     if (mode === "closed") {
       if (rates) data.set(rates.name, "");
       if (!value(steps.name)) return message("give the users per step, e.g. 1,8,32", true);
+    } else if (mode === "trace") {
+      data.set(steps.name, "");
+      if (rates) data.set(rates.name, "");
+      if (!traceScenario()) return message("choose a trace scenario: its time scales are the steps", true);
     } else {
       data.set(steps.name, "");
       if (!rates || !value(rates.name)) return message("give the request rates per step, e.g. 1,2,4", true);
