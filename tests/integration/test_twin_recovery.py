@@ -36,8 +36,10 @@ RAMP = ["--step-seconds", "3", "--warmup-seconds", "1", "--max-tokens", "64", "-
 FIGURES = {"throughput tok/s": "output_tok_s", "TPOT p50 ms": "tpot_ms", "TTFT p50 ms": "ttft_ms"}
 
 
-def _ramp(url: str, out: Path, concurrency: str) -> str:
-    done = run_loadgen("ramp", "--url", url, "--concurrency", concurrency, *RAMP, "--out", str(out), timeout=120)
+def _ramp(url: str, out: Path, concurrency: str, *extra: str) -> str:
+    done = run_loadgen(
+        "ramp", "--url", url, "--concurrency", concurrency, *RAMP, "--out", str(out), *extra, timeout=120
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout.strip().splitlines()[-1]
 
@@ -136,13 +138,14 @@ def test_small_kv_pool_is_recovered_and_predicts_where_retraction_starts(sim_fac
     flags = ("--profile", "h100-llama-8b", "--startup-s", "0", "--mem-fraction-static", "0.2135")
     pool = memory_plan(apply_overrides(load_profile("h100-llama-8b"), {"server.mem_fraction_static": 0.2135}))
     sim = sim_factory(*flags)
-    run_dir = _ramp(sim.url, tmp_path / "runs", "4,16")
+    gpu = ("--gpu-source", f"{sim.url}/gpu/metrics", "--slo", "ttft_p99=2s,tpot_p99=50ms")
+    run_dir = _ramp(sim.url, tmp_path / "runs", "4,16", *gpu)
     sim.stop()
     # the truth starts cold, as the twin's what-if replay does (admission loosens as it runs)
     fresh = sim_factory(*flags)
     truth_32 = _ramp(fresh.url, tmp_path / "truth32", "32")
     fresh.stop()
-    table = _twin(run_dir, tmp_path / "twin32", "--concurrency", "32")
+    table = _twin(run_dir, tmp_path / "twin32", "--concurrency", "32", "--plan", "--target-rps", "20")
     assert _fit(table, "kv_pool_tokens") == pool.kv_pool_tokens
     errors = _errors(table)
     _show("small KV replay", errors)
@@ -163,6 +166,40 @@ def test_small_kv_pool_is_recovered_and_predicts_where_retraction_starts(sim_fac
     # (the fitted natural length) set that wait as the profile's do
     bad |= _outside(predicted, {"throughput tok/s": 0.05, "TPOT p50 ms": 0.05, "TTFT p50 ms": 0.10})
     assert not bad, f"outside the tolerances: {bad}"
+    _report_columns_and_predicted_marks(table, tmp_path / "twin32", Path(run_dir))
+
+
+def _report_columns_and_predicted_marks(table: dict[str, Any], out: Path, measured: Path) -> None:
+    """twin.md / twin.json's KV fill, queue, retractions and power columns, the what-if marked
+    predicted with its distance, the onsets, and the replay, its report and its plan marked predicted."""
+    rows = {r["load"]: r for r in table["steps"]}
+    for load in (4.0, 16.0):  # measured steps: every column has both values and an error
+        row = rows[load]
+        assert row["measured"] and not row["predicted"]
+        for label in ("KV fill mean", "KV fill max", "queue mean", "retractions", "power W mean"):
+            assert row[label]["measured"] is not None and row[label]["twin"] is not None, (load, label, row[label])
+        assert abs(row["KV fill mean"]["abs_error"]) < 0.1  # the twin's pool is the measured one
+        assert abs(row["power W mean"]["rel_error"]) < 0.1
+    what_if = rows[32.0]
+    assert what_if["predicted"] and what_if["outside"] == "2x the highest measured load (16)"
+    assert what_if["KV fill max"]["measured"] is None and what_if["retractions"]["twin"] > 0
+    assert table["onset"]["retractions"]["load"] == 32.0 and table["onset"]["retractions"]["predicted"]
+    assert table["onset"]["measured_retractions"] is None
+    md = (out / "twin.md").read_text()
+    assert "## KV cache, queue, retractions, power" in md and "| not measured |" not in md
+    assert "- Retractions start: C=32 (**predicted**: 2x the highest measured load (16))" in md, md
+    # the measured ramp and the what-if were replayed apart; both marked predicted
+    replayed, what_if_run = (Path(p) for p in table["twin_runs"])
+    for run in (replayed, what_if_run):
+        assert json.loads((run / "manifest.json").read_text())["twin"]["predicted"] is True
+    manifest = json.loads((what_if_run / "manifest.json").read_text())
+    assert manifest["twin"]["source_run"] == str(measured.resolve()) and manifest["twin"]["concurrency"] == [32]
+    mark = f"Predicted by the twin of {measured.name} (what-if: concurrency 32)"
+    assert mark in (what_if_run / "report.md").read_text().splitlines()[2]
+    assert "PREDICTED, not measured" in (what_if_run / "report.html").read_text()
+    plan = json.loads((what_if_run / "plan.json").read_text())
+    assert plan["plan"]["predicted"].startswith(mark) and plan["request"]["target_rps"] == 20.0
+    assert "## Planning from the twin" in md and f"> **PREDICTED.** {mark}" in md
 
 
 def test_seed_story_capped_at_128_predicts_256(sim_factory: Any, tmp_path: Path) -> None:

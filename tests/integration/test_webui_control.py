@@ -2,12 +2,13 @@
 headless Chromium over the DevTools protocol (``tests/browser.py``).
 
 One UI process serves the whole story, as a user meets it: the start form on the first page (its
-defaults are ``loadgen ramp``'s, its scenarios those of ``--scenarios``), a 3-step closed-loop ramp
-started by filling it and clicking Start with the load changed mid-step from the live page's Steer
-panel (the new step appears in the live table and in steps.jsonl, with who changed what), the KV chart filled from the
-server's own /metrics without ``--metrics-url``, an open-loop run started from the same form, then
-the past-runs page: a report opened from the list and two runs compared. A screenshot of the live
-page after the 3-step ramp is kept (tmp path; copied into ``$LOADGEN_ARTIFACTS`` when set).
+defaults are ``loadgen ramp``'s, its scenarios those of ``--scenarios``), a closed-loop ramp started
+by filling it and clicking Start, with the load changed mid-step from the live page's Steer panel
+(the new step appears in the live table and in steps.jsonl, with who changed what), Locust's LLM
+table and the KV chart filled from the server's own /metrics without ``--metrics-url``, an open-loop
+run started from Locust's own form (folded under ours), then the past-runs page: a report opened
+from the list and two runs compared. A screenshot of the live page after the 3-step ramp is kept
+(tmp path; copied into ``$LOADGEN_ARTIFACTS`` when set).
 """
 
 from __future__ import annotations
@@ -40,6 +41,15 @@ SET = """(function (id, value) {
 })"""
 
 FRAME = "document.getElementById('loadgen-llm-frame')"
+
+# a field of Locust's own (React) form, set the way typing does: the value setter, then an input event
+LOCUST_FIELD = """(function (name, value) {
+  const el = document.querySelector(`input[name="${name}"]`);
+  if (!el) return false;
+  Object.getOwnPropertyDescriptor(HTMLInputElement.prototype, 'value').set.call(el, value);
+  el.dispatchEvent(new Event('input', { bubbles: true }));
+  return el.value === value;
+})"""
 
 
 def _post(url: str, data: dict[str, str]) -> dict[str, Any]:
@@ -138,8 +148,12 @@ def test_start_steer_watch_and_compare_from_the_browser(sim_factory: Any, tmp_pa
                 "the report link on the live page",
             )
             # the KV chart filled from the simulator's /metrics, which nobody named
-            kv = tab.js(f"Number({FRAME}.contentDocument.getElementById('chart-kv').dataset.points || 0)")
-            assert kv >= 1
+            points = tab.js(
+                f"Object.fromEntries(['chart-kv', 'chart-tok', 'chart-ttft', 'chart-power'].map(id =>"
+                f" [id, Number({FRAME}.contentDocument.getElementById(id).dataset.points || 0)]))"
+            )
+            assert points["chart-kv"] >= 1 and points["chart-power"] >= 1, points
+            assert points["chart-tok"] >= 3 and points["chart-ttft"] >= 3, points  # a point per step
             time.sleep(0.5)
             shot = tab.screenshot(tmp_path / "webui-live-3-steps.png")
             assert shot[:8] == b"\x89PNG\r\n\x1a\n" and len(shot) > 20_000
@@ -149,14 +163,41 @@ def test_start_steer_watch_and_compare_from_the_browser(sim_factory: Any, tmp_pa
             assert summary["steps"][0]["end_reason"] == "changed"
             rows = tab.js(f"[...{doc}.querySelectorAll('#steps-table tr[data-step]')].map(r => r.dataset.step)")
             assert rows == ["0", "1", "2"]
+            # Locust's own table in the LLM tab lists the steps too (from its /stats/requests polls)
+            locust_rows = tab.wait(
+                "(function () { const t = [...document.querySelectorAll('table')]"
+                ".find(t => t.textContent.includes('Per-request tok/s'));"
+                " return t ? t.querySelectorAll('tbody tr').length : 0; })()",
+                10,
+                "the LLM table rows",
+            )
+            assert locust_rows >= 3
 
             # a Start naming a file outside the scenario folders is refused, whatever the form sent
             refused = _post(base + "swarm", {"user_count": "1", "spawn_rate": "1", "host": sim.url,
                                              "lg_steps": "1", "lg_scenario": "/etc/hostname"})  # fmt: skip
             assert refused["success"] is False and "not one of the scenario files" in refused["message"]
 
+            # an open-loop run from Locust's own form (folded under ours): rates, Poisson arrivals
+            tab.navigate(base)
+            # after a run Locust shows its statistics; "New" opens the start form (ours above Locust's)
+            tab.wait("[...document.querySelectorAll('button')].some(b => b.textContent.trim() === 'New')", 20, "New")
+            tab.js("[...document.querySelectorAll('button')].find(b => b.textContent.trim() === 'New').click()")
+            tab.wait("!!document.getElementById('lg-locust-form-toggle')", 20, "the start form again")
+            tab.js("document.getElementById('lg-locust-form-toggle').click()")
+            tab.wait("document.querySelector('input[name=lgRates]').closest('form').style.display === ''", 5, "it")
+            fields = {"lgSteps": "", "lgRates": "4,8", "lgStepSeconds": "2", "lgWarmupSeconds": "0.5",
+                      "lgMaxTokens": "16", "lgLabel": "browser-open"}  # fmt: skip
+            for name, value in fields.items():
+                assert tab.js(f"{LOCUST_FIELD}({json.dumps(name)}, {json.dumps(value)})"), name
+            tab.js(
+                "document.querySelector('input[name=lgRates]').closest('form').querySelector('button[type=submit]').click()"
+            )
+            second = _wait_run_dir(out, "browser-open", 20)
+            _wait_steps_ended(second, 2, 40)
+            assert [s["rate"] for s in json.loads((second / "summary.json").read_text())["steps"]] == [4.0, 8.0]
+
             # past runs: the list, a report opened from it, two runs compared
-            second = _second_run(base, sim.url)
             tab.navigate(base + "loadgen/runs")
             tab.wait("document.querySelectorAll('#runs tbody tr[data-run]').length >= 2", 20, "two runs in the list")
             listed = tab.js("[...document.querySelectorAll('#runs tbody tr[data-run]')].map(r => r.dataset.run)")
@@ -208,19 +249,3 @@ def _wait_steps_ended(run_dir: Path, n: int, timeout_s: float) -> list[dict[str,
             return ended
         time.sleep(0.25)
     raise AssertionError(f"{run_dir}: {n} steps did not end within {timeout_s} s: {_steps(run_dir)}")
-
-
-def _second_run(base: str, host: str) -> Path:
-    """An open-loop run started through the same /swarm the form posts to (rates, Poisson)."""
-    answer = _post(
-        base + "swarm",
-        {"user_count": "1", "spawn_rate": "1", "host": host, "lg_steps": "", "lg_rates": "4,8",
-         "lg_step_seconds": "2", "lg_warmup_seconds": "0.5", "lg_max_tokens": "16", "lg_label": "browser-open"},
-    )  # fmt: skip
-    assert answer["success"], answer
-    out = Path(json.loads(urllib.request.urlopen(base + "loadgen/runs.json", timeout=10).read())["out"])
-    run_dir = _wait_run_dir(out, "browser-open", 20)
-    _wait_steps_ended(run_dir, 2, 40)
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert [s["rate"] for s in summary["steps"]] == [4.0, 8.0]
-    return run_dir
