@@ -114,87 +114,74 @@ def _fit(table: dict[str, Any], name: str) -> float:
     return value
 
 
-def test_h100_llama_is_recovered_and_predicts_twice_the_load(sim_factory: Any, tmp_path: Path) -> None:
-    sim = sim_factory("--profile", "h100-llama-8b", "--startup-s", "0")
-    run_dir = _ramp(sim.url, tmp_path / "runs", "1,4,16,32")
-    truth_64 = _ramp(sim.url, tmp_path / "truth64", "64")
+def test_h100_llama_is_recovered_and_predicts_twice_the_load_and_where_retraction_starts(
+    sim_factory: Any, tmp_path: Path
+) -> None:
+    """h100-llama-8b with a KV pool of ~5,500 tokens (mem_fraction_static 0.2184): 32 requests of 60 +
+    64 tokens fit, 64 do not, so the server retracts from C=64 on. Measured at C=1, 4, 16, 32; the twin
+    learns the pool from the run's /metrics and must reproduce every measured step, and at C=64 (twice
+    the highest) predict the profile's throughput and TPOT and retract where the profile does."""
+    flags = ("--profile", "h100-llama-8b", "--startup-s", "0", "--mem-fraction-static", "0.2184")
+    pool = memory_plan(apply_overrides(load_profile("h100-llama-8b"), {"server.mem_fraction_static": 0.2184}))
+    assert 32 * 124 < pool.kv_pool_tokens < 64 * 124
+    sim = sim_factory(*flags)
+    gpu = ("--gpu-source", f"{sim.url}/gpu/metrics", "--slo", "ttft_p99=2s,tpot_p99=50ms")
+    run_dir = _ramp(sim.url, tmp_path / "runs", "1,4,16,32", *gpu)
     sim.stop()
-    table = _twin(run_dir, tmp_path / "twin64", "--concurrency", "64")
+    # the truth starts cold, as the twin's what-if replay does (admission loosens as it runs)
+    fresh = sim_factory(*flags)
+    truth_64 = _ramp(fresh.url, tmp_path / "truth64", "64")
+    fresh.stop()
+    table = _twin(run_dir, tmp_path / "twin64", "--concurrency", "64", "--plan", "--target-rps", "20")
+    assert _fit(table, "kv_pool_tokens") == pool.kv_pool_tokens
     errors = _errors(table)
     _show("h100-llama-8b replay", errors)
     predicted = _vs_truth(table, truth_64)
-    _show("h100-llama-8b C=64 (2x) against the profile", predicted)
+    _show("h100-llama-8b C=64 (2x, above the overflow) against the profile", predicted)
+    ladder = [1, 4, 16, 32, 64]
+    replayed, what_if = table["twin_runs"]
+    measured = {**_retractions(run_dir), **_retractions(truth_64)}
+    twin = {**_retractions(replayed), **_retractions(what_if)}
+    print("retractions per step: profile", measured, "twin", twin)
+    first_measured = next(i for i, c in enumerate(ladder) if measured[c] > 0)
+    first_twin = next((i for i, c in enumerate(ladder) if twin[c] > 0), len(ladder))
+    assert ladder[first_measured] == 64
+    assert abs(first_twin - first_measured) <= 1, (measured, twin)
     # TTFT p50 at C=16-32 is printed, not held (docs/twin.md: closed-loop cohorts share prefills)
     held = {key: v for key, v in errors.items() if key[1] != "TTFT p50 ms" or key[0] <= 4}
     bad = _outside(held, {"throughput tok/s": 0.05, "TPOT p50 ms": 0.05, "TTFT p50 ms": 0.10})
     bad |= _outside(predicted, {"throughput tok/s": 0.10, "TPOT p50 ms": 0.10})
     assert not bad, f"outside the tolerances: {bad}"
-
-
-def test_small_kv_pool_is_recovered_and_predicts_where_retraction_starts(sim_factory: Any, tmp_path: Path) -> None:
-    """h100-llama-8b with a KV pool of ~2,550 tokens (mem_fraction_static 0.2135): 16 requests of 60 +
-    64 tokens fit, 32 do not, so the server retracts from C=32 on. The twin learns the pool from the
-    run's /metrics and must retract where the profile does."""
-    flags = ("--profile", "h100-llama-8b", "--startup-s", "0", "--mem-fraction-static", "0.2135")
-    pool = memory_plan(apply_overrides(load_profile("h100-llama-8b"), {"server.mem_fraction_static": 0.2135}))
-    sim = sim_factory(*flags)
-    gpu = ("--gpu-source", f"{sim.url}/gpu/metrics", "--slo", "ttft_p99=2s,tpot_p99=50ms")
-    run_dir = _ramp(sim.url, tmp_path / "runs", "4,16", *gpu)
-    sim.stop()
-    # the truth starts cold, as the twin's what-if replay does (admission loosens as it runs)
-    fresh = sim_factory(*flags)
-    truth_32 = _ramp(fresh.url, tmp_path / "truth32", "32")
-    fresh.stop()
-    table = _twin(run_dir, tmp_path / "twin32", "--concurrency", "32", "--plan", "--target-rps", "20")
-    assert _fit(table, "kv_pool_tokens") == pool.kv_pool_tokens
-    errors = _errors(table)
-    _show("small KV replay", errors)
-    predicted = _vs_truth(table, truth_32)
-    _show("small KV C=32 (2x, above the overflow) against the profile", predicted)
-    ladder = [4, 16, 32]
-    measured = {**_retractions(run_dir), **_retractions(truth_32)}
-    replayed, what_if = table["twin_runs"]
-    twin = {**_retractions(replayed), **_retractions(what_if)}
-    print("retractions per step: profile", measured, "twin", twin)
-    first_measured = next(i for i, c in enumerate(ladder) if measured[c] > 0)
-    first_twin = next((i for i, c in enumerate(ladder) if twin[c] > 0), len(ladder))
-    assert ladder[first_measured] == 32
-    assert abs(first_twin - first_measured) <= 1, (measured, twin)
-    held = {key: v for key, v in errors.items() if key[1] != "TTFT p50 ms" or key[0] <= 4}
-    bad = _outside(held, {"throughput tok/s": 0.05, "TPOT p50 ms": 0.05, "TTFT p50 ms": 0.10})
-    # above the overflow the wait for KV admission sets TTFT, and the twin's pool and early stops
-    # (the fitted natural length) set that wait as the profile's do
-    bad |= _outside(predicted, {"throughput tok/s": 0.05, "TPOT p50 ms": 0.05, "TTFT p50 ms": 0.10})
-    assert not bad, f"outside the tolerances: {bad}"
-    _report_columns_and_predicted_marks(table, tmp_path / "twin32", Path(run_dir))
+    _report_columns_and_predicted_marks(table, tmp_path / "twin64", Path(run_dir))
 
 
 def _report_columns_and_predicted_marks(table: dict[str, Any], out: Path, measured: Path) -> None:
     """twin.md / twin.json's KV fill, queue, retractions and power columns, the what-if marked
     predicted with its distance, the onsets, and the replay, its report and its plan marked predicted."""
     rows = {r["load"]: r for r in table["steps"]}
-    for load in (4.0, 16.0):  # measured steps: every column has both values and an error
+    for load in (16.0, 32.0):  # measured steps: every column has both values and an error
         row = rows[load]
         assert row["measured"] and not row["predicted"]
         for label in ("KV fill mean", "KV fill max", "queue mean", "retractions", "power W mean"):
             assert row[label]["measured"] is not None and row[label]["twin"] is not None, (load, label, row[label])
         assert abs(row["KV fill mean"]["abs_error"]) < 0.1  # the twin's pool is the measured one
-        assert abs(row["power W mean"]["rel_error"]) < 0.1
-    what_if = rows[32.0]
-    assert what_if["predicted"] and what_if["outside"] == "2x the highest measured load (16)"
+        # the fixed-timing twin draws one busy power whatever the batch (docs/twin.md); h100's rises with it
+        assert abs(row["power W mean"]["rel_error"]) < 0.25
+    what_if = rows[64.0]
+    assert what_if["predicted"] and what_if["outside"] == "2x the highest measured load (32)"
     assert what_if["KV fill max"]["measured"] is None and what_if["retractions"]["twin"] > 0
-    assert table["onset"]["retractions"]["load"] == 32.0 and table["onset"]["retractions"]["predicted"]
+    assert table["onset"]["retractions"]["load"] == 64.0 and table["onset"]["retractions"]["predicted"]
     assert table["onset"]["measured_retractions"] is None
     md = (out / "twin.md").read_text()
     assert "## KV cache, queue, retractions, power" in md and "| not measured |" not in md
-    assert "- Retractions start: C=32 (**predicted**: 2x the highest measured load (16))" in md, md
+    assert "- Retractions start: C=64 (**predicted**: 2x the highest measured load (32))" in md, md
     # the measured ramp and the what-if were replayed apart; both marked predicted
     replayed, what_if_run = (Path(p) for p in table["twin_runs"])
     for run in (replayed, what_if_run):
         assert json.loads((run / "manifest.json").read_text())["twin"]["predicted"] is True
     manifest = json.loads((what_if_run / "manifest.json").read_text())
-    assert manifest["twin"]["source_run"] == str(measured.resolve()) and manifest["twin"]["concurrency"] == [32]
-    mark = f"Predicted by the twin of {measured.name} (what-if: concurrency 32)"
+    assert manifest["twin"]["source_run"] == str(measured.resolve()) and manifest["twin"]["concurrency"] == [64]
+    mark = f"Predicted by the twin of {measured.name} (what-if: concurrency 64)"
     assert mark in (what_if_run / "report.md").read_text().splitlines()[2]
     assert "PREDICTED, not measured" in (what_if_run / "report.html").read_text()
     plan = json.loads((what_if_run / "plan.json").read_text())
