@@ -248,9 +248,10 @@ class FixedStepModel:
         self._batch, self._step_ms = timing.decode_points()
 
     def decode(self, n_reqs: int, ctx_sum: float) -> StepCost:
+        kv_ms = self.t.decode_ms_per_1k_ctx * ctx_sum / 1000.0
         if self._batch:
-            return self._cost(self._table_ms(float(n_reqs)) / 1e3)
-        d = self.t.itl_ms * (1.0 + self.t.itl_growth * max(0, n_reqs - 1)) / 1e3
+            return self._cost((self._table_ms(float(n_reqs)) + kv_ms) / 1e3)
+        d = (self.t.itl_ms * (1.0 + self.t.itl_growth * max(0, n_reqs - 1)) + kv_ms) / 1e3
         return self._cost(d)
 
     def _table_ms(self, n: float) -> float:

@@ -150,6 +150,10 @@ class FixedTiming:
     set, replaces ``itl_ms``/``itl_growth``: the decode step is piecewise linear in the running
     requests through those points, extended past either end along the nearest segment (never below
     1 µs). A calibrated twin uses it where the step time bends with the batch (MoE experts touched).
+
+    ``decode_ms_per_1k_ctx`` adds that many ms to a decode step per 1,000 tokens held in the KV cache
+    by the running requests (prompt and output so far, cached prefix included): attention reads them
+    all. A twin calibrated from two or more context lengths writes it (docs/twin.md); 0: no term.
     """
 
     ttft_ms: float = 20.0
@@ -159,6 +163,7 @@ class FixedTiming:
     ttft_floor_ms: float = 0.0
     power_busy_w: float = 300.0  # per-GPU power while stepping
     decode_ms_by_batch: str = ""
+    decode_ms_per_1k_ctx: float = 0.0
 
     def __post_init__(self) -> None:
         batch_table(self.decode_ms_by_batch)  # a bad table fails at load, not at the first step

@@ -178,6 +178,15 @@ def ramp_argv(run: Run, url: str, out: Path, what_if: WhatIf | None = None) -> l
         # a knee search replays as the loads it actually visited
         values["find_knee"] = False
         values["concurrency"] = sorted({s.concurrency for s in run.steps if s.concurrency})
+    if values.get("scenario"):
+        # the scenario file set the output lengths and body (the manifest keeps the defaults beside it)
+        if what_if.max_tokens is not None:
+            raise TwinError(
+                f"--max-tokens {what_if.max_tokens}: {run.path} ran the scenario {values['scenario']}, whose "
+                "[output] max_tokens sets the lengths; copy the scenario with other lengths and replay that"
+            )
+        values.pop("max_tokens", None)
+        values.pop("extra_body", None)
     if what_if.concurrency:
         values["concurrency"] = what_if.concurrency
         values["rates"] = None

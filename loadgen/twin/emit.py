@@ -103,17 +103,28 @@ def decode_knots(result: TwinFit) -> list[tuple[int, float]]:
     what-if (``--set``) changed the line."""
     if any(name in result.measured.get("what_if", {}) for name in LINE_PARAMS):
         return []
-    c = _get(result, "decode_ms_per_1k_ctx", 0.0)
+    c = _folded_ctx_ms(result)
     ctx = float(result.measured.get("ctx_per_request_tokens", 0.0))
     points = [(_knot_batch(k), p.value) for k, p in result.params.items() if k.startswith(KNOT_PREFIX)]
     return [(x, v + c * ctx * x / 1000.0) for x, v in sorted(points)]
+
+
+def ctx_term_served(result: TwinFit) -> bool:
+    """The twin serves the KV-context term as its own (``decode_ms_per_1k_ctx``): the run measured
+    two or more context lengths, or a what-if set the term."""
+    return bool(result.measured.get("ctx_term_served")) or "decode_ms_per_1k_ctx" in result.measured.get("what_if", {})
+
+
+def _folded_ctx_ms(result: TwinFit) -> float:
+    """ms per 1k context tokens folded into the per-request term (0 where the term is served)."""
+    return 0.0 if ctx_term_served(result) else _get(result, "decode_ms_per_1k_ctx", 0.0)
 
 
 def timing_fields(result: TwinFit) -> dict[str, float | str]:
     """The ``[timing]`` section: the fitted step model in the simulator's fixed-timing form."""
     a = _get(result, "decode_ms_fixed", 5.0)
     b = _get(result, "decode_ms_per_request", 0.0)
-    c = _get(result, "decode_ms_per_1k_ctx", 0.0)
+    c = _folded_ctx_ms(result)
     ctx = float(result.measured.get("ctx_per_request_tokens", 0.0))
     b_eff = b + c * ctx / 1000.0
     itl = max(a + b_eff, 1e-3)
@@ -124,6 +135,7 @@ def timing_fields(result: TwinFit) -> dict[str, float | str]:
         "itl_ms": itl,
         "itl_growth": b_eff / itl,
         "decode_ms_by_batch": ",".join(f"{x}:{ms:.6g}" for x, ms in decode_knots(result)),
+        "decode_ms_per_1k_ctx": max(_get(result, "decode_ms_per_1k_ctx", 0.0), 0.0) if ctx_term_served(result) else 0.0,
         "power_busy_w": _get(result, "busy_w", 200.0),
     }
 
@@ -214,8 +226,13 @@ def profile_text(result: TwinFit, *, name: str, served_name: str) -> str:
         + _comment(result, "prefix_block_tokens"),
         "",
         "[timing]",
-        "# decode step = itl_ms * (1 + itl_growth * (running - 1)); the fitted a + b*n + c*K/1000 with the",
-        f"# KV term folded in at {ctx if ctx is None else round(ctx)} tokens per running request",
+        "# decode step = itl_ms * (1 + itl_growth * (running - 1)) + decode_ms_per_1k_ctx * K/1000: the fitted",
+        "# a + b*n + c*K/1000, "
+        + (
+            "c served as its own term (two or more context lengths measured)"
+            if ctx_term_served(result)
+            else f"c folded into the per-request term at {ctx if ctx is None else round(ctx)} tokens a request"
+        ),
         f"ttft_ms = {_toml_value(timing['ttft_ms'])}" + _comment(result, "prefill_ms_fixed"),
         f"ttft_per_1k_ms = {_toml_value(timing['ttft_per_1k_ms'])}" + _comment(result, "prefill_ms_per_1k_tokens"),
         f"ttft_floor_ms = {_toml_value(timing['ttft_floor_ms'])}" + _comment(result, "prefill_ms_floor"),
@@ -225,6 +242,8 @@ def profile_text(result: TwinFit, *, name: str, served_name: str) -> str:
         "# the broken line through each load level's batch, when fitted, replaces itl_ms / itl_growth",
         f"decode_ms_by_batch = {_toml_value(timing['decode_ms_by_batch'])}"
         + _comment(result, *sorted((k for k in result.params if k.startswith(KNOT_PREFIX)), key=_knot_batch)),
+        f"decode_ms_per_1k_ctx = {_toml_value(timing['decode_ms_per_1k_ctx'])}"
+        + _comment(result, "decode_ms_per_1k_ctx"),
         f"power_busy_w = {_toml_value(float(busy))}" + _comment(result, "busy_w"),
         "",
     ]

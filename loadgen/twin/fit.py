@@ -149,6 +149,19 @@ def _fit_decode(obs: Observations, params: dict[str, Param], cannot: list[str], 
             ec = 0.0
         else:
             err_c = ec
+            spread = context_spread(obs)
+            # served as its own term only where the requests' contexts differed by CTX_SPREAD_MIN or more:
+            # at one context length the context grows with the batch, and c is what the within-step
+            # spread makes of that collinearity (docs/twin.md, "Identifiability")
+            measured["ctx_spread"] = spread
+            measured["ctx_term_served"] = spread >= CTX_SPREAD_MIN
+            if spread < CTX_SPREAD_MIN:
+                cannot.append(
+                    f"decode step vs tokens in the KV cache: fitted {c:.4g} ± {ec:.2g} ms per 1k tokens where the "
+                    f"requests' contexts differ by {spread:.2g}x (p90/p10); folded into the per-request term at "
+                    f"the run's {mean_ctx * 1000:.0f} tokens per request, so a what-if at another context length "
+                    f"keeps this run's. Contexts {CTX_SPREAD_MIN:g}x apart (two --context-tokens) serve it as a term"
+                )
         params["decode_ms_fixed"] = Param(a, ea, "ms", evidence)
         params["decode_ms_per_request"] = Param(b, eb, "ms", evidence)
         params["decode_ms_per_1k_ctx"] = Param(
@@ -170,6 +183,21 @@ def _fit_decode(obs: Observations, params: dict[str, Param], cannot: list[str], 
             f"decode step growth with batch: every clean gap had batch {int(distinct_n[0])}; a ramp over two or "
             "more concurrencies is needed (assumed flat)"
         )
+
+
+CTX_SPREAD_MIN = 2.0
+"""The requests' contexts (prompt + half the output, p90 over p10) must differ by this much for the
+twin to serve the KV-context term on its own rather than fold it in at the run's context."""
+
+
+def context_spread(obs: Observations) -> float:
+    """p90 / p10 of the successful requests' mid-output context (prompt tokens + half the output)."""
+    ctx = obs.prompt_tokens + obs.output_tokens / 2.0
+    ctx = ctx[np.isfinite(ctx) & (ctx > 0)]
+    if len(ctx) < 2:
+        return 1.0
+    lo, hi = np.percentile(ctx, [10, 90])
+    return float(hi / lo)
 
 
 def _fit_decode_knots(

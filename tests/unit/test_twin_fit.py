@@ -189,12 +189,43 @@ def test_exact_recovery_of_decode_and_prefill(tmp_path: Path) -> None:
 
 
 def test_context_term_is_separated_when_contexts_vary(tmp_path: Path) -> None:
+    # contexts 40x apart: the twin serves c as a term of its own, so its simulator's decode step
+    # follows the context at lengths the run never had (a --context-tokens what-if)
+    from loadgen.sim.profile import load_profile_file
+
     truth = Truth(a_ms=6.0, b_ms=0.01, c_ms=0.5)
     run = synth_run(tmp_path / "run", truth, [2, 8, 16], prompt_tokens=[100, 4000])
-    p = _fit(run).params
+    result = _fit(run)
+    p = result.params
     assert not p["decode_ms_per_1k_ctx"].assumed
     assert p["decode_ms_per_1k_ctx"].value == pytest.approx(truth.c_ms, rel=0.02)
     assert p["decode_ms_fixed"].value == pytest.approx(truth.a_ms, rel=0.01)
+    assert result.measured["ctx_term_served"] is True
+    path = tmp_path / "twin.toml"
+    path.write_text(profile_text(result, name="twin", served_name="m"))
+    engine = Engine(load_profile_file(path))
+    for n, ctx_sum in ((1, 100.0), (8, 8 * 4000.0), (16, 16 * 20_000.0)):
+        true_ms = truth.a_ms + truth.b_ms * n + truth.c_ms * ctx_sum / 1000
+        assert engine.timing.decode(n, ctx_sum).duration_s * 1e3 == pytest.approx(true_ms, rel=0.02), (n, ctx_sum)
+
+
+def test_context_term_is_folded_in_at_one_context_length(tmp_path: Path) -> None:
+    # one prompt length: context grows with the batch, so c is folded in at the run's context per
+    # request (the twin's step matches the run's, not other context lengths), and it says so
+    from loadgen.sim.profile import load_profile_file
+
+    truth = Truth(a_ms=6.0, b_ms=0.01, c_ms=0.5)
+    result = _fit(synth_run(tmp_path / "run", truth, [2, 8, 16], prompt_tokens=[1000]))
+    assert result.measured["ctx_term_served"] is False
+    assert any("folded into the per-request term" in line for line in result.cannot_fit), result.cannot_fit
+    path = tmp_path / "twin.toml"
+    path.write_text(profile_text(result, name="twin", served_name="m"))
+    assert "decode_ms_per_1k_ctx = 0.0" in path.read_text()
+    engine = Engine(load_profile_file(path))
+    ctx = result.measured["ctx_per_request_tokens"]
+    for n in (2, 8, 16):
+        true_ms = truth.a_ms + truth.b_ms * n + truth.c_ms * n * ctx / 1000
+        assert engine.timing.decode(n, 1e9).duration_s * 1e3 == pytest.approx(true_ms, rel=0.02), n
 
 
 def test_max_running_is_found_from_the_batch_plateau(tmp_path: Path) -> None:
@@ -330,3 +361,27 @@ def test_a_few_early_stops_give_the_natural_length(tmp_path: Path) -> None:
     assert median.uncertainty is not None
     assert abs(median.value - truth.natural_median) <= 3 * median.uncertainty
     assert any("output length spread" in c for c in result.cannot_fit)
+
+
+def test_a_scenario_run_replays_its_scenario_without_the_manifests_default_lengths(tmp_path: Path) -> None:
+    # the manifest keeps max_tokens' default beside the scenario; `loadgen ramp` refuses both at once,
+    # so the replay leaves the lengths to the scenario file, and a max_tokens what-if says what to do
+    from loadgen.twin.cli import WhatIf, ramp_argv
+    from loadgen.twin.emit import TwinError
+
+    run_dir = synth_run(tmp_path / "run", Truth(), [1, 4])
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    manifest["options"].update({"scenario": "/s/spread.toml", "max_tokens": 512, "extra_body": {"a": 1}})
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    run = load_run(run_dir)
+    argv = ramp_argv(run, "http://127.0.0.1:1", tmp_path / "out", WhatIf(concurrency=[8]))
+    assert argv[argv.index("--scenario") + 1] == "/s/spread.toml"
+    assert "--max-tokens" not in argv and "--extra-body" not in argv
+    assert argv[argv.index("--concurrency") + 1] == "8"
+    with pytest.raises(TwinError, match=r"ran the scenario /s/spread.toml, whose \[output\] max_tokens"):
+        ramp_argv(run, "http://127.0.0.1:1", tmp_path / "out", WhatIf(max_tokens=64))
+    # a run without a scenario replays its --max-tokens
+    manifest["options"].pop("scenario")
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    argv = ramp_argv(load_run(run_dir), "http://127.0.0.1:1", tmp_path / "out")
+    assert argv[argv.index("--max-tokens") + 1] == "512"
