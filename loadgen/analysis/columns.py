@@ -78,7 +78,7 @@ _NEW_INT_FIELDS: dict[str, int] = {
     "turn": 0,
 }
 _CAT_FIELDS = ("worker", "tokens_source", "finish_reason", "error_class", "endpoint", "chunk_clock")
-_NEW_CAT_FIELDS = ("conversation",)
+_NEW_CAT_FIELDS = ("conversation", "source")
 # Columns derived from a record's ``chunk_late_ns`` (see ``_late_columns``).
 _DERIVED_INTS = ("late_first_ns", "late_gaps")
 _ALL_INTS = (*_INT_FIELDS, *_NEW_INT_FIELDS, *_DERIVED_INTS)
@@ -123,7 +123,8 @@ class Requests:
     more than ``TIMING_TOLERANCE_NS``; ``chunk_clock``: ``kernel``, ``read`` or ``""`` (older runs).
     The fields newer writers add (``first_reasoning_ns``, ``first_answer_ns``, ``first_tool_ns``,
     ``reasoning_tokens``, ``max_turns``, ``inputs``: MISSING; ``tool_calls``, ``tool_args_chars``,
-    ``images``, ``turn``: 0; ``conversation``: None) read as those defaults in older runs.
+    ``images``, ``turn``: 0; ``conversation``, ``source`` (the workload's label): None) read as those
+    defaults in older runs.
     """
 
     ids: list[str]
@@ -157,6 +158,7 @@ class Requests:
     images: I64
     turn: I64
     conversation: Categorical
+    source: Categorical
     late_first_ns: I64
     late_gaps: I64
     chunk_start: I64
@@ -473,7 +475,7 @@ def _new_columns(recs: list[dict[str, Any]]) -> dict[str, Sequence[Any]]:
     try:
         return dict(zip(_NEW_KEYS, zip(*map(_ALL_NEW_KEYS, recs), strict=True), strict=True))
     except KeyError:
-        defaults: dict[str, Any] = {**_NEW_INT_FIELDS, "conversation": None}
+        defaults: dict[str, Any] = {**_NEW_INT_FIELDS, "conversation": None, "source": None}
         return {k: [r.get(k, defaults[k]) for r in recs] for k in _NEW_KEYS}
 
 
@@ -618,6 +620,7 @@ class _Columns:
             endpoint=cat("endpoint"),
             chunk_clock=cat("chunk_clock"),
             conversation=cat("conversation"),
+            source=cat("source"),
             chunk_start=chunk_start,
             chunk_offsets_ns=chunk_arrays[0] if chunk_arrays else (self.offsets or empty).finish(),
             chunk_tokens=chunk_arrays[1] if chunk_arrays else (self.tokens or _Flat(np.int32, 0)).finish(),

@@ -256,6 +256,8 @@ class RunState(StepSink):
         rid = f"{self._prefix}-{next(self._seq)}"
         headers = dict(self._headers)
         headers["X-Request-Id"] = rid
+        if spec.source and spec.source.isascii() and spec.source.isprintable():
+            headers["X-Loadgen-Source"] = spec.source  # the workload's label (a twin keys acceptance by it)
         body = self.body(spec)
         path = ENDPOINT_PATHS[spec.endpoint]
         self.in_flight += 1

@@ -58,6 +58,7 @@ from loadgen.sim.memory import MemoryPlan, memory_plan
 from loadgen.sim.model import StepCost, StepModel
 from loadgen.sim.prefix import Block, PrefixCache
 from loadgen.sim.profile import FixedTiming, Profile
+from loadgen.sim.text import classify_source
 
 CLIP_MAX_NEW_TOKENS = 4096
 INIT_NEW_TOKEN_RATIO = 0.7
@@ -239,6 +240,19 @@ class Gauges:
     cache_hit_rate: float = 0.0
 
 
+SOURCE_PREFIX = "src:"
+"""A request's ``source`` is this and its workload label when the profile's ``tau_by_source`` names
+the label (the X-Loadgen-Source header), else the classifier's ``code``/``prose``/``default``."""
+
+
+def request_source(taus_by_source: dict[str, float], label: str | None, text: str) -> str:
+    """The acceptance class of a request: its workload label where the profile keys acceptance by
+    it (``SpecConfig.taus_by_source()``), else what the prompt's text classifies as."""
+    if label and label in taus_by_source:
+        return SOURCE_PREFIX + label
+    return classify_source(text)
+
+
 class FixedStepModel:
     """Step durations from :class:`FixedTiming` (TTFT and per-step time given), same interface."""
 
@@ -330,6 +344,8 @@ class Engine:
             self._cdfs["default"] = acceptance_cdf(sp.tau, sp.depth)
             self._cdfs["code"] = acceptance_cdf(sp.tau_code or sp.tau, sp.depth)
             self._cdfs["prose"] = acceptance_cdf(sp.tau_prose or sp.tau, sp.depth)
+            for label, tau in sp.taus_by_source().items():
+                self._cdfs[SOURCE_PREFIX + label] = acceptance_cdf(tau, sp.depth)
         # energy / busy accounting per GPU: (time, energy_j, busy_s) at step boundaries
         self.energy_j = 0.0
         self._acct_t: float | None = None

@@ -86,6 +86,9 @@ class SpecConfig:
     (the verify width; the tree budget + 1 for DDTree), whatever is accepted, and commits
     ``accepted + 1`` tokens, at most ``depth + 1``. ``tau`` is the mean committed per cycle;
     ``tau_code`` / ``tau_prose`` replace it for prompts classified as code or prose (0 = use tau).
+    ``tau_by_source`` (``"LABEL=TAU;LABEL=TAU"``) replaces both for a request whose
+    ``X-Loadgen-Source`` header (the load generator's workload label) names one of its labels: a twin
+    calibrated from a run keys acceptance by the labels the run's records carry (docs/twin.md).
     """
 
     name: str = "none"
@@ -95,6 +98,7 @@ class SpecConfig:
     tau: float = 1.0
     tau_code: float = 0.0
     tau_prose: float = 0.0
+    tau_by_source: str = ""
     beta: float = 0.5  # expert overlap of one request's verify tokens: n_eff = C * width**beta
     drafter_ms: float = 0.0  # drafter forward + tree build per cycle
     drafter_bytes: float = 0.0  # drafter weights (node total)
@@ -102,9 +106,36 @@ class SpecConfig:
     draft_block_tokens: int = 0  # tokens one drafter forward processes per request
     target_hidden_layers: int = 0  # target layers whose hidden states the verify forward hands the drafter
 
+    def __post_init__(self) -> None:
+        source_taus(self.tau_by_source)  # a bad table fails at load, not at the first request
+
     @property
     def enabled(self) -> bool:
         return self.algorithm != "none"
+
+    def taus_by_source(self) -> dict[str, float]:
+        """``tau_by_source`` as label -> mean committed tokens per cycle (empty when unset)."""
+        return source_taus(self.tau_by_source)
+
+
+def source_taus(text: str) -> dict[str, float]:
+    """Parse ``"LABEL=TAU;LABEL=TAU"`` (TAU >= 1) into a dict; "" gives {}."""
+    out: dict[str, float] = {}
+    for item in text.split(";"):
+        if not item.strip():
+            continue
+        label, sep, value = item.rpartition("=")
+        try:
+            tau = float(value)
+        except ValueError:
+            tau = float("nan")
+        if not sep or not label.strip() or not tau >= 1.0:
+            raise ProfileError(
+                f"spec.tau_by_source {text!r}: expected LABEL=TAU pairs separated by ';' with TAU >= 1, "
+                "e.g. chat:answer/code=4.6;chat:answer/prose=3.8"
+            )
+        out[label.strip()] = tau
+    return out
 
 
 @dataclass(frozen=True)

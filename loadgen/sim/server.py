@@ -45,7 +45,7 @@ from functools import partial
 import numpy as np
 
 from loadgen.sim.bodies import error_body, models_body, server_info_body, sim_stats_body
-from loadgen.sim.engine import Engine, RejectError, SimRequest, natural_length
+from loadgen.sim.engine import Engine, RejectError, SimRequest, natural_length, request_source
 from loadgen.sim.http import Connection
 from loadgen.sim.logsink import LogSink
 from loadgen.sim.output_plan import (
@@ -79,7 +79,7 @@ from loadgen.sim.responses_api import (
     unknown_response_body,
 )
 from loadgen.sim.serverlog import CHILD_FAILED, VllmStats, say, start_up
-from loadgen.sim.text import TextSource, classify_source, prompt_block_hashes
+from loadgen.sim.text import TextSource, prompt_block_hashes
 
 PROM_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
 # pooling routes (vLLM serves each with and without /v1, rerank also as /v2) -> request kind
@@ -157,6 +157,7 @@ class SimServer:
         self.log = LogSink(options.log_file, options.metrics_style)
         engine_log = self.log.info if options.metrics_style == "sglang" else (lambda line: None)
         self.engine = Engine(profile, seed=options.seed, log=engine_log)
+        self._taus_by_source = profile.spec.taus_by_source() if profile.spec.enabled else {}
         self.gpu = GpuTelemetry(self.engine, options.seed)
         self.model_name = profile.model.served_name
         self.rng = np.random.default_rng(options.seed + 1)
@@ -442,7 +443,7 @@ class SimServer:
             max_new_tokens=limit,
             target_tokens=target,
             stop_reason=reason,
-            source=classify_source(params.text),
+            source=request_source(self._taus_by_source, headers.get("x-loadgen-source"), params.text),
         )
         if engine.cache is not None:
             s = self.profile.server
@@ -522,7 +523,8 @@ class SimServer:
             error_at=f.error_after_chunks if faulty else -1,
             plan=plan,
         )
-        req = SimRequest(rid, prompt_tokens, limit, target, reason, source=classify_source(request.text))
+        source = request_source(self._taus_by_source, headers.get("x-loadgen-source"), request.text)
+        req = SimRequest(rid, prompt_tokens, limit, target, reason, source=source)
         if engine.cache is not None:
             chat_body = {"messages": request.messages, "tools": request.tools_raw}
             req.block_hashes = prompt_block_hashes(chat_body, True, s.chars_per_token, s.prefix_block_tokens)

@@ -21,7 +21,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from loadgen.twin.fit import Param, TwinFit
+from loadgen.twin.fit import LABEL_TAU_PREFIX, Param, TwinFit
 
 KV_CELL_BYTES = 65536
 MEM_FRACTION = 0.9
@@ -120,6 +120,20 @@ def _folded_ctx_ms(result: TwinFit) -> float:
     return 0.0 if ctx_term_served(result) else _get(result, "decode_ms_per_1k_ctx", 0.0)
 
 
+def source_taus(result: TwinFit, depth: int) -> str:
+    """``tau_by_source`` of the twin: each workload label's fitted acceptance ("" when not fitted, or
+    when a what-if set ``tokens_per_chunk``, which then applies to every request)."""
+    if "tokens_per_chunk" in result.measured.get("what_if", {}):
+        return ""
+    top = depth + 1 - 1e-3
+    pairs = [
+        (name[len(LABEL_TAU_PREFIX) :], min(max(p.value, 1.0), top))
+        for name, p in sorted(result.params.items())
+        if name.startswith(LABEL_TAU_PREFIX)
+    ]
+    return ";".join(f"{label}={tau:.6g}" for label, tau in pairs)
+
+
 def timing_fields(result: TwinFit) -> dict[str, float | str]:
     """The ``[timing]`` section: the fitted step model in the simulator's fixed-timing form."""
     a = _get(result, "decode_ms_fixed", 5.0)
@@ -200,6 +214,9 @@ def profile_text(result: TwinFit, *, name: str, served_name: str) -> str:
             f"tau = {_toml_value(tau)}" + _comment(result, "tokens_per_chunk", "tokens_per_chunk_per_request"),
             "tau_code = 0.0",
             "tau_prose = 0.0",
+            "# acceptance per workload label (the X-Loadgen-Source header the load generator sends)",
+            f"tau_by_source = {_toml_value(source_taus(result, depth))}"
+            + _comment(result, *sorted(k for k in result.params if k.startswith(LABEL_TAU_PREFIX))),
             "beta = 1.0",
             "drafter_ms = 0.0  # the fitted step time includes drafting",
             "drafter_bytes = 0.0",

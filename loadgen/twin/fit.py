@@ -307,6 +307,40 @@ def renewal_steps(p: float, depth: int, max_tokens: int) -> F64:
     return np.concatenate(([0.0], np.asarray(steps, dtype=np.float64)))
 
 
+MIN_LABEL_REQUESTS = 20
+"""Requests a workload label needs for an acceptance of its own (with two or more such labels)."""
+LABEL_TAU_PREFIX = "tokens_per_chunk@"
+"""Parameter name of a workload label's acceptance: ``tokens_per_chunk@chat:answer/code``."""
+
+
+def _acceptance(out: F64, chunks: F64, depth: int) -> tuple[float, float, str] | None:
+    """Mean tokens a decode step commits (tau), its standard uncertainty and the evidence, from the
+    requests' output tokens and chunks: the decode steps each took (chunks - 1) to commit its tokens
+    after the first (output - 1), matched to the expected steps of a truncated geometric acceptance of
+    depth ``depth`` (``renewal_steps``) and solved for its probability with brentq. None under 5."""
+    dec_tok = (out - 1.0).astype(np.int64)  # the prefill commits the first token
+    dec_steps = chunks - 1.0
+    if len(dec_tok) < 5:
+        return None
+    weight = np.bincount(dec_tok).astype(np.float64)
+    target = float(dec_steps.sum())
+
+    def excess(p: float) -> float:
+        return float(weight @ renewal_steps(p, depth, len(weight) - 1)) - target
+
+    lo, hi = 1e-9, 1.0 - 1e-9
+    p_acc = lo if excess(lo) <= 0 else hi if excess(hi) >= 0 else float(brentq(excess, lo, hi, xtol=1e-7))
+    tau = 1.0 + float(np.sum(p_acc ** np.arange(1, depth + 1)))
+    ratio = float(dec_tok.sum() / target)
+    resid = dec_tok - ratio * dec_steps
+    se = math.sqrt(float(resid @ resid) / max(1, len(resid) - 1) / len(resid)) / float(dec_steps.mean())
+    evidence = (
+        f"{len(dec_tok)} requests: {int(dec_tok.sum())} tokens after the first in {int(target)} chunks, "
+        f"matched to the steps a truncated geometric acceptance (depth {depth}) takes to commit them"
+    )
+    return tau, se * tau / ratio, evidence
+
+
 def _fit_chunks(obs: Observations, params: dict[str, Param], cannot: list[str]) -> None:
     """Speculative acceptance. Per-chunk token counts are exact only when the server reports usage
     in every chunk (otherwise the usage total is spread over the chunks by characters), and a
@@ -329,29 +363,20 @@ def _fit_chunks(obs: Observations, params: dict[str, Param], cannot: list[str]) 
         return
     out, chunks = obs.output_tokens, obs.output_chunks
     use = np.isfinite(out) & (chunks >= 2) & (out >= chunks)
-    dec_tok = (out[use] - 1.0).astype(np.int64)  # the prefill commits the first token
-    dec_steps = chunks[use] - 1.0
-    if len(dec_tok) >= 5:
-        weight = np.bincount(dec_tok).astype(np.float64)
-        target = float(dec_steps.sum())
-
-        def excess(p: float) -> float:
-            return float(weight @ renewal_steps(p, depth, len(weight) - 1)) - target
-
-        lo, hi = 1e-9, 1.0 - 1e-9
-        p_acc = lo if excess(lo) <= 0 else hi if excess(hi) >= 0 else float(brentq(excess, lo, hi, xtol=1e-7))
-        tau = 1.0 + float(np.sum(p_acc ** np.arange(1, depth + 1)))
-        ratio = float(dec_tok.sum() / target)
-        resid = dec_tok - ratio * dec_steps
-        se = math.sqrt(float(resid @ resid) / max(1, len(resid) - 1) / len(resid)) / float(dec_steps.mean())
+    pooled = _acceptance(out[use], chunks[use], depth)
+    if pooled is not None:
         params["tokens_per_chunk"] = Param(
-            tau,
-            se * tau / ratio,
-            "tokens",
-            f"{len(dec_tok)} requests: {int(dec_tok.sum())} tokens after the first in {int(target)} chunks, "
-            f"matched to the steps a truncated geometric acceptance (depth {depth}) takes to commit them; "
-            f"the mean of whole chunks reads {mean:.3f}",
+            *pooled[:2], "tokens", pooled[2] + f"; the mean of whole chunks reads {mean:.3f}"
         )
+        labels, counts = np.unique(obs.source[use], return_counts=True)
+        big = labels[counts >= MIN_LABEL_REQUESTS]
+        keyed = [str(lab) for lab in big if lab and ";" not in lab]
+        if len(keyed) >= 2:
+            for label in keyed:
+                sel = obs.source[use] == label
+                got = _acceptance(out[use][sel], chunks[use][sel], depth)
+                if got is not None:
+                    params[LABEL_TAU_PREFIX + label] = Param(*got[:2], "tokens", f"workload label {label!r}: " + got[2])
     else:
         params["tokens_per_chunk"] = Param(mean, float(tok.std() / math.sqrt(len(tok))), "tokens", evidence)
     if len(np.unique(n)) >= 2:

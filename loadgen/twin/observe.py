@@ -76,6 +76,7 @@ class Observations:
     output_chunks: F64  # chunks that carried output (0 where the request was not streamed)
     finished_stop: BArr
     max_tokens: F64
+    source: npt.NDArray[np.object_]  # the workload's label ("" where the record has none)
     # run facts
     steps: list[StepInfo]
     records: int
@@ -239,6 +240,7 @@ def _one_run(run: Run) -> dict[str, Any]:
         "output_chunks": counts[okr].astype(np.float64),
         "finished_stop": np.array([f == "stop" for f in fr], dtype=bool),
         "max_tokens": req.max_tokens[okr].astype(np.float64),
+        "source": np.array([v or "" for v in req.source.values(okr)], dtype=object),
         "steps": [StepInfo(s.step, s.concurrency, s.rate, s.context_tokens, s.steady_ns, s.end_ns) for s in run.steps],
         "records": n,
         "ok_records": int(ok.sum()),
@@ -293,6 +295,7 @@ def observe(runs: list[Run]) -> Observations:
         output_chunks=cat("output_chunks"),
         finished_stop=cat("finished_stop"),
         max_tokens=cat("max_tokens"),
+        source=cat("source") if parts else np.zeros(0, dtype=object),
         steps=[s for p in parts for s in p["steps"]],
         records=sum(p["records"] for p in parts),
         ok_records=sum(p["ok_records"] for p in parts),

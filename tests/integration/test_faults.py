@@ -85,8 +85,9 @@ class FaultServer:
     """A small OpenAI-style server on 127.0.0.1 that misbehaves on purpose, one way per request.
 
     Request ``n`` (counted from 0 in arrival order) gets behaviour ``kinds[n % len(kinds)]``; the
-    server keeps ``{X-Request-Id: kind}`` and the Authorization headers it saw, so a test can check the
-    client's classification of every request against the truth. Behaviours:
+    server keeps ``{X-Request-Id: kind}``, the Authorization headers and the X-Loadgen-Source header
+    (the workload's label) it saw, so a test can check the client's classification of every request
+    against the truth. Behaviours:
 
     ``ok``            a normal stream: role chunk, 3 content chunks, finish, usage, [DONE]
     ``ctx400``        HTTP 400 with SGLang's context-length body
@@ -110,6 +111,7 @@ class FaultServer:
         self.stall_s = stall_s
         self.seen: dict[str, str] = {}
         self.auth: list[str | None] = []
+        self.sources: dict[str, str | None] = {}
         self.count = 0
         self.lock = threading.Lock()
         server = self
@@ -136,6 +138,7 @@ class FaultServer:
                     server.count += 1
                     server.seen[rid] = kind
                     server.auth.append(self.headers.get("Authorization"))
+                    server.sources[rid] = self.headers.get("X-Loadgen-Source")
                 server.respond(self, kind, rid)
 
             def _send(self, code: int, body: bytes, ctype: str = "application/json") -> None:
@@ -268,6 +271,8 @@ def test_every_fault_is_classified_and_every_request_is_on_disk(
     records = run_records(run_dir)
     # every request the server answered (or broke) is a record, with the class its fault implies
     assert {r["id"] for r in records} == set(server.seen)
+    # each request told the server its workload label, the one its record keeps
+    assert all(r["source"] and server.sources[r["id"]] == r["source"] for r in records)
     mismatched = [
         (server.seen[r["id"]], r["error_class"])
         for r in records

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -39,6 +40,7 @@ class Truth:
     tau: float = 1.0  # speculative decoding: mean tokens a decode step commits (truncated geometric)
     depth: int = 0
     natural_median: float = 0.0  # > 0: a request stops at a log-normal length (spread 0.8) below the cap
+    label_taus: tuple[tuple[str, float], ...] = ()  # workload labels drawn evenly, each with its own tau
 
 
 def synth_run(
@@ -55,6 +57,8 @@ def synth_run(
     """Write a run directory of a closed-loop ramp over ``concurrency`` against ``truth``."""
     rng = np.random.default_rng(seed)
     accept = acceptance_cdf(truth.tau, truth.depth)
+    by_label = {label: acceptance_cdf(tau, truth.depth) for label, tau in truth.label_taus}
+    labels = [label for label, _ in truth.label_taus] or [""]
 
     def natural_target() -> int:
         if truth.natural_median <= 0:
@@ -89,6 +93,7 @@ def synth_run(
                 "tokens": [],
                 "target": natural_target(),
                 "step": si,
+                "label": labels[int(rng.integers(len(labels)))],
             }
 
         waiting = [new_request(t, u) for u in range(conc)]
@@ -109,7 +114,8 @@ def synth_run(
             done = []
             for r in running:
                 have = sum(r["tokens"])  # type: ignore[call-overload]
-                drawn = int(np.searchsorted(accept, rng.random(), side="right")) + 1
+                cdf = by_label.get(str(r["label"]), accept)
+                drawn = int(np.searchsorted(cdf, rng.random(), side="right")) + 1
                 r["chunks"].append(t)  # type: ignore[attr-defined]
                 r["tokens"].append(min(drawn, int(r["target"]) - have))  # type: ignore[attr-defined, call-overload]
                 if have + r["tokens"][-1] >= int(r["target"]):  # type: ignore[index, call-overload]
@@ -148,6 +154,7 @@ def synth_run(
                 "max_tokens": max_tokens,
                 "context_tokens": 60,
                 "cached_tokens": 0,
+                "source": r["label"] or None,
             }
             fh.write(json.dumps(rec) + "\n")
     with (path / "steps.jsonl").open("w") as fh:
@@ -333,6 +340,35 @@ def test_speculative_acceptance_is_fitted_from_the_steps_each_request_took(tmp_p
     assert p["tokens_per_chunk"].value == pytest.approx(truth.tau, rel=0.02)
     # whole chunks alone read low: the chunk that reaches max_tokens, left out, is more often a long draw
     assert obs.chunk_tokens.mean() < 0.97 * truth.tau
+
+
+def test_acceptance_per_workload_label_is_fitted_and_served_by_the_label_header(tmp_path: Path) -> None:
+    # code prompts accept 5 tokens a step, prose 3: the twin fits each label's acceptance and its
+    # simulator draws it for a request whose X-Loadgen-Source header names the label
+    from loadgen.sim.engine import SOURCE_PREFIX, request_source
+    from loadgen.sim.profile import load_profile_file
+
+    truth = Truth(tau=4.0, depth=6, label_taus=(("chat:x/code", 5.0), ("chat:x/prose", 3.0)))
+    result = fit(observe([load_run(synth_run(tmp_path / "run", truth, [1, 4, 16], step_s=3.0, max_tokens=48))]))
+    p = result.params
+    assert p["tokens_per_chunk@chat:x/code"].value == pytest.approx(5.0, rel=0.04)
+    assert p["tokens_per_chunk@chat:x/prose"].value == pytest.approx(3.0, rel=0.04)
+    assert 3.0 < p["tokens_per_chunk"].value < 5.0  # the pooled one, for labels the twin has not seen
+    path = tmp_path / "twin.toml"
+    path.write_text(profile_text(result, name="twin", served_name="m"))
+    engine = Engine(load_profile_file(path), seed=1)
+    taus = engine.profile.spec.taus_by_source()
+    assert set(taus) == {"chat:x/code", "chat:x/prose"}
+    assert request_source(taus, "chat:x/code", "prose text") == SOURCE_PREFIX + "chat:x/code"
+    assert request_source(taus, "other", "plain prose words here") == "prose"  # unknown: the classifier's
+    for label, tau in (("chat:x/code", 5.0), ("chat:x/prose", 3.0)):
+        reqs = [SimpleNamespace(source=SOURCE_PREFIX + label)] * 20_000
+        assert np.mean(engine._draw(reqs)) == pytest.approx(tau, rel=0.04)  # type: ignore[arg-type]
+    # a what-if on the pooled acceptance applies to every request
+    apply_sets(result, {"tokens_per_chunk": "2.0"})
+    assert 'tau_by_source = ""' in profile_text(result, name="twin", served_name="m")
+    with pytest.raises(ProfileError, match="expected LABEL=TAU pairs"):
+        apply_overrides(load_profile_file(path), {"spec.tau_by_source": "chat:x/code=0.5"})
 
 
 def test_renewal_steps_count_the_draws_to_reach_each_length() -> None:
