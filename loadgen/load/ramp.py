@@ -27,7 +27,7 @@ from loadgen.load.compose import compose
 from loadgen.load.distributed import FLUSH_S
 from loadgen.load.runtime import RunState, bind, quiet_gc
 from loadgen.load.selfwatch import SelfWatch
-from loadgen.load.shape import RampShape, start_shape
+from loadgen.load.shape import RampShape
 from loadgen.load.user import LLMUser, OpenLoopUser
 from loadgen.rundir.clock import ANCHOR
 from loadgen.rundir.records import JsonlAppender, RunDirError, format_bytes, free_bytes
@@ -393,7 +393,7 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
         signal.signal(sig, on_signal)
     quiet_gc()
     try:
-        start_shape(runner)  # ticks every 50 ms: steps as long as asked (Locust's own ticks each second)
+        runner.start_shape()
         gevent.sleep(0.05)
         telemetry_alive = side is not None
         while runner.shape_greenlet is not None and not interrupted:

@@ -30,15 +30,12 @@ users running (closed loop after open loop, or back) first gets a tick at zero u
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
-import gevent
 from locust import LoadTestShape
-from locust.runners import STATE_INIT, STATE_RUNNING, STATE_SPAWNING, Runner, locust_exception_handler
 
 from loadgen.rundir.clock import ANCHOR
 from loadgen.spec.options import StepPlan
@@ -463,47 +460,3 @@ class RampShape(LoadTestShape):
             "ends_in_s": ends_in_s,
             "steps": steps,
         }
-
-
-SHAPE_TICK_S = 0.05
-"""How often ``start_shape`` ticks the shape: a step ends within this of when it is due."""
-
-
-def start_shape(runner: Runner, interval_s: float = SHAPE_TICK_S) -> None:
-    """Locust's ``Runner.start_shape``, ticking the shape every ``interval_s`` instead of every second.
-
-    Locust's shape worker sleeps a second between ticks, so a step ends at the first tick after it is
-    due: up to a second late, and a second late every time when warm-up plus step is a whole number
-    of seconds (the step began a few milliseconds after its tick). ``loadgen ramp`` drives its
-    ``RampShape`` with this instead: its steady windows are as long as asked (within ``interval_s``)
-    and a ramp of N short steps is N seconds shorter. The rest is Locust's: one ``start()`` per change
-    of the tick's target, and at the end ``quit()`` headless, else ``stop()``."""
-    if runner.shape_greenlet:
-        return
-    runner.update_state(STATE_INIT)
-    runner.shape_greenlet = runner.greenlet.spawn(_shape_worker, runner, interval_s)
-    runner.shape_greenlet.link_exception(locust_exception_handler(runner.environment))
-    shape = runner.environment.shape_class
-    if shape is not None:
-        shape.reset_time()
-
-
-def _shape_worker(runner: Runner, interval_s: float) -> None:
-    env = runner.environment
-    while runner.state in (STATE_INIT, STATE_SPAWNING, STATE_RUNNING):
-        began = time.monotonic()
-        tick = env.shape_class.tick() if env.shape_class is not None else None
-        if tick is None:
-            if env.parsed_options and env.parsed_options.headless:
-                runner.quit()
-            else:
-                runner.stop()
-            runner.shape_greenlet = None
-            runner.shape_last_tick = None
-            return
-        if tick != runner.shape_last_tick:
-            users, rate = tick[0], tick[1]
-            classes = tick[2] if len(tick) > 2 else None
-            runner.start(user_count=users, spawn_rate=rate, user_classes=classes)
-            runner.shape_last_tick = tick
-        gevent.sleep(max(interval_s - (time.monotonic() - began), 0.0))

@@ -137,37 +137,3 @@ def test_same_concurrency_next_step_is_reached_at_once() -> None:
 def test_plan_needs_a_length() -> None:
     with pytest.raises(ValueError, match="--step-seconds or --requests-per-step"):
         build_plan([1], None, 1.0, None, None)
-
-
-def test_start_shape_ends_each_step_when_it_is_due_not_at_the_next_second() -> None:
-    # a real Locust runner driven by start_shape: steps of 0.2 s warm-up + 0.45 s each end within a
-    # tick (50 ms) of when they are due; Locust's own shape worker ticks once a second, which made
-    # each of these steps last a whole second or more
-    import gevent
-    from locust import User, constant, task
-    from locust.env import Environment
-
-    from loadgen.load.shape import SHAPE_TICK_S, start_shape
-
-    class Idle(User):
-        wait_time = constant(0.01)
-
-        @task
-        def nothing(self) -> None:
-            pass
-
-    sink = Sink()
-    shape = RampShape(build_plan([1, 3], None, warmup_s=0.2, duration_s=0.45, requests=None), sink)
-    env = Environment(user_classes=[Idle], shape_class=shape, events=None)
-    runner = env.create_local_runner()
-    start_shape(runner)
-    with gevent.Timeout(10):
-        while runner.shape_greenlet is not None:
-            gevent.sleep(0.02)
-    runner.quit()
-    times = {(e[0], e[1]): e[-2] if e[0] == "end" else e[-1] for e in sink.events}
-    for i in (0, 1):
-        assert times[("steady", i)] - times[("start", i)] >= 0.2 * S
-        window = (times[("end", i)] - times[("steady", i)]) / S
-        assert 0.45 <= window <= 0.45 + SHAPE_TICK_S + 0.03, (i, window)
-    assert [e[3] for e in sink.events if e[0] == "end"] == ["duration", "duration"]
