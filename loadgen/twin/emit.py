@@ -110,8 +110,8 @@ def decode_knots(result: TwinFit) -> list[tuple[int, float]]:
 
 
 def ctx_term_served(result: TwinFit) -> bool:
-    """The twin serves the KV-context term as its own (``decode_ms_per_1k_ctx``): the run measured
-    two or more context lengths, or a what-if set the term."""
+    """The twin serves the KV-context term as its own (``decode_ms_per_1k_ctx``): the run's requests
+    had contexts ``CTX_SPREAD_MIN`` times apart or more (two context lengths), or a what-if set it."""
     return bool(result.measured.get("ctx_term_served")) or "decode_ms_per_1k_ctx" in result.measured.get("what_if", {})
 
 
@@ -246,7 +246,7 @@ def profile_text(result: TwinFit, *, name: str, served_name: str) -> str:
         "# decode step = itl_ms * (1 + itl_growth * (running - 1)) + decode_ms_per_1k_ctx * K/1000: the fitted",
         "# a + b*n + c*K/1000, "
         + (
-            "c served as its own term (two or more context lengths measured)"
+            "c served as its own term (the run's contexts were 2x or more apart)"
             if ctx_term_served(result)
             else f"c folded into the per-request term at {ctx if ctx is None else round(ctx)} tokens a request"
         ),
