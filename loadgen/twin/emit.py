@@ -120,7 +120,7 @@ def _folded_ctx_ms(result: TwinFit) -> float:
     return 0.0 if ctx_term_served(result) else _get(result, "decode_ms_per_1k_ctx", 0.0)
 
 
-def source_taus(result: TwinFit, depth: int) -> str:
+def tau_by_source_text(result: TwinFit, depth: int) -> str:
     """``tau_by_source`` of the twin: each workload label's fitted acceptance ("" when not fitted, or
     when a what-if set ``tokens_per_chunk``, which then applies to every request)."""
     if "tokens_per_chunk" in result.measured.get("what_if", {}):
@@ -215,7 +215,7 @@ def profile_text(result: TwinFit, *, name: str, served_name: str) -> str:
             "tau_code = 0.0",
             "tau_prose = 0.0",
             "# acceptance per workload label (the X-Loadgen-Source header the load generator sends)",
-            f"tau_by_source = {_toml_value(source_taus(result, depth))}"
+            f"tau_by_source = {_toml_value(tau_by_source_text(result, depth))}"
             + _comment(result, *sorted(k for k in result.params if k.startswith(LABEL_TAU_PREFIX))),
             "beta = 1.0",
             "drafter_ms = 0.0  # the fitted step time includes drafting",
