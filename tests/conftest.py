@@ -1,15 +1,25 @@
-"""Shared fixtures: real servers on 127.0.0.1, started and stopped by the tests that use them."""
+"""Shared fixtures: real servers on 127.0.0.1, started and stopped by the tests that use them.
+
+The suite runs on two pytest-xdist workers (pyproject's addopts), one file at a time each: most
+tests wait on real servers and real steps, not on the CPU. A test marked ``exclusive`` (it measures
+timing that another test's CPU would move: a twin against its profile, the story's figures, the
+client's clock against the server's truth) runs alone: it waits until the other worker's test
+has ended, and no test starts beside it (``_alone``).
+"""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +27,57 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+@contextmanager
+def _alone(exclusive: bool) -> Iterator[None]:
+    """Under xdist, a readers-writer lock shared by the run's workers (two files under the temp
+    dir, named by the run's id): every test holds ``tests`` shared, an exclusive one holds it alone.
+    ``turnstile`` keeps tests from starting while an exclusive one waits for the running ones."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run is None:  # one process: every test runs alone already
+        yield
+        return
+    base = Path(tempfile.gettempdir()) / f"loadgen-tests-{run}"
+    base.mkdir(exist_ok=True)
+    with open(base / "turnstile", "a") as turnstile, open(base / "tests", "a") as tests:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        if exclusive:
+            fcntl.flock(tests, fcntl.LOCK_EX)
+        else:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+            fcntl.flock(tests, fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(tests, fcntl.LOCK_UN)
+            if exclusive:
+                fcntl.flock(turnstile, fcntl.LOCK_UN)
+
+
+def _keep_the_hub_waiting() -> None:
+    """In an xdist worker: a test that imports Locust monkey-patches threading, and the worker's main
+    thread then waits for its next test on a gevent lock that execnet's receiver (a native thread)
+    releases. gevent hands such a release over to the waiting hub, but a hub with nothing else to
+    watch gives up first (LoopExit, pytest-xdist issue #254); an idle repeating timer keeps it
+    waiting."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return
+    import gevent
+
+    timer = gevent.get_hub().loop.timer(0.5, 0.5)
+    timer.start(lambda: None)
+    _KEEP.append(timer)
+
+
+_KEEP: list[object] = []
+_keep_the_hub_waiting()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    with _alone(item.get_closest_marker("exclusive") is not None):
+        yield
 
 
 @dataclass

@@ -55,6 +55,7 @@ def _scenario(tmp_path: Path, text: str) -> str:
     return str(p)
 
 
+@pytest.mark.exclusive  # alone: event times against the server's
 def test_responses_endpoint_streams_events_timed_against_the_emission_log(sim_factory: Any, tmp_path: Path) -> None:
     sim = sim_factory(*FAST)
     run_dir = _ramp(sim.url, tmp_path / "r", "--endpoint", "responses", "--max-tokens", "24")
@@ -173,6 +174,7 @@ height = {side}
 """
 
 
+@pytest.mark.exclusive  # alone: TTFT to +-12 ms
 def test_image_prefill_cost_grows_with_resolution(sim_factory: Any, tmp_path: Path) -> None:
     sim = sim_factory(*FAST)
     got: dict[int, tuple[float, float]] = {}

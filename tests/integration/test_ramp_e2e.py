@@ -76,6 +76,7 @@ def _emissions(path: Path) -> dict[str, list[dict[str, Any]]]:
     return by_req
 
 
+@pytest.mark.exclusive  # alone: our clock against the server's, to the ms
 def test_measured_timing_matches_the_servers_truth(sim_factory: Any, tmp_path: Path) -> None:
     """TTFT, ITL and tokens per chunk as measured against when the simulator sent each chunk."""
     sim = sim_factory(*FAST)
@@ -260,6 +261,7 @@ def test_completions_endpoint_and_non_streaming(sim_factory: Any, tmp_path: Path
         assert all(r["endpoint"] == ("completions" if "completions" in extra else "chat") for r in recs)
 
 
+@pytest.mark.exclusive  # alone: send times to the schedule
 def test_open_loop_rate_is_kept_and_latency_counts_from_intended_time(sim_factory: Any, tmp_path: Path) -> None:
     sim = sim_factory(*FAST)
     proc = run_loadgen(

@@ -87,6 +87,7 @@ TRACES = REPO.parent / "shared" / "data" / "traces"
 
 
 @pytest.mark.skipif(not (TRACES / "azure-llm-2023-conv.csv").exists(), reason=f"no trace at {TRACES}")
+@pytest.mark.exclusive  # alone: send times to the trace's
 def test_trace_replay_sends_at_the_traces_scaled_times(sim_factory: Any, tmp_path: Path) -> None:
     from loadgen.workload.datasets import load_trace
 
