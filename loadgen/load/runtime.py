@@ -149,6 +149,9 @@ class RunState(StepSink):
         # shared by every step's workload: they all talk to this server)
         self.lengths: LengthFeedback | None = getattr(workload_for(None), "lengths", None)
         self.steady_ns: int | None = None
+        # when the current step's steady window opens, known once the step reached its load (before
+        # ``steady_ns``, which the shape sets at its first tick after): ``in_warmup``
+        self.steady_due_ns: int | None = None
         self.counters: list[StepCounters] = []
         self.started_ns = ANCHOR.now_wall_ns()
         # bulk work (a request's end, a user's start, a closed-loop send) waits for its turn, so
@@ -171,6 +174,7 @@ class RunState(StepSink):
         self.step_index = index
         self.step_plan = plan
         self.steady_ns = None
+        self.steady_due_ns = None
         self.step_live = True
         while len(self.counters) <= index:
             self.counters.append(StepCounters())
@@ -181,6 +185,16 @@ class RunState(StepSink):
         if self.steps is not None:
             self._step_line(self.steps.steady, index, t_ns)
         self._tell({"event": "steady", "step": index, "t_ns": t_ns})
+
+    def steady_due(self, index: int, t_ns: int) -> None:
+        if index == self.step_index:
+            self.steady_due_ns = t_ns
+        self._tell({"event": "steady_due", "step": index, "t_ns": t_ns})
+
+    def in_warmup(self) -> bool:
+        """Whether a request sent now is the current step's warm-up (before its steady window)."""
+        steady = self.steady_ns if self.steady_ns is not None else self.steady_due_ns
+        return steady is None or ANCHOR.now_wall_ns() < steady
 
     def step_ended(self, index: int, t_ns: int, reason: str, fields: Mapping[str, Any] | None = None) -> None:
         self.step_live = False
@@ -228,6 +242,9 @@ class RunState(StepSink):
             self._apply_start(message["step"], plan_from_dict(message["plan"]), message["t_ns"])
         elif event == "steady":
             self.steady_ns = message["t_ns"]
+        elif event == "steady_due":
+            if message["step"] == self.step_index:
+                self.steady_due_ns = message["t_ns"]
         elif event == "end":
             self.step_live = False
 
@@ -414,7 +431,8 @@ class RunState(StepSink):
         else:
             c.failed += 1
             c.errors[error_class] = c.errors.get(error_class, 0) + 1
-        if self.steady_ns is not None and step == self.step_index and sent_ns >= self.steady_ns:
+        steady = self.steady_ns if self.steady_ns is not None else self.steady_due_ns
+        if steady is not None and step == self.step_index and sent_ns >= steady:
             c.in_window += 1
         if self.on_count is not None:
             self.on_count(step, error_class, output_tokens, sent_ns)

@@ -50,6 +50,10 @@ class StepSink:
 
     def step_steady(self, index: int, t_ns: int) -> None: ...
 
+    def steady_due(self, index: int, t_ns: int) -> None:
+        """The step reached its load: its steady window opens at ``t_ns`` (``step_steady`` says so
+        at the first tick after, up to a second late)."""
+
     def step_ended(self, index: int, t_ns: int, reason: str, fields: Mapping[str, Any] | None = None) -> None: ...
 
     def requests_in_window(self, index: int) -> int:
@@ -164,6 +168,7 @@ class RampShape(LoadTestShape):
     def _reached(self, t: int) -> None:
         self.reached_ns = t
         self.steady_ns = t + int(self.plan[self.index].warmup_s * 1e9)
+        self.sink.steady_due(self.index, self.steady_ns)
 
     def _begin(self, index: int, t: int) -> None:
         self.index = index

@@ -62,10 +62,16 @@ class LLMUser(User):
         if self._session is None or plan is not self._session_plan:
             self._session = state.workload_for(plan).session(self.index)
             self._session_plan = plan
-        spec, think_s = self._session.next(warmup=state.steady_ns is None)
+        warmup = state.in_warmup()
+        spec, think_s = self._session.next(warmup=warmup)
         if think_s:
             gevent.sleep(think_s)
             state.turns.turn()
+            if warmup and state.step_plan is plan and not state.in_warmup():
+                # the steady window began during the think time: send the steady stream's request,
+                # so that a window holds the same requests however long its warm-up's took (a twin
+                # replay, or an A/B of two servers, then compares like with like)
+                spec, _ = self._session.next(warmup=False)
         rec, reply = state.execute(self.transport, spec, self.index)
         ok = rec.error_class is None
         self._session.record_reply(reply.text, ok, reply)

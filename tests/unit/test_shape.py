@@ -36,6 +36,9 @@ class Sink(StepSink):
     def step_steady(self, index: int, t_ns: int) -> None:
         self.events.append(("steady", index, t_ns))
 
+    def steady_due(self, index: int, t_ns: int) -> None:
+        self.events.append(("due", index, t_ns))
+
     def step_ended(self, index: int, t_ns: int, reason: str) -> None:
         self.events.append(("end", index, t_ns, reason))
 
@@ -65,8 +68,9 @@ def test_slow_spawn_does_not_shorten_or_skip_a_step() -> None:
     assert shape.tick() == (2, 10_000.0)
     clock.t += 1 * S
     assert shape.tick() == (4, 10_000.0)  # step 1 begins
-    assert sink.events[:4] == [
+    assert sink.events[:5] == [
         ("start", 0, 2, t0),
+        ("due", 0, t0 + 12 * S),
         ("steady", 0, t0 + 12 * S),
         ("end", 0, t0 + 15 * S, "duration"),
         ("start", 1, 4, t0 + 15 * S),
@@ -83,6 +87,17 @@ def test_steady_time_is_reached_plus_warmup_not_tick_time() -> None:
     clock.t += 2 * S  # ticks are a second apart: the tick is late, the record is not
     shape.tick()
     assert ("steady", 0, reached + int(1.5 * S)) in sink.events
+
+
+def test_the_steady_time_is_told_when_the_step_reaches_its_load_before_the_tick() -> None:
+    """The users tell warm-up from window by it (a request drawn as warm-up but sent in the window
+    would be the warm-up stream's): known at the spawn's end, a second before the tick that logs it."""
+    shape, clock, runner, sink = make([StepPlan(3, None, 1.0, 2.0, None)])
+    shape.tick()
+    clock.t += S // 4
+    runner.user_count = 3
+    shape.on_spawning_complete(3)
+    assert sink.events[-1] == ("due", 0, clock.t + S) and not [e for e in sink.events if e[0] == "steady"]
 
 
 def test_requests_per_step_ends_the_step() -> None:
