@@ -29,7 +29,9 @@ from loadgen.spec import flags
 from tests.browser import chromium, keep_artifact, needs_browser
 from tests.conftest import REPO, free_port, loadgen_cmd, wait_http
 
-pytestmark = pytest.mark.slow
+# alone (tests/conftest.py): Chromium, the web UI, a ramp and a simulator race 20-s waits; beside another
+# test on two cores it once missed step 0's steady phase
+pytestmark = [pytest.mark.slow, pytest.mark.exclusive]
 
 # a React-free form: set a field of ours the way typing does
 SET = """(function (id, value) {
