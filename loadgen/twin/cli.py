@@ -316,6 +316,13 @@ def twin_main(argv: list[str]) -> int:
     ap.add_argument("--slo", help="limits for --plan, e.g. ttft_p99=2s,tpot_p99=50ms (default: the run's --slo)")
     ap.add_argument("--target-rps", type=float, help="with --plan: requests/s the service must carry")
     ap.add_argument("--target-users", type=float, help="with --plan: concurrent users the service must carry")
+    ap.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="the twin simulator's random seed (acceptance and natural-length draws; default 0): replays under "
+        "several seeds show the twin's own spread, which a short step at low load makes a few %%",
+    )
     args = ap.parse_args(argv)
     out = Path(args.out) if args.out else Path(args.run) / "twin"
     try:
@@ -335,7 +342,7 @@ def twin_main(argv: list[str]) -> int:
     except TwinError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    extra = [a for k, v in passthrough.items() for a in ("--set", f"{k}={v}")]
+    extra = [a for k, v in passthrough.items() for a in ("--set", f"{k}={v}")] + ["--seed", str(args.seed)]
     # Loads the run never measured are replayed on their own, after the measured ramp replayed as it
     # ran: a step followed by a heavier one ends differently (its requests sent late in the window
     # finish under the next load), so the twin's measured steps are compared as the run measured them

@@ -341,13 +341,35 @@ def _acceptance(out: F64, chunks: F64, depth: int) -> tuple[float, float, str] |
     return tau, se * tau / ratio, evidence
 
 
+DEPTH_TAIL_MIN = 0.01
+"""Share of chunks that must hold at least depth + 1 tokens: a bigger chunk seen less often is two
+events the server sent as one (its output coalesced behind a slow write), not a longer draft."""
+
+
+def _depth(tok: F64) -> tuple[int, str]:
+    """The draft depth: the largest chunk size that at least ``DEPTH_TAIL_MIN`` of the chunks reach,
+    less one (the verify commits up to depth + 1 tokens a step). The largest chunk alone would take
+    one coalesced pair of events for the depth (the seed, depth 8, sends a 10- or 11-token chunk in
+    about 1 of 300), and a deeper twin spreads its requests' step counts wider."""
+    sizes = np.sort(tok.astype(np.int64))[::-1]
+    largest = int(sizes[0])
+    need = max(1, math.ceil(DEPTH_TAIL_MIN * len(sizes)))
+    top = int(sizes[need - 1])  # the need-th largest chunk: `need` chunks hold at least this many
+    if top == largest:
+        return largest - 1, f"largest chunk seen ({largest} tokens) - 1"
+    return top - 1, (
+        f"largest chunk size reached by {DEPTH_TAIL_MIN:.0%} of the chunks ({top} tokens) - 1; the "
+        f"{int(np.sum(sizes > top))} larger chunks (up to {largest} tokens) are taken for events sent together"
+    )
+
+
 def _fit_chunks(obs: Observations, params: dict[str, Param], cannot: list[str]) -> None:
     """Speculative acceptance. Per-chunk token counts are exact only when the server reports usage
     in every chunk (otherwise the usage total is spread over the chunks by characters), and a
     request's last chunk is cut at its end, which is more likely reached by a long draw; so the
     mean accepted length is fitted to what is exact, the steps each request took: tokens after the
     first (the prefill's) over chunks after the first, matched to the expected number of steps of
-    the twin's own acceptance model (truncated geometric, depth from the largest chunk)."""
+    the twin's own acceptance model (truncated geometric, depth from the largest chunks: ``_depth``)."""
     tok, n = obs.chunk_tokens, obs.chunk_batch
     if len(tok) < MIN_GAPS:
         params["tokens_per_chunk"] = Param(1.0, None, "tokens", "no streamed chunks", assumed=True)
@@ -355,9 +377,9 @@ def _fit_chunks(obs: Observations, params: dict[str, Param], cannot: list[str]) 
         cannot.append("tokens per chunk (speculative acceptance): no streamed chunks; assumed 1 (no speculation)")
         return
     mean = float(tok.mean())
-    depth = int(np.max(tok) - 1)
+    depth, depth_evidence = _depth(tok)
     evidence = f"{len(tok)} chunks (first and last of each request left out)"
-    params["spec_depth"] = Param(float(depth), None, "tokens", f"largest chunk seen ({depth + 1} tokens) - 1")
+    params["spec_depth"] = Param(float(depth), None, "tokens", depth_evidence)
     if depth <= 0:
         params["tokens_per_chunk"] = Param(1.0, 0.0, "tokens", evidence + ": one token each")
         return
