@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -72,6 +73,14 @@ def _keep_the_hub_waiting() -> None:
 
 _KEEP: list[object] = []
 _keep_the_hub_waiting()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """A worker with no tests left removes the lock files (the other worker, still running, makes
+    them anew for its next test: nobody else is left to share them with)."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run is not None and os.environ.get("PYTEST_XDIST_WORKER") is not None:
+        shutil.rmtree(Path(tempfile.gettempdir()) / f"loadgen-tests-{run}", ignore_errors=True)
 
 
 @pytest.hookimpl(hookwrapper=True)
