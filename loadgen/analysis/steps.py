@@ -304,14 +304,23 @@ class StepAnalysis:
 
     # -- one step -----------------------------------------------------------------------------
 
+    def window_rows(self, step: Step) -> IArr:
+        """The step's requests sent inside its steady window, ``[steady_ns, end_ns)``."""
+        sent = self.req.sent_ns
+        return np.flatnonzero((self.req.step == step.step) & (sent >= step.steady_ns) & (sent < step.end_ns))
+
+    def ok_rows(self, step: Step) -> IArr:
+        """Of :meth:`window_rows`, those that succeeded: the rows the latency figures are taken over."""
+        rows = self.window_rows(step)
+        return rows[self.ok[rows]]
+
     def row(self, step: Step) -> StepSummary:
         req = self.req
         a, b = step.steady_ns, step.end_ns
         window_ns = b - a
         of_step = req.step == step.step
         sent = req.sent_ns
-        in_window = of_step & (sent >= a) & (sent < b)
-        rows = np.flatnonzero(in_window)
+        rows = self.window_rows(step)
         ok_rows = rows[self.ok[rows]]
         bad_rows = rows[~self.ok[rows] & ~self.cancelled[rows]]
 

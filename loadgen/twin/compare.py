@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from loadgen.analysis.knee import KneeOptions
 from loadgen.analysis.load import Run
+from loadgen.analysis.sampling import combined_noise, relative_half_width, step_sampling
 from loadgen.analysis.steps import step_rows
 from loadgen.analysis.summary import manifest_value
 from loadgen.analysis.telemetry import telemetry_enricher
@@ -32,6 +33,7 @@ QUEUE_ONSET = _KNEE.queue_threshold
 """Mean waiting requests above which a queue has formed: the knee verdict's own."""
 
 Source = Literal["client", "server", "gpu"]
+_BANDS = "_sampling"  # the key a compared step row keeps its sampling bands under
 
 
 @dataclass(frozen=True)
@@ -46,14 +48,15 @@ class Metric:
     relative: bool
     source: Source
     percent: bool = False  # a fraction shown as a percentage; its absolute error in points
+    band: str | None = None  # its key in ``analysis.sampling.StepSampling``: a percentile's sampling band
 
 
 LATENCY = (
     Metric("throughput tok/s", "output_tok_s", None, True, "client"),
-    Metric("TTFT p50 ms", "ttft_ms", "p50", True, "client"),
-    Metric("TTFT p99 ms", "ttft_ms", "p99", True, "client"),
-    Metric("TPOT p50 ms", "tpot_ms", "p50", True, "client"),
-    Metric("TPOT p99 ms", "tpot_ms", "p99", True, "client"),
+    Metric("TTFT p50 ms", "ttft_ms", "p50", True, "client", band="ttft_p50_ms"),
+    Metric("TTFT p99 ms", "ttft_ms", "p99", True, "client", band="ttft_p99_ms"),
+    Metric("TPOT p50 ms", "tpot_ms", "p50", True, "client", band="tpot_p50_ms"),
+    Metric("TPOT p99 ms", "tpot_ms", "p99", True, "client", band="tpot_p99_ms"),
 )
 SERVER = (
     Metric("KV fill mean", "kv_usage", "mean", False, "server", percent=True),
@@ -101,9 +104,20 @@ def _sources(run: Run) -> set[Source]:
 
 
 def _rows(run: Run) -> list[Any]:
-    rows = step_rows(run)
+    rows: list[Any] = step_rows(run)
     telemetry_enricher(run, rows)
+    bands = step_sampling(run)
+    for row in rows:
+        row[_BANDS] = bands.get(row["step"])
     return rows
+
+
+def _noise(m_row: Any, t_row: Any, metric: Metric, mv: float | None, tv: float | None) -> float | None:
+    """The 95 % sampling band of the relative error (both windows' own, ``analysis.sampling``)."""
+    if metric.band is None or m_row is None:
+        return None
+    m_band, t_band = ((r.get(_BANDS) or {}).get(metric.band) for r in (m_row, t_row))
+    return combined_noise(relative_half_width(m_band, mv), relative_half_width(t_band, tv))
 
 
 def _outside(
@@ -177,7 +191,10 @@ def compare_runs(measured: Run, twin: Run, what_if: Run | None = None) -> dict[s
 
     Keys of each step: ``load``, ``context_tokens``, ``measured`` (the run has this step),
     ``predicted`` (it does not: a what-if), ``outside``/``distance`` for predicted steps, one dict
-    ``{"measured", "twin", "rel_error", "abs_error"}`` per metric label, ``twin_valid``.
+    ``{"measured", "twin", "rel_error", "abs_error", "noise"}`` per metric label, ``twin_valid``.
+    ``noise``: for a percentile at a measured step, the 95 % sampling band of ``rel_error`` from the
+    two windows' own requests (``analysis.sampling``: an error inside it is no evidence that the twin
+    differs); None for other figures and where a window is too small to bound its percentile.
     """
     m_rows = _rows(measured)
     t_rows = _rows(twin)
@@ -211,7 +228,8 @@ def compare_runs(measured: Run, twin: Run, what_if: Run | None = None) -> dict[s
             mv = _value(m, metric) if m is not None and metric.source in m_have else None
             rel = (tv - mv) / mv if tv is not None and mv is not None and mv != 0.0 else None
             diff = tv - mv if tv is not None and mv is not None else None
-            row[metric.label] = {"measured": mv, "twin": tv, "rel_error": rel, "abs_error": diff}
+            noise = _noise(m, t, metric, mv, tv)
+            row[metric.label] = {"measured": mv, "twin": tv, "rel_error": rel, "abs_error": diff, "noise": noise}
         row["twin_valid"] = bool(t.get("valid", True))
         rows.append(row)
     open_loop = any(r.get("concurrency") is None and r.get("rate") is not None for r in t_rows)
@@ -251,7 +269,10 @@ def _fmt(v: float | None, m: Metric | None = None) -> str:
 def _err(d: dict[str, Any], m: Metric) -> str:
     if m.relative:
         v = d["rel_error"]
-        return "–" if v is None else f"{v * 100:+.1f}%"
+        if v is None:
+            return "–"
+        noise = d.get("noise")
+        return f"{v * 100:+.1f}%" + ("" if noise is None else f" (±{noise * 100:.0f})")
     v = d["abs_error"]
     if v is None:
         return "–"
@@ -333,6 +354,11 @@ def markdown(result: dict[str, Any], fit_summary: list[str], cannot_fit: list[st
         "errors are (twin - measured) / measured; KV fill, queue and retractions show twin - measured",
         "(percentage points, requests). Steps the run never measured are **predicted**: `range` says how",
         "far outside the measured loads and context lengths they lie.",
+        "",
+        "(±N) after a percentile's error: the error's 95 % sampling band in percent, from the requests of",
+        "the two steady windows (distribution-free, from their order statistics; docs/twin.md). An error",
+        "inside it is no evidence that the twin differs: the windows are too short to tell. Throughput",
+        "has no band (its tokens are not independent draws); `--repeat N` measures run-to-run noise.",
         "",
     ]
     what_if = result.get("what_if") or {}

@@ -32,6 +32,7 @@ from loadgen.analysis.steps import step_rows
 from loadgen.analysis.telemetry import telemetry_enricher
 from loadgen.sim.memory import memory_plan
 from loadgen.sim.profile import apply_overrides, load_profile
+from loadgen.twin.compare import compare_runs
 from tests.conftest import run_loadgen
 
 # alone (tests/conftest.py): a twin against its profile, both timed on this machine
@@ -84,34 +85,37 @@ def _sim_stats(url: str) -> dict[str, Any]:
     return data
 
 
-def _errors(table: dict[str, Any]) -> dict[tuple[float, str], float | None]:
-    """(load, figure) -> relative error of the twin's replay at every measured step."""
+Errors = dict[tuple[float, str], tuple[float | None, float | None]]
+
+
+def _errors(table: dict[str, Any]) -> Errors:
+    """(load, figure) -> the twin's relative error at every measured step, and its sampling band."""
     rows = [r for r in table["steps"] if r["measured"]]
-    return {(r["load"], k): r[k]["rel_error"] for r in rows for k in FIGURES}
+    return {(r["load"], k): (r[k]["rel_error"], r[k]["noise"]) for r in rows for k in FIGURES}
 
 
-def _vs_truth(table: dict[str, Any], truth_dir: str) -> dict[tuple[float, str], float | None]:
-    """(load, figure) -> relative error of the twin's what-if steps against the profile measured there."""
-    truth = {float(r["concurrency"]): r for r in step_rows(load_run(truth_dir))}
-    out: dict[tuple[float, str], float | None] = {}
-    for row in table["steps"]:
-        t = truth.get(row["load"])
-        if t is None:
-            continue
-        for label, key in FIGURES.items():
-            true = t[key] if key == "output_tok_s" else (t[key] or {}).get("p50")
-            twin = row[label]["twin"]
-            out[(row["load"], label)] = None if not true or twin is None else twin / true - 1.0
-    return out
-
-
-def _show(name: str, errors: dict[tuple[float, str], float | None]) -> None:
-    print(name, {f"C={load:g} {k}": None if v is None else round(v, 3) for (load, k), v in errors.items()})
-
-
-def _outside(errors: dict[tuple[float, str], float | None], limits: dict[str, float]) -> dict[str, float | None]:
+def _vs_truth(what_if_run: str, truth_dir: str) -> Errors:
+    """(load, figure) -> relative error of the twin's what-if steps against the profile measured
+    there, and its sampling band (the twin's own comparison, truth in the measured run's place)."""
+    compared = compare_runs(load_run(truth_dir), load_run(what_if_run))
     return {
-        f"C={load:g} {k}": v for (load, k), v in errors.items() if k in limits and (v is None or abs(v) > limits[k])
+        (r["load"], k): (r[k]["rel_error"], r[k]["noise"]) for r in compared["steps"] if r["measured"] for k in FIGURES
+    }
+
+
+def _show(name: str, errors: Errors) -> None:
+    def cell(v: float | None, noise: float | None) -> str:
+        return "–" if v is None else f"{v * 100:+.1f}%" + ("" if noise is None else f" (±{noise * 100:.0f})")
+
+    print(name, {f"C={load:g} {k}": cell(*v) for (load, k), v in errors.items()})
+
+
+def _outside(errors: Errors, limits: dict[str, float], *, noise: bool = False) -> dict[str, float | None]:
+    """The figures whose error exceeds its limit (and, with ``noise``, the two windows' sampling band)."""
+    return {
+        f"C={load:g} {k}": v
+        for (load, k), (v, band) in errors.items()
+        if k in limits and (v is None or abs(v) > max(limits[k], (band or 0.0) if noise else 0.0))
     }
 
 
@@ -159,7 +163,7 @@ def test_h100_llama_is_recovered_and_predicts_twice_the_load_and_where_the_pool_
     assert _fit(table, "kv_pool_tokens") == pool.kv_pool_tokens
     errors = _errors(table)
     _show("h100-llama-8b replay", errors)
-    predicted = _vs_truth(table, truth)
+    predicted = _vs_truth(table["twin_runs"][1], truth)
     _show("h100-llama-8b C=32 (2x) and C=64 (above the overflow) against the profile", predicted)
     ladder = [1, 4, 16, 32, 64]
     replayed, what_if = table["twin_runs"]
@@ -240,18 +244,22 @@ def test_seed_story_capped_at_128_predicts_256(sim_factory: Any, tmp_path: Path)
     print({"tokens per chunk fitted / true": round(tau / true_tau - 1, 3), "true": round(true_tau, 3)})
     errors = _errors(table)
     _show("seed replay", errors)
-    predicted = _vs_truth(table, truth_256)
+    predicted = _vs_truth(table["twin_runs"][1], truth_256)
     _show("seed C=256 with max running 256 against the seed", predicted)
     assert abs(tau / true_tau - 1) <= 0.05
     # The seed does not reproduce itself in 3-s steps closer than 5-8 % (docs/twin.md, "Accuracy
     # measured": the same ramp under another simulator seed moved C=1 throughput 7.5 % and C=128's
     # 5 %; natural stops and acceptance are drawn per request), so this test guards the twin at 10 %
     # and benchmarks/twin_accuracy.py shows issue 16's figures with 8-s steps, beside that floor.
+    # A percentile is held to 10 % or its sampling band, whichever is wider: a C=1 window holds a
+    # dozen requests whose TPOTs fall in two groups (the seed's code and prose acceptance), and its
+    # median's 95 % band is ±15-60 %; C=32's TPOT p50 read +10.7 % once on a busy CI machine, inside
+    # a band of ±9-15 %.
     # TTFT p50 from C=32 on is printed, not held: at a DDTree decode step of ~130 ms, whether a user
     # coming back makes the engine's next prefill or waits a step out turns on the client's turnaround
     # (the seed against itself read 47, 104 and 109 ms at C=128).
     held = {key: v for key, v in errors.items() if key[1] != "TTFT p50 ms" or key[0] <= 1}
-    bad = _outside(held, dict.fromkeys(FIGURES, 0.10))
+    bad = _outside(held, dict.fromkeys(FIGURES, 0.10), noise=True)
     # C=256 (predicted): the same race moves its TPOT p50 (interleaved prefills): -9.5 … +10.8 % in six runs
-    bad |= _outside(predicted, {"throughput tok/s": 0.10, "TPOT p50 ms": 0.15})
+    bad |= _outside(predicted, {"throughput tok/s": 0.10, "TPOT p50 ms": 0.10}, noise=True)
     assert not bad, f"outside the tolerances: {bad}"

@@ -31,6 +31,7 @@ class StepSpec:
     retractions: int = 0
     power_w: float = 200.0
     chunk_ms: float = 20.0  # gap between chunks: sets TPOT and throughput
+    spread_ms: float = 0.0  # request k of the window has gaps of chunk_ms + k * spread_ms
     context_tokens: int | None = 100
 
 
@@ -54,7 +55,8 @@ def _run(
             i, start, steady, start + STEP_MS, concurrency=s.concurrency, context_tokens=s.context_tokens
         )
         for k in range(10):  # one request every 200 ms of the window, 10 tokens each
-            chunks = [s.chunk_ms * (j + 1) for j in range(10)]
+            gap = s.chunk_ms + k * s.spread_ms
+            chunks = [gap * (j + 1) for j in range(10)]
             records.append(make_record(f"r{i}-{k}", i, steady + 200 * k, chunks, context_tokens=s.context_tokens))
         for t in range(0, int(STEP_MS), 100):
             at = start + t
@@ -115,7 +117,9 @@ def test_columns_measured_twin_and_error(tmp_path: Path) -> None:
     assert c2["KV fill mean"]["measured"] == pytest.approx(0.2)
     assert c2["KV fill mean"]["twin"] == pytest.approx(0.22)
     assert c2["KV fill mean"]["abs_error"] == pytest.approx(0.02)
-    assert c4["KV fill max"] == pytest.approx({"measured": 0.4, "twin": 0.38, "rel_error": -0.05, "abs_error": -0.02})
+    assert c4["KV fill max"] == pytest.approx(
+        {"measured": 0.4, "twin": 0.38, "rel_error": -0.05, "abs_error": -0.02, "noise": None}
+    )
     assert c4["queue mean"]["measured"] == pytest.approx(0.5) and c4["queue mean"]["abs_error"] == pytest.approx(0.0)
     assert c4["retractions"]["measured"] == 0.0 and c4["retractions"]["twin"] == 0.0
     assert c4["power W mean"]["measured"] == pytest.approx(300.0)
@@ -123,14 +127,41 @@ def test_columns_measured_twin_and_error(tmp_path: Path) -> None:
     # client figures: 10 tokens at 20 ms vs 22 ms gaps
     assert c4["TPOT p50 ms"]["measured"] == pytest.approx(20.0)
     assert c4["TPOT p50 ms"]["rel_error"] == pytest.approx(0.1)
+    assert c4["TPOT p50 ms"]["noise"] == 0.0  # every request alike: the windows pin their medians exactly
+    assert c4["throughput tok/s"]["noise"] is None  # no band for throughput (analysis.sampling)
     # the what-if step: no measured values, its distance said, its telemetry the twin's
     assert c8["predicted"] and not c8["measured"]
     assert c8["outside"] == "2x the highest measured load (4)"
     assert c8["distance"]["load_factor"] == pytest.approx(2.0)
-    assert c8["KV fill max"] == {"measured": None, "twin": pytest.approx(0.97), "rel_error": None, "abs_error": None}
+    assert c8["KV fill max"] == {
+        "measured": None,
+        "twin": pytest.approx(0.97),
+        "rel_error": None,
+        "abs_error": None,
+        "noise": None,
+    }
+    assert c8["TPOT p50 ms"]["noise"] is None  # nothing measured to compare
     assert c8["retractions"]["twin"] == 3.0
     assert c8["power W mean"]["twin"] == pytest.approx(330.0)
     assert table["not_measured"] == {} and table["twin_not_sampled"] == {}
+
+
+def test_a_percentiles_error_comes_with_both_windows_sampling_band(tmp_path: Path) -> None:
+    """Ten requests per window with TPOTs 10..19 ms (measured) and 11..20 ms (twin): the median's
+    95 % order-statistic interval of ten values is [x(2), x(9)], so the measured band is ±3.5/14.5
+    and the twin's ±3.5/15.5, combined √(a² + b²); twin.md prints it after the error."""
+    measured = load_run(_run(tmp_path / "m", [StepSpec(2, chunk_ms=10.0, spread_ms=1.0)]))
+    twin = load_run(_run(tmp_path / "t", [StepSpec(2, chunk_ms=11.0, spread_ms=1.0)]))
+    table = compare_runs(measured, twin)
+    tpot = _by_load(table)[2.0]["TPOT p50 ms"]
+    assert tpot["measured"] == pytest.approx(14.5) and tpot["twin"] == pytest.approx(15.5)
+    band = (3.5 / 14.5) ** 2 + (3.5 / 15.5) ** 2
+    assert tpot["noise"] == pytest.approx(band**0.5)
+    # 10 values bound no p99 (that needs 368)
+    assert _by_load(table)[2.0]["TPOT p99 ms"]["noise"] is None
+    md = markdown(table, [], [])
+    assert f"{tpot['rel_error'] * 100:+.1f}% (±{band**0.5 * 100:.0f})" in md  # +6.9% (±34)
+    assert "(±N) after a percentile's error" in md
 
 
 def test_onsets_of_kv_overflow_retractions_and_queue(tmp_path: Path) -> None:
