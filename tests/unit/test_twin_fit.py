@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -22,7 +23,7 @@ from loadgen.sim.engine import Engine, acceptance_cdf
 from loadgen.sim.profile import ProfileError, apply_overrides, load_profile
 from loadgen.twin.cli import calibrate_main
 from loadgen.twin.emit import apply_sets, profile_text
-from loadgen.twin.fit import fit, renewal_steps
+from loadgen.twin.fit import _fit_prefill, fit, renewal_steps
 from loadgen.twin.observe import observe
 
 T0 = 1_800_000_000_000_000_000
@@ -421,3 +422,44 @@ def test_a_scenario_run_replays_its_scenario_without_the_manifests_default_lengt
     (run_dir / "manifest.json").write_text(json.dumps(manifest))
     argv = ramp_argv(load_run(run_dir), "http://127.0.0.1:1", tmp_path / "out")
     assert argv[argv.index("--max-tokens") + 1] == "512"
+
+
+def _prefills(batched: list[tuple[int, float]]) -> SimpleNamespace:
+    """Prefill steps as observe() gives them, shaped as h100-llama-8b's in a C=1, 4, 16 ramp of
+    60-token prompts: 140 single prefills and 8 of two requests on a 6.6-ms floor (spread 0.13 ms),
+    9 single ones 0.9 ms above it (an idle engine's: the request's way in is timed too), and
+    ``batched`` steps (tokens, ms)."""
+    rng = np.random.default_rng(3)
+    tokens = [60.0] * 149 + [120.0] * 8 + [float(k) for k, _ in batched]
+    ms = list(6.6 + rng.normal(0.0, 0.13, 140)) + list(7.5 + rng.normal(0.0, 0.1, 9))
+    ms += list(6.6 + rng.normal(0.0, 0.13, 8)) + [t for _, t in batched]
+    return SimpleNamespace(
+        prefill_s=np.array(ms) / 1e3,
+        prefill_tokens=np.array(tokens),
+        prefill_reqs=np.ones(len(ms), dtype=np.int64),
+        prompt_tokens=np.full(10, 60.0),
+    )
+
+
+def test_the_prefill_line_rests_on_the_few_batches_above_the_floor() -> None:
+    """Nearly every prefill a single 60-token one on the floor: the straight line is flat and its
+    slope undetermined, but three batched prefills on the line 0.8 + 33.5 ms per 1k tokens give it
+    (h100-llama-8b's shape, tests/integration/test_twin_recovery.py)."""
+    line = [(k, 0.8 + 33.5 * k / 1000) for k in (180, 241, 482)]
+    params: dict[str, Any] = {}
+    cannot: list[str] = []
+    _fit_prefill(_prefills(line), params, cannot, {})  # type: ignore[arg-type]
+    assert not cannot
+    assert params["prefill_ms_floor"].value == pytest.approx(6.6, rel=0.01)
+    assert params["prefill_ms_per_1k_tokens"].value == pytest.approx(33.5, rel=0.05)
+    assert not params["prefill_ms_per_1k_tokens"].assumed
+    assert "the line from the 3 steps above it" in params["prefill_ms_per_1k_tokens"].evidence
+
+
+def test_one_batch_above_the_floor_does_not_make_a_line() -> None:
+    params: dict[str, Any] = {}
+    cannot: list[str] = []
+    _fit_prefill(_prefills([(482, 17.0)]), params, cannot, {})  # type: ignore[arg-type]
+    assert params["prefill_ms_per_1k_tokens"].value == 0.0 and params["prefill_ms_per_1k_tokens"].assumed
+    assert "prefill_ms_floor" not in params
+    assert any("prefill cost per token" in c and "not determined (assumed 0)" in c for c in cannot)
