@@ -266,7 +266,7 @@ def test_seed_story_capped_at_128_predicts_256(sim_factory: Any, tmp_path: Path)
     # A percentile is held to its limit or its sampling band, whichever is wider: a C=1 window holds a
     # dozen requests whose TPOTs fall in two groups (the seed's code and prose acceptance), and its
     # median's 95 % band is ±15-60 %. TTFT p50 from C=32 on is printed, not held: the twin's reads low
-    # there (docs/twin.md, "Not done yet").
+    # there in short steps (docs/twin.md, "Limits left").
     held = {key: v for key, v in errors.items() if key[1] != "TTFT p50 ms" or key[0] <= 1}
     bad = _outside(held, {"throughput tok/s": 0.20, "TPOT p50 ms": 0.20, "TTFT p50 ms": 0.10}, noise=True)
     bad |= _outside(predicted, {"throughput tok/s": 0.20, "TPOT p50 ms": 0.20}, noise=True)
