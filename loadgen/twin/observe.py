@@ -17,7 +17,8 @@ it admitted.
   (the chunks before the prefill's, back to a gap of ``CLUSTER_NS``): a server sends a step's chunks
   to its streams one after another while the next step already runs, so the burst's last chunk
   arrives late by the time it took to send the others (the simulator at a batch of 128: ~2 ms), and a
-  prefill timed from it reads that much short.
+  prefill timed from it reads that much short. A burst longer than half the median clean decode gap
+  is taken for arrivals of several steps run together, and its last arrival stands.
 """
 
 from __future__ import annotations
@@ -172,9 +173,15 @@ def _one_run(run: Run) -> dict[str, Any]:
         c_t = f_sorted[c_start]
         prev = np.searchsorted(t_sorted, c_t - CLUSTER_NS, side="left") - 1
         # the step before ended when the first chunk of its burst arrived: a server sends a step's
-        # chunks one stream after another while its next step runs
-        first_of_burst = t_sorted[_burst_starts(t_sorted)]
-        prev_t = np.where(prev >= 0, first_of_burst[np.maximum(prev, 0)], np.iinfo(np.int64).min)
+        # chunks one stream after another while its next step runs. A burst longer than half a
+        # decode step is arrivals of several steps run together (a client that read late): the
+        # last arrival stands then.
+        last_t = t_sorted[np.maximum(prev, 0)]
+        first_t_burst = t_sorted[_burst_starts(t_sorted)][np.maximum(prev, 0)]
+        clean_gaps = (g_end - g_start)[clean]
+        half_step = float(np.median(clean_gaps)) / 2.0 if len(clean_gaps) else 0.0
+        step_end = np.where(last_t - first_t_burst <= half_step, first_t_burst, last_t)
+        prev_t = np.where(prev >= 0, step_end, np.iinfo(np.int64).min)
         sent_sorted = req.sent_ns[rows][order_first]
         cached = np.where(req.cached_tokens[rows] >= 0, req.cached_tokens[rows], 0).astype(np.float64)
         new_tokens = np.maximum(prompt - cached, 0.0)[order_first]

@@ -38,3 +38,21 @@ def test_a_prefill_starts_when_the_step_before_ended_not_when_its_last_chunk_arr
     by_start = sorted(zip(obs.prefill_reqs.tolist(), (obs.prefill_s * 1e3).tolist(), strict=True))
     assert by_start[0] == (1, pytest.approx(8.0))  # the late request's prefill
     assert by_start[1] == (20, pytest.approx(2.0))  # the twenty's: from their send to their first first chunk
+
+
+def test_a_burst_longer_than_half_a_decode_step_is_not_taken_for_one_step(tmp_path: Path) -> None:
+    """Arrivals 0.29 ms apart for 5.5 ms of every 6-ms decode step: a burst that long cannot be told
+    from arrivals of several steps run together (a client that read late), so the prefill is timed
+    from the last arrival before it (4 ms; from the burst's first it would read 9.5)."""
+    gap = 0.29
+    records = []
+    for i in range(20):
+        chunks = [2.0 + 0.01 * i] + [10.0 + 6.0 * s + gap * i for s in range(4)]
+        records.append(make_record(f"r{i}", 0, 0.0, chunks))
+    last_before = 10.0 + 6.0 * 3 + gap * 19  # the last chunk of the fourth step, 33.51 ms
+    records.append(make_record("late", 0, 20.0, [last_before + 4.0 - 20.0, last_before + 10.0 - 20.0]))
+    lines = step_lines(0, 0.0, 0.0, 60.0, concurrency=21)
+    run = load_run(write_run_dir(tmp_path / "run", steps=lines, records={"requests-w0.jsonl": records}))
+    obs = observe([run])
+    late = [s for n, s in zip(obs.prefill_reqs.tolist(), (obs.prefill_s * 1e3).tolist(), strict=True) if n == 1]
+    assert late == [pytest.approx(4.0)]
