@@ -68,9 +68,10 @@ def quantile_interval(values: npt.ArrayLike, q: float, level: float = LEVEL) -> 
     return float(x[lo - 1]), float(x[hi - 1])
 
 
-def step_sampling(run: Run) -> dict[int, StepSampling]:
-    """Step id -> the sampling band of each of its figures (module docstring)."""
-    analysis = StepAnalysis(run)
+def step_sampling(run: Run, analysis: StepAnalysis | None = None) -> dict[int, StepSampling]:
+    """Step id -> the sampling band of each of its figures (module docstring); ``analysis``: the
+    run's own, when the caller has built it for the step rows."""
+    analysis = analysis or StepAnalysis(run)
     req = analysis.req
     out: dict[int, StepSampling] = {}
     for step in run.steps:

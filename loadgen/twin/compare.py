@@ -22,7 +22,7 @@ from typing import Any, Literal
 from loadgen.analysis.knee import KneeOptions
 from loadgen.analysis.load import Run
 from loadgen.analysis.sampling import combined_noise, relative_half_width, step_sampling
-from loadgen.analysis.steps import step_rows
+from loadgen.analysis.steps import StepAnalysis
 from loadgen.analysis.summary import manifest_value
 from loadgen.analysis.telemetry import telemetry_enricher
 
@@ -104,9 +104,10 @@ def _sources(run: Run) -> set[Source]:
 
 
 def _rows(run: Run) -> list[Any]:
-    rows: list[Any] = step_rows(run)
+    analysis = StepAnalysis(run)
+    rows: list[Any] = [analysis.row(step) for step in run.steps]
     telemetry_enricher(run, rows)
-    bands = step_sampling(run)
+    bands = step_sampling(run, analysis)
     for row in rows:
         row[_BANDS] = bands.get(row["step"])
     return rows

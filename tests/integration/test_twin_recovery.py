@@ -106,10 +106,7 @@ def _errors(table: dict[str, Any]) -> Errors:
 def _vs_truth(what_if_run: str, truth_dir: str) -> Errors:
     """(load, figure) -> relative error of the twin's what-if steps against the profile measured
     there, and its sampling band (the twin's own comparison, truth in the measured run's place)."""
-    compared = compare_runs(load_run(truth_dir), load_run(what_if_run))
-    return {
-        (r["load"], k): (r[k]["rel_error"], r[k]["noise"]) for r in compared["steps"] if r["measured"] for k in FIGURES
-    }
+    return _errors(compare_runs(load_run(truth_dir), load_run(what_if_run)))
 
 
 def _show(name: str, errors: Errors) -> None:
