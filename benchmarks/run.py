@@ -502,7 +502,7 @@ def truth_sim(conc: int, args: argparse.Namespace, work: Path) -> Row:
             offs = r.get("chunk_offsets_ns") or []
             if r.get("error_class") or not offs or not lo <= r["sent_ns"] <= hi:
                 continue
-            emit = first_emit.get(r["id"])
+            emit = first_emit.get(r.get("header_id") or r["id"])
             if emit is None:
                 missing += 1
                 continue

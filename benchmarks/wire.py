@@ -146,7 +146,7 @@ def compare_run(run_dir: Path, calls: dict[str, WireCall]) -> dict[str, Any]:
             first = rec.get("first_chunk_ns")
             if not first or rec.get("error_class"):
                 continue
-            call = calls.get(rec["id"])
+            call = calls.get(rec.get("header_id") or rec["id"])
             if call is None or call.first_response_ns is None:
                 unmatched += 1
                 continue

@@ -62,7 +62,7 @@ def _add_ramp_flags(p: argparse.ArgumentParser, demo: bool = False) -> None:
 
 
 def _ramp_options(ns: argparse.Namespace, argv: list[str]) -> Any:
-    from loadgen.spec.options import RampOptions, Timeouts
+    from loadgen.spec.options import RampOptions, Timeouts, parse_request_id_header
 
     raw = flags.raw_values(ns, "ramp")
 
@@ -154,6 +154,7 @@ def _ramp_options(ns: argparse.Namespace, argv: list[str]) -> Any:
         transport=raw["transport"],
         api_key=value("api_key") or os.environ.get("OPENAI_API_KEY") or None,
         timeouts=Timeouts(connect_s=ns.connect_timeout, stall_s=ns.stall_timeout, request_s=ns.request_timeout),
+        request_id_header=parse_request_id_header(raw.get("request_id_header")),
         seed=ns.seed,
         drain_seconds=ns.drain_seconds,
         telemetry=None if ns.no_telemetry else _telemetry_options(ns),

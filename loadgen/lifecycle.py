@@ -212,7 +212,15 @@ def served_endpoints(url: str, api_key: str | None = None) -> list[str] | None:
 
 
 def endpoint_missing_message(endpoint: str, path: str, error: str, served: Sequence[str] | None) -> str:
-    """One line for a server that answered 404 to the endpoint's first call."""
+    """One line for a server that answered 404 to the endpoint's first call. A server that lists
+    the path it answered 404 to serves the endpoint: its 404 is about something else, most often
+    the model (vLLM: "The model `x` does not exist.")."""
+    if served and path in served:
+        return (
+            f"POST {path} answered 404 before any call succeeded, though the server lists it; its answer: "
+            f"{error}. A 404 on a path the server serves is most often a model it does not have: check --model "
+            "(GET /v1/models lists the names it serves)."
+        )
     listed = (
         f"it lists POST {', '.join(served)}"
         if served

@@ -40,7 +40,7 @@ from loadgen.load.shape import RampShape
 from loadgen.load.user import LLMUser
 from loadgen.rundir.clock import ANCHOR
 from loadgen.spec import flags
-from loadgen.spec.options import OptionError, RampOptions, StepPlan, Timeouts
+from loadgen.spec.options import OptionError, RampOptions, StepPlan, Timeouts, parse_request_id_header
 
 if TYPE_CHECKING:
     from loadgen.load.distributed import MasterLink
@@ -124,6 +124,12 @@ def _extras(opts: Namespace) -> dict[str, Any]:
     return out
 
 
+def _request_id_header(opts: Namespace) -> str | None:
+    """--lg-request-id-header (Locust's command line only): the id header's name, None for none."""
+    flag = flags.BY_DEST["request_id_header"].flag("lg")
+    return parse_request_id_header(getattr(opts, "lg_request_id_header", None), flag)
+
+
 def validate(opts: Namespace) -> None:
     """Check the --lg-* values before a run starts; raises OptionError naming the option and value."""
     for dest in ("concurrency", "slo", "extra_body"):
@@ -132,6 +138,7 @@ def validate(opts: Namespace) -> None:
     arrival = extras.get("arrival")
     if arrival is not None and arrival not in flags.BY_DEST["arrival"].choices:
         raise OptionError(f"--lg-arrival {arrival!r}: give one of {', '.join(flags.BY_DEST['arrival'].choices)}")
+    _request_id_header(opts)
     if opts.lg_max_tokens <= 0:
         raise OptionError(f"--lg-max-tokens {opts.lg_max_tokens}: must be above 0")
     if opts.lg_step_seconds <= 0:
@@ -171,6 +178,7 @@ def _ramp_options(opts: Namespace, host: str, model: str) -> RampOptions:
         transport=opts.lg_transport,
         api_key=os.environ.get("OPENAI_API_KEY") or None,
         timeouts=Timeouts(stall_s=opts.lg_stall_timeout, request_s=opts.lg_request_timeout),
+        request_id_header=_request_id_header(opts),
         slo=_value(opts, "slo"),
         call_type=_value(opts, "call_type") or None,
         gpu_count=_value(opts, "gpu_count"),

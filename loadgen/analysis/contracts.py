@@ -435,6 +435,13 @@ class RunEvent(_RunEventRequired, total=False):
     log_matches: list[dict[str, str]]
     worker: str
     client_id: str
+    # requests_refused (loadgen.load.refusal.Refusal): the status, the server's answer, the request
+    status: int
+    answer: str
+    path: str
+    headers: str
+    body: str
+    count: int
 
 
 class AxisLoad(TypedDict, total=False):

@@ -49,7 +49,10 @@ def _error_samples(analysis: StepAnalysis) -> tuple[dict[str, int], dict[str, st
     for row, name in zip(failed.tolist(), classes, strict=True):
         counts[name] = counts.get(name, 0) + 1
         if name not in samples and row in req.errors:
-            samples[name] = req.errors[row]
+            text = req.errors[row]
+            # records written before "(empty body)" was said: "HTTP 400: " and nothing more
+            empty = text.startswith("HTTP ") and text.rstrip().endswith(":")
+            samples[name] = text.rstrip() + " (empty body)" if empty else text
     ordered = dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
     return ordered, samples
 

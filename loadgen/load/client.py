@@ -41,7 +41,7 @@ import gevent.socket
 from geventhttpclient import HTTPClient
 
 from loadgen.load.hubclock import POLLS
-from loadgen.parse.errors import classify_exception, classify_http, short
+from loadgen.parse.errors import classify_exception, classify_http, http_error, short
 from loadgen.parse.pooling import parse_pooling_body
 from loadgen.parse.responses import ResponsesDecoder, parse_responses_body
 from loadgen.parse.sse import SSEDecoder
@@ -176,7 +176,7 @@ class FastTransport:
                     end,
                     None,
                     classify_http(status, text),
-                    f"HTTP {status}: " + short(text.decode("utf-8", "replace")),
+                    http_error(status, text),
                 )
             if not stream or decode == "pooling":
                 data = _read_body(resp)
@@ -762,7 +762,7 @@ class OpenAITransport:
                     end,
                     None,
                     classify_http(code, raw[:_ERROR_BODY_LIMIT]),
-                    f"HTTP {code}: " + short(raw[:_ERROR_BODY_LIMIT].decode("utf-8", "replace")),
+                    http_error(code, raw[:_ERROR_BODY_LIMIT]),
                 )
             return CallResult(
                 status,

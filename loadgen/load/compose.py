@@ -102,6 +102,7 @@ def target_of(opts: RampOptions) -> TargetOptions:
         transport=opts.transport,
         timeouts=opts.timeouts,
         stream=opts.stream,
+        request_id_header=opts.request_id_header,
     )
 
 

@@ -12,6 +12,9 @@ process and renders the report; workers run the users. Four custom messages:
 * ``lg_records`` (worker -> master, every 0.25 s and at the end): live counts for the progress
   line and ``--requests-per-step``, and, for a worker that cannot reach the run directory (another
   machine), the records themselves, which the master appends to ``requests-<worker>.jsonl``.
+* ``lg_fatal`` (worker -> master, at once): the worker's first calls say the run cannot succeed (a
+  404 for the endpoint, or every call refused alike: ``loadgen.load.refusal``); the master stops the
+  ramp as a single-process run does.
 
 A worker that can write the run directory (``loadgen ramp --workers N`` on the master's machine; not
 with ``LOADGEN_RECORDS_VIA_MASTER=1`` in its environment) writes its records straight into
@@ -45,6 +48,7 @@ MSG_HELLO = "lg_hello"
 MSG_CONFIG = "lg_config"
 MSG_STEP = "lg_step"
 MSG_RECORDS = "lg_records"
+MSG_FATAL = "lg_fatal"
 FLUSH_S = 0.25
 USERS_PER_WORKER = 1_000_000  # user index offset per worker: no two users share a prompt stream
 
@@ -71,6 +75,7 @@ class MasterLink:
         runner = env.runner
         assert runner is not None
         runner.register_message(MSG_RECORDS, self._on_records)
+        runner.register_message(MSG_FATAL, self._on_fatal)
         # a worker asks for its config once its handlers are in place (Locust's own connect
         # handshake can arrive before a worker has registered them)
         runner.register_message(MSG_HELLO, lambda environment, msg, **_: self._on_connect(msg.node_id))
@@ -134,6 +139,18 @@ class MasterLink:
             if app is None:
                 app = self.appenders[key] = JsonlAppender(self.state.run_dir / f"client-{worker}.jsonl")
             app.write_bytes("".join(samples).encode())
+
+    def _on_fatal(self, environment: Environment, msg: Any, **_: Any) -> None:
+        """A worker's first calls say the run cannot succeed: the master's state acts on it."""
+        state, data = self.state, msg.data
+        if state is None:
+            return
+        if data.get("kind") == "endpoint_missing" and state.on_endpoint_missing is not None:
+            state.on_endpoint_missing(*data["args"])
+        elif data.get("kind") == "refused" and state.on_refused is not None:
+            from loadgen.load.refusal import Refusal
+
+            state.on_refused(Refusal(**data["refusal"]))
 
     def watch(self) -> None:
         """Notice workers that stop answering (a greenlet for the run's length)."""
@@ -242,6 +259,13 @@ class WorkerLink:
         ).state
         state.on_count = lambda step, error_class, tokens, sent_ns: self.counts.append(
             (step, error_class, tokens, sent_ns)
+        )
+        runner: Any = environment.runner
+        state.on_endpoint_missing = lambda *args: runner.send_message(
+            MSG_FATAL, {"kind": "endpoint_missing", "args": list(args)}
+        )
+        state.on_refused = lambda refusal: runner.send_message(
+            MSG_FATAL, {"kind": "refused", "refusal": refusal.fields()}
         )
         bind(environment, state)
         self.state = state

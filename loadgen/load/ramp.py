@@ -25,6 +25,7 @@ from locust.env import Environment
 
 from loadgen.load.compose import compose
 from loadgen.load.distributed import FLUSH_S
+from loadgen.load.refusal import Refusal
 from loadgen.load.runtime import RunState, bind, quiet_gc
 from loadgen.load.selfwatch import SelfWatch
 from loadgen.load.shape import RampShape
@@ -182,8 +183,21 @@ class ServerDownGuard:
         message = endpoint_missing_message(endpoint, path, error, served_endpoints(self.opts.url, self.opts.api_key))
         self.fatal = message
         self._event("endpoint_missing", step=self.state.step_index, endpoint=endpoint, path=path, detail=message)
-        self.out.write(f"\nstopping: POST {path} answered 404, the server does not serve --endpoint {endpoint}\n")
+        self.out.write(f"\nstopping: POST {path} answered 404 before any call succeeded\n")
         self.shape.stop("endpoint_missing")
+
+    def requests_refused(self, refusal: Refusal) -> None:
+        """The first calls were all refused with one client error (``loadgen.load.refusal``): stop the
+        ramp (once) with its one line; the records taken stay and the partial report is written."""
+        if self.fatal is not None:
+            return
+        self.fatal = refusal.message()
+        gevent.spawn(self._requests_refused, refusal)
+
+    def _requests_refused(self, refusal: Refusal) -> None:
+        self._event("requests_refused", step=self.state.step_index, detail=self.fatal, **refusal.fields())
+        self.out.write(f"\nstopping: the first {refusal.count} requests were all refused with HTTP {refusal.status}\n")
+        self.shape.stop("requests_refused")
 
     def close(self) -> None:
         self.events.close()
@@ -329,6 +343,7 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
     guard = ServerDownGuard(opts, state, shape, out)
     state.on_server_suspect = guard.suspect
     state.on_endpoint_missing = guard.endpoint_missing
+    state.on_refused = guard.requests_refused
     abort = AbortGuard(opts.abort_on, run_dir, state, shape, guard._event, out) if opts.abort_on else None
     # in-flight requests finish after the last step (and when a matrix row lowers concurrency):
     # they were sent inside a steady window and belong to its statistics

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import uuid
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ from typing import Any
 import gevent
 
 from loadgen.load.client import CallResult, Transport, make_transport
+from loadgen.load.refusal import Refusal, RefusalWatch
 from loadgen.load.shape import StepSink
 from loadgen.load.turns import WorkTurns
 from loadgen.parse.errors import classify_stream_error, short
@@ -49,7 +51,7 @@ from loadgen.parse.stream import TOKENS_CHUNKS, distribute_tokens
 from loadgen.rundir.clock import ANCHOR
 from loadgen.rundir.layout import StepLog
 from loadgen.rundir.records import JsonlAppender, RequestRecord, RunDirError
-from loadgen.spec.options import StepPlan, Timeouts
+from loadgen.spec.options import DEFAULT_REQUEST_ID_HEADER, StepPlan, Timeouts
 from loadgen.spec.request import (
     ENDPOINT_PATHS,
     GENERATIVE,
@@ -73,6 +75,7 @@ class TargetOptions:
     timeouts: Timeouts = field(default_factory=Timeouts)
     stream: bool = True
     extra_headers: dict[str, str] = field(default_factory=dict)
+    request_id_header: str | None = DEFAULT_REQUEST_ID_HEADER  # None: send no id header
 
 
 @dataclass(slots=True)
@@ -142,6 +145,9 @@ class RunState(StepSink):
         self.on_count: Callable[[int, str | None, int, int], None] | None = None  # a worker reports counts
         # a 404 before any call succeeded: the server does not serve the endpoint (endpoint, path, error)
         self.on_endpoint_missing: Callable[[str, str, str], None] | None = None
+        # the first calls all refused with one client error (loadgen.load.refusal): the run cannot succeed
+        self.on_refused: Callable[[Refusal], None] | None = None
+        self._refusals = RefusalWatch()
         self._answered = False
         # a local tokenizer (anything with count(text) -> int) for servers that send no usage
         self.token_counter: Any = None
@@ -272,7 +278,12 @@ class RunState(StepSink):
             spec.stream = False
         rid = f"{self._prefix}-{next(self._seq)}"
         headers = dict(self._headers)
-        headers["X-Request-Id"] = rid
+        # the id on the wire is a UUID, the widest form servers accept (llama.cpp's server answers
+        # 400 to anything else); the record keeps it as ``header_id`` beside our own ``id``
+        header_id = None
+        if self.target.request_id_header is not None:
+            header_id = str(uuid.uuid4())
+            headers[self.target.request_id_header] = header_id
         if spec.source and spec.source.isascii() and spec.source.isprintable():
             headers["X-Loadgen-Source"] = spec.source  # the workload's label (a twin keys acceptance by it)
         body = self.body(spec)
@@ -292,6 +303,7 @@ class RunState(StepSink):
                 end_ns=now,
                 error_class="cancelled",
                 error="the user was stopped mid-request",
+                header_id=header_id,
                 endpoint=spec.endpoint,
                 stream=spec.stream,
                 max_tokens=spec.max_tokens,
@@ -308,6 +320,7 @@ class RunState(StepSink):
             raise
         self.in_flight -= 1
         rec = self._record(rid, step, spec, result, user)
+        rec.header_id = header_id
         self.keep(rec.to_json())
         if (
             self.lengths is not None
@@ -319,10 +332,16 @@ class RunState(StepSink):
         ):
             chars, messages = prompt_size(spec)
             self.lengths.observe(chars, messages, rec.prompt_tokens)
-        if rec.status == 404 and not self._answered and self.on_endpoint_missing is not None:
-            self.on_endpoint_missing(spec.endpoint, path, rec.error or "")
-        elif rec.error_class is None:
+        if rec.error_class is None:
             self._answered = True
+        elif not self._answered:
+            if rec.status == 404:
+                if self.on_endpoint_missing is not None:
+                    self.on_endpoint_missing(spec.endpoint, path, rec.error or "")
+            elif self.on_refused is not None:
+                refusal = self._refusals.observe(rec.status, rec.error_class, rec.error, path, headers, body)
+                if refusal is not None:
+                    self.on_refused(refusal)
         self._report(rec, spec)
         return rec, reply_of(result)
 
@@ -393,7 +412,11 @@ class RunState(StepSink):
                 rec.error = short("error inside a 200 stream: " + msg)
             elif cls == "truncated":
                 rec.error_class = cls
-                rec.error = f"stream ended after {len(offsets)} output chunks without finish_reason or [DONE]"
+                rec.error = (
+                    f"the server ended the stream ([DONE]) after {len(offsets)} output chunks without a finish_reason"
+                    if s.done
+                    else f"stream ended after {len(offsets)} output chunks without finish_reason or [DONE]"
+                )
             elif cls == "malformed_stream":
                 rec.error_class = cls
                 rec.error = short(f"{s.malformed} malformed payload(s), first: {s.first_malformed}")

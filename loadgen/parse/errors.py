@@ -98,3 +98,10 @@ def classify_exception(exc: BaseException, *, connected: bool) -> str:
 def short(message: object, limit: int = 300) -> str:
     text = str(message)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def http_error(status: int, body: bytes) -> str:
+    """A failed call's ``error`` text: ``HTTP 400: <the body, shortened>``, or ``HTTP 400: (empty body)``
+    when the server sent none (a sample that reads "HTTP 400: " says nothing)."""
+    text = body.decode("utf-8", "replace").strip()
+    return f"HTTP {status}: " + (short(text) if text else "(empty body)")

@@ -32,6 +32,7 @@ from loadgen.analysis.pareto import UNKNOWN_NOTE
 from loadgen.analysis.steps import failure_class_names, ok_mask
 from loadgen.analysis.values import as_axis, as_dict, as_list, number, stat, steps_of, summary_axis
 from loadgen.report.calltables import Table, tables_of
+from loadgen.report.markdown import stopped_early
 from loadgen.report.plots import Failure, Plot, build_plots, knee_load, load_label, pareto_of
 from loadgen.report.svg import esc, format_value
 from loadgen.rundir.layout import read_manifest
@@ -53,6 +54,7 @@ h2{font-size:18px;margin:36px 0 10px;padding-bottom:6px;border-bottom:1px solid 
 h3{font-size:15px;margin:18px 0 6px}
 .meta{color:var(--muted);font-size:13.5px;margin:0 0 20px}
 .meta span+span:before{content:"·";margin:0 8px;color:var(--faint)}
+.stopped{border-left:4px solid var(--bad);padding:8px 12px;margin:0 0 20px;background:var(--bad-bg)}
 .verdict{background:var(--card);border:1px solid var(--line);border-left:6px solid var(--accent);border-radius:8px;
 padding:18px 22px;margin:0 0 16px}
 .verdict.hard{border-left-color:var(--bad)}.verdict.none{border-left-color:var(--faint)}
@@ -175,7 +177,13 @@ def _header(summary: RunSummary) -> str:
         ("started", summary.get("created")),
     ]
     meta = "".join(f"<span>{esc(k)} <b>{esc(v)}</b></span>" for k, v in facts if v is not None)
-    return f"<h1>Load test report: {esc(title)}</h1>\n<p class=meta>{meta}</p>" + _predicted(summary.get("predicted"))
+    stop = stopped_early(summary)
+    stopped = f"\n<p class=stopped id=stopped><b>Stopped early:</b> {esc(stop)}</p>" if stop else ""
+    return (
+        f"<h1>Load test report: {esc(title)}</h1>\n<p class=meta>{meta}</p>"
+        + stopped
+        + _predicted(summary.get("predicted"))
+    )
 
 
 def _predicted(mark: str | None) -> str:

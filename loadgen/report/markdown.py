@@ -95,8 +95,23 @@ def _header(summary: RunSummary) -> list[str]:
         lines.append(f"- Peak aggregate throughput: {_num(totals['peak_output_tok_s'])} tok/s at {where}")
     if totals.get("skipped_lines"):
         lines.append(f"- Skipped {totals['skipped_lines']} unreadable line(s) (a torn last line after a kill)")
+    stop = stopped_early(summary)
+    if stop:
+        lines.append(f"- **Stopped early**: {escape_cell(stop)}")
     lines.append("")
     return lines
+
+
+# run events that end a ramp because it cannot succeed (loadgen.load.ramp's guard)
+STOP_EVENTS = ("endpoint_missing", "requests_refused")
+
+
+def stopped_early(summary: RunSummary) -> str | None:
+    """Why the ramp stopped before its plan ended, when it could not succeed (the event's one line)."""
+    for e in summary.get("run_events") or []:
+        if e.get("kind") in STOP_EVENTS and e.get("detail"):
+            return str(e["detail"])
+    return None
 
 
 def _pooling_peak(summary: RunSummary) -> str | None:
@@ -292,4 +307,12 @@ def render_markdown(summary: RunSummary, sections: Sequence[Section] = (), lead:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-__all__ = ["Section", "escape_cell", "predicted_block", "render_markdown", "step_table", "verdict_block"]
+__all__ = [
+    "Section",
+    "escape_cell",
+    "predicted_block",
+    "render_markdown",
+    "step_table",
+    "stopped_early",
+    "verdict_block",
+]

@@ -68,6 +68,9 @@ class RequestRecord:
     rerank documents; None for generative calls, which have no TTFT then). ``images``: image parts
     sent (their token cost is in ``prompt_tokens``; ``context_tokens`` asked for the text only).
     ``endpoint`` is the call type: chat, completions, responses, embeddings or rerank.
+    ``header_id``: the id sent in the request-id header (``X-Request-Id`` unless
+    ``--request-id-header`` names another; a UUID, which every server accepts, where ``id`` is ours:
+    run, worker, process and sequence), the key to the server's own logs; None when no id header was sent.
     """
 
     id: str
@@ -108,6 +111,7 @@ class RequestRecord:
     max_turns: int | None = None
     inputs: int | None = None
     images: int = 0
+    header_id: str | None = None
 
     def to_json(self) -> bytes:
         # orjson serialises the dataclass itself, fields in order: the bytes asdict() would give,

@@ -117,6 +117,10 @@ FLAGS: tuple[Flag, ...] = (
          choices=("fast", "openai")),
     Flag("api_key", "api-key", "str",
          "bearer token (default: $OPENAI_API_KEY); never written to the run dir", RAMP),
+    Flag("request_id_header", "request-id-header", "str",
+         "the header that carries each request's id, a UUID (the records keep it as header_id beside their own "
+         "id); another name for servers that want one, or none to send no id (default X-Request-Id)",
+         _s("ramp", "ui", "lg"), default="X-Request-Id", metavar="NAME|none"),
     Flag("timeouts.request_s", "request-timeout", "float", "seconds for a whole call",
          _s("ramp", "ui", "lg"), default=600.0),
     Flag("timeouts.stall_s", "stall-timeout", "float", "seconds without any byte before a call fails",

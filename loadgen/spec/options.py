@@ -8,6 +8,7 @@ generator's event loop in.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -84,6 +85,30 @@ def extra_body_items(text: str, flag: str = "--extra-body") -> list[str]:
         raise OptionError(f"{flag} {text!r}: {exc}") from None
 
 
+# the header that carries each request's id (a UUID: llama.cpp's server answers 400 with an empty body
+# to any other value); ``none`` sends no id header
+DEFAULT_REQUEST_ID_HEADER = "X-Request-Id"
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP field name (RFC 9110, 5.1: a token)
+
+
+def parse_request_id_header(text: str | None, flag: str = "--request-id-header") -> str | None:
+    """The header name each request's id goes in (default ``X-Request-Id``), or None for ``none``
+    (no id header). Raises OptionError naming ``flag`` for a text that is no HTTP field name."""
+    if text is None or not text.strip():
+        return DEFAULT_REQUEST_ID_HEADER
+    name = text.strip()
+    if name.lower() == "none":
+        return None
+    if not _HEADER_NAME.fullmatch(name):
+        raise OptionError(
+            f"{flag} {text!r}: not an HTTP header name (letters, digits and -, e.g. X-Request-Id); "
+            "or none to send no request id"
+        )
+    if name.lower() in ("content-type", "content-length", "authorization", "host"):
+        raise OptionError(f"{flag} {text!r}: that header carries something else; choose another name, or none")
+    return name
+
+
 @dataclass(slots=True)
 class Timeouts:
     """Seconds. ``stall_s``: longest silence (no bytes) tolerated once the request is sent;
@@ -116,6 +141,7 @@ class RampOptions:
     transport: str = "fast"
     api_key: str | None = None
     timeouts: Timeouts = field(default_factory=Timeouts)
+    request_id_header: str | None = DEFAULT_REQUEST_ID_HEADER  # None: no id header
     seed: int = 0
     drain_seconds: float = 60.0
     on_server_down: str = "stop"  # stop | wait | skip-step

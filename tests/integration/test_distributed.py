@@ -59,7 +59,7 @@ def test_two_workers_record_every_request_the_server_saw(sim_factory: Any, tmp_p
     # written by the master from the workers' messages
     assert sorted(f.name for f in run_dir.glob("requests*.jsonl")) == ["requests-w0.jsonl", "requests-w1.jsonl"]
     # every request the server answered is on the master's disk, once
-    ids = [r["id"] for r in recs]
+    ids = [r["header_id"] for r in recs]  # the id the server saw
     assert len(ids) == len(set(ids))
     assert set(ids) == _served(sim.emission_log)
     # both workers followed the master's steps

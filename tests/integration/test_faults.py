@@ -270,18 +270,18 @@ def test_every_fault_is_classified_and_every_request_is_on_disk(
     run_dir = run_dir_of(proc)  # the run kept going through all of them
     records = run_records(run_dir)
     # every request the server answered (or broke) is a record, with the class its fault implies
-    assert {r["id"] for r in records} == set(server.seen)
+    assert {r["header_id"] for r in records} == set(server.seen)
     # each request told the server its workload label, the one its record keeps
-    assert all(r["source"] and server.sources[r["id"]] == r["source"] for r in records)
+    assert all(r["source"] and server.sources[r["header_id"]] == r["source"] for r in records)
     mismatched = [
-        (server.seen[r["id"]], r["error_class"])
+        (server.seen[r["header_id"]], r["error_class"])
         for r in records
-        if EXPECTED_CLASS[server.seen[r["id"]]] != r["error_class"]
+        if EXPECTED_CLASS[server.seen[r["header_id"]]] != r["error_class"]
     ]
     assert mismatched == []
     kinds_seen = Counter(server.seen.values())
     assert set(kinds_seen) == set(EXPECTED_CLASS)  # each fault happened at least once
-    by_kind = {server.seen[r["id"]]: r for r in records}
+    by_kind = {server.seen[r["header_id"]]: r for r in records}
     assert "longer than the model's context length" in by_kind["ctx400"]["error"]
     assert by_kind["ctx400"]["status"] == 400 and by_kind["r429"]["status"] == 429
     assert "KV cache pool" in by_kind["kv500"]["error"] and by_kind["kv500"]["status"] == 500
@@ -346,7 +346,7 @@ def test_crash_mid_step_keeps_finished_requests(tmp_path: Path) -> None:
     # the server finished these streams before it died: each is on disk, complete
     emitted = [json.loads(x) for x in sim.emission_log.read_text().splitlines()]
     finished = {e["request_id"] for e in emitted if e["kind"] == "usage"}
-    assert {r["id"] for r in ok} <= finished
+    assert {r["header_id"] for r in ok} <= finished
     assert len(ok) >= len(finished) - 4  # at most the in-flight ones lost their last bytes
     assert len(ok) >= 16 and all(r["output_tokens"] and r["finish_reason"] for r in ok)
     assert set(failed) <= {"connection_refused", "connection_reset", "truncated"} and failed
@@ -516,7 +516,7 @@ def test_sigkill_loses_no_finished_request_and_the_report_rebuilds(tmp_path: Pat
     emitted = [json.loads(x) for x in sim.emission_log.read_text().splitlines()]
     # streams the server completed well before the kill reached the client: each must be on disk
     done_early = {e["request_id"] for e in emitted if e["kind"] == "usage" and e["emit_ns"] < kill_ns - 200_000_000}
-    on_disk = {r["id"] for r in records if r["error_class"] is None}
+    on_disk = {r["header_id"] for r in records if r["error_class"] is None}
     assert done_early and done_early <= on_disk
     rebuilt = run_loadgen("report", str(run_dir))
     assert rebuilt.returncode == 0, rebuilt.stderr

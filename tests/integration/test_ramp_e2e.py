@@ -104,8 +104,8 @@ def test_measured_timing_matches_the_servers_truth(sim_factory: Any, tmp_path: P
     assert len(recs) >= 10
     first_err, gap_err = [], []
     for r in recs:
-        sent = emitted[r["id"]]
-        assert r["server_request_id"] is None or r["id"] in r["server_request_id"]
+        sent = emitted[r["header_id"]]
+        assert r["server_request_id"] is None or r["header_id"] in r["server_request_id"]
         assert r["tokens_source"] == "usage_per_chunk"
         assert r["chunk_tokens"] == [e["tokens"] for e in sent]
         assert r["output_tokens"] == sum(e["tokens"] for e in sent)
@@ -231,8 +231,8 @@ def test_openai_sdk_transport(sim_factory: Any, tmp_path: Path) -> None:
     assert recs and all(r["error_class"] is None for r in recs), recs[:2]
     emitted = _emissions(sim.emission_log)
     for r in recs:
-        assert r["output_tokens"] == sum(e["tokens"] for e in emitted[r["id"]])
-        assert r["first_chunk_ns"] >= emitted[r["id"]][0]["emit_ns"]
+        assert r["output_tokens"] == sum(e["tokens"] for e in emitted[r["header_id"]])
+        assert r["first_chunk_ns"] >= emitted[r["header_id"]][0]["emit_ns"]
 
 
 def test_completions_endpoint_and_non_streaming(sim_factory: Any, tmp_path: Path) -> None:

@@ -532,7 +532,9 @@ def test_multi_choice_tool_calls_and_role_with_text() -> None:
 
 
 def test_error_class() -> None:
-    assert StreamResult(done=True).error_class() is None
+    assert StreamResult(done=True, finish_reason="length").error_class() is None
+    # [DONE] without a finish reason: the server cut the answer (llama.cpp's interrupted requests)
+    assert StreamResult(done=True).error_class() == "truncated"
     assert StreamResult(done=False, finish_reason="stop").error_class() is None
     assert StreamResult(done=False).error_class() == "truncated"
     assert StreamResult(done=True, malformed=1).error_class() == "malformed_stream"
@@ -712,3 +714,54 @@ def test_mangled_streams_never_raise() -> None:
         if tokens and total is not None and total >= 0:
             assert sum(tokens) == total
         assert res.error_class() in (None, "stream_error", "truncated", "malformed_stream")
+
+
+# llama.cpp's server (llama-cpp-python 0.3.36, a tiny byte-level model), as sent: one token a chunk,
+# an empty content for a token that ends inside a UTF-8 character, no usage in the stream
+def _llama(delta: bytes, finish: bytes = b"null") -> bytes:
+    return (
+        b'{"id": "chatcmpl-9", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": '
+        + delta
+        + b', "logprobs": null, "finish_reason": '
+        + finish
+        + b"}]}"
+    )
+
+
+_LLAMA_CPP = [
+    _llama(b'{"role": "assistant"}'),
+    _llama(b'{"content": "\\u0012"}'),
+    _llama(b'{"content": ""}'),
+    _llama(b'{"content": "\\u00ea"}'),
+    _llama(b'{"content": "m"}'),
+    _llama(b"{}", b'"length"'),
+    b"[DONE]",
+]
+
+
+def test_a_token_whose_text_was_held_back_counts_with_the_chunk_that_brings_it() -> None:
+    acc = ChunkAccumulator()
+    for i, p in enumerate(_LLAMA_CPP):
+        acc.add(p, 10 * (i + 1))
+    res = acc.finish(100)
+    assert res.chunk_times_ns == [20, 40, 50] and res.held_at == [1]
+    assert res.token_split() == ([1, 2, 1], 4, TOKENS_CHUNKS)  # 4 tokens: what max_tokens=4 asked
+    assert res.error_class() is None and res.finish_reason == "length"
+    # a role chunk, vLLM's `"content": ""` beside the role, and a last empty delta are no tokens
+    acc = ChunkAccumulator()
+    acc.add(b'{"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}', 1)
+    acc.add(b'{"choices": [{"index": 0, "delta": {"content": "a"}}]}', 2)
+    acc.add(b'{"choices": [{"index": 0, "delta": {"content": ""}, "finish_reason": "stop"}]}', 3)
+    acc.add(b"[DONE]", 4)
+    res = acc.finish(5)
+    assert res.held_at == [] and res.token_split() == ([1], 1, TOKENS_CHUNKS)
+
+
+def test_a_stream_closed_with_done_but_no_finish_reason_is_truncated() -> None:
+    # llama.cpp's server ends a request it interrupts for a newer one: the role chunk, then [DONE]
+    acc = ChunkAccumulator()
+    acc.add(_LLAMA_CPP[0], 1)
+    acc.add(_LLAMA_CPP[1], 2)
+    acc.add(b"[DONE]", 3)
+    res = acc.finish(4)
+    assert res.done and res.finish_reason is None and res.error_class() == "truncated"

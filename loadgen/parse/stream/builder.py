@@ -149,6 +149,7 @@ class _Builder:
         reasoning = False
         role = False
         tool = False
+        held = False  # choice 0 brought an empty text and no finish reason: a token held back
         if type(choices) is list:
             for ch in choices:
                 if type(ch) is not dict:
@@ -176,6 +177,8 @@ class _Builder:
                     text = True
                     if ch.get("index", 0) == 0:
                         self.text.append(c)
+                elif c == "" and fr is None and ch.get("index", 0) == 0:
+                    held = True
                 r = delta.get("reasoning_content") or delta.get("reasoning")
                 if r and type(r) is str:
                     n_chars += len(r)
@@ -222,6 +225,8 @@ class _Builder:
                 res.role_only_chunks += 1
             elif choices and type(choices) is list:
                 res.empty_chunks += 1
+                if held and not tool:
+                    res.held_at.append(len(self.times))
 
     def text_with_usage(self, t_ns: int, text: str, reasoning: bool, usage: dict[str, Any]) -> None:
         """What ``obj`` does for a plain one-text chunk carrying usage (the usage-template path)."""

@@ -56,8 +56,11 @@ class StreamResult:
     non-streaming body); ``error``: the first error by arrival, as ``{"message", "type", "code"}``;
     ``malformed``: payloads that were not a JSON object (``first_malformed``: the first, 200
     chars); ``role_only_chunks`` / ``empty_chunks``: chunks with choices but no output, with and
-    without a role; ``named_events``: events with an ``event:`` name; ``n_payloads``: payloads
-    other than ``[DONE]``.
+    without a role; ``held_at``: of those, the chunks whose delta carried an empty text (no role,
+    no finish reason): a token whose text the server held back (llama.cpp's server sends
+    ``"content": ""`` for a token that ends inside a UTF-8 character, and the bytes with a later
+    token), each as the index of the output chunk that follows it; ``named_events``: events with an
+    ``event:`` name; ``n_payloads``: payloads other than ``[DONE]``.
 
     ``late_ns``: sparse ``[chunk index, ns]`` pairs for output chunks whose time is only an upper
     bound: the chunk really arrived at most ``ns`` before it (see ``ChunkAccumulator.note_read``);
@@ -84,6 +87,7 @@ class StreamResult:
     model: str | None = None
     role_only_chunks: int = 0
     empty_chunks: int = 0
+    held_at: list[int] = field(default_factory=list)
     named_events: int = 0
     n_payloads: int = 0
     end_ns: int = 0
@@ -107,7 +111,9 @@ class StreamResult:
 
         ``usage_per_chunk``: exact per-chunk counts; ``usage``: the final usage's total spread over
         the chunks by characters (``distribute_tokens``); ``chunks``: no usage at all, one token per
-        output chunk (a lower bound on a speculative server; a tokenizer would do better).
+        output chunk, plus one for each chunk whose text was held back (``held_at``: counted with the
+        output chunk that brought its text, the last one when none followed); a lower bound on a
+        speculative server, where a tokenizer would do better.
         """
         if self.chunk_tokens is not None and self.completion_tokens is not None:
             return list(self.chunk_tokens), self.completion_tokens, TOKENS_PER_CHUNK_USAGE
@@ -118,22 +124,30 @@ class StreamResult:
                 TOKENS_USAGE,
             )
         n = len(self.chunk_times_ns)
-        return [1] * n, n, TOKENS_CHUNKS
+        tokens = [1] * n
+        if n:
+            for i in self.held_at:
+                tokens[min(i, n - 1)] += 1
+        return tokens, sum(tokens), TOKENS_CHUNKS
 
     def error_class(self) -> str | None:
         """The records' error class this result implies on an HTTP 200, or None when it is clean.
 
-        An error object wins (``stream_error``); a stream with neither ``[DONE]`` nor a finish
-        reason was cut (``truncated``: its last payload may be half a JSON object, which is not
-        counted against the server as malformed); otherwise undecodable payloads give
-        ``malformed_stream``.
+        An error object wins (``stream_error``); an answer that never said why it ended (no finish
+        reason) was cut (``truncated``), whether the connection broke (its last payload may be half
+        a JSON object, which is not counted against the server as malformed) or the server closed
+        it with ``[DONE]`` (llama.cpp's server ends a request it interrupts for a newer one so:
+        the role chunk, then ``[DONE]``); undecodable payloads in a stream that was not cut give
+        ``malformed_stream`` first (they say more).
         """
         if self.error is not None:
             return "stream_error"
-        if not self.done and self.finish_reason is None:
+        if self.finish_reason is None and not self.done:
             return "truncated"
         if self.malformed:
             return "malformed_stream"
+        if self.finish_reason is None:
+            return "truncated"
         return None
 
 
