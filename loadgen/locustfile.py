@@ -518,6 +518,12 @@ def _on_test_start(environment: Environment, **_: Any) -> None:
 
 @events.test_stop.add_listener
 def _on_test_stop(environment: Environment, **_: Any) -> None:
+    _end_run(environment)
+
+
+def _end_run(environment: Environment) -> None:
+    """The test stopped (Stop, the end of a ramp, ``-t``) or Locust quits (SIGTERM, Ctrl-C: Locust
+    tells ``quitting`` before ``test_stop`` then): the step ends and the report is written."""
     run = _run
     if run is None or run.closed:
         return
@@ -534,5 +540,11 @@ def _on_test_stop(environment: Environment, **_: Any) -> None:
 
 @events.quitting.add_listener
 def _on_quitting(environment: Environment, **_: Any) -> None:
-    if _run is not None and not _run.closed:
-        _run.close()
+    run = _run
+    if run is None or run.closed:
+        return
+    try:
+        if run.state.step_live:  # a run still going when Locust quits still gets its report
+            _end_run(environment)
+    finally:
+        run.close()

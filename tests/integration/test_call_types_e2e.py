@@ -21,7 +21,9 @@ pytestmark = pytest.mark.slow
 FAST = ["--profile", "tiny"]
 
 
-def _ramp(url: str, out: Path, *extra: str, step_s: str = "2.5") -> Path:
+def _ramp(url: str, out: Path, *extra: str, requests: int = 10) -> Path:
+    """One step that ends once ``requests`` requests finished (the work its checks need, at any speed
+    of the machine); its 60 s only catch a hang."""
     proc = run_loadgen(
         "ramp",
         "--url",
@@ -30,8 +32,10 @@ def _ramp(url: str, out: Path, *extra: str, step_s: str = "2.5") -> Path:
         "2",
         "--warmup-seconds",
         "0",
+        "--requests-per-step",
+        str(requests),
         "--step-seconds",
-        step_s,
+        "60",
         "--no-telemetry",
         "--out",
         str(out),
@@ -80,7 +84,7 @@ def test_responses_endpoint_streams_events_timed_against_the_emission_log(sim_fa
 @pytest.mark.parametrize("endpoint", ["embeddings", "rerank"])
 def test_pooling_endpoints_record_inputs_and_prompt_tokens(sim_factory: Any, tmp_path: Path, endpoint: str) -> None:
     sim = sim_factory(*FAST)
-    run_dir = _ramp(sim.url, tmp_path / endpoint, "--endpoint", endpoint, step_s="2")
+    run_dir = _ramp(sim.url, tmp_path / endpoint, "--endpoint", endpoint)
     recs = run_records(run_dir)
     ok = [r for r in recs if r["error_class"] is None]
     assert len(ok) >= 5 and len(ok) == len(recs), [r["error"] for r in recs if r["error_class"]][:3]
@@ -128,7 +132,8 @@ tool_latency_s = 0.05
 def test_a_five_step_tool_loop(sim_factory: Any, tmp_path: Path, endpoint: str) -> None:
     sim = sim_factory(*FAST)
     scenario = _scenario(tmp_path, AGENT.format(endpoint=endpoint))
-    run_dir = _ramp(sim.url, tmp_path / "a", "--scenario", scenario, "--concurrency", "1", step_s="6")
+    # one user's first 10 requests: two whole tasks of 5 turns
+    run_dir = _ramp(sim.url, tmp_path / "a", "--scenario", scenario, "--concurrency", "1")
     recs = sorted(run_records(run_dir), key=lambda r: r["sent_ns"])
     tasks: dict[str, list[dict[str, Any]]] = {}
     for r in recs:
@@ -181,7 +186,7 @@ def test_image_prefill_cost_grows_with_resolution(sim_factory: Any, tmp_path: Pa
     got: dict[int, tuple[float, float]] = {}
     for side in (224, 1344):
         scenario = _scenario(tmp_path, VISION.format(side=side))
-        run_dir = _ramp(sim.url, tmp_path / f"v{side}", "--scenario", scenario, "--concurrency", "1", step_s="2")
+        run_dir = _ramp(sim.url, tmp_path / f"v{side}", "--scenario", scenario, "--concurrency", "1", requests=6)
         recs = [r for r in run_records(run_dir) if r["error_class"] is None]
         assert len(recs) >= 3 and all(r["images"] == 1 for r in recs)
         image_tokens = sorted(r["prompt_tokens"] - r["context_tokens"] for r in recs)[len(recs) // 2]
@@ -285,7 +290,7 @@ effort = "medium"
 def test_reasoning_and_answer_times_apart(sim_factory: Any, tmp_path: Path, endpoint: str) -> None:
     sim = sim_factory(*FAST)
     scenario = _scenario(tmp_path, REASONING.format(endpoint=endpoint))
-    run_dir = _ramp(sim.url, tmp_path / "r", "--scenario", scenario, step_s="2")
+    run_dir = _ramp(sim.url, tmp_path / "r", "--scenario", scenario, requests=6)
     recs = [r for r in run_records(run_dir) if r["error_class"] is None]
     assert len(recs) >= 4
     emitted = _emitted(sim.emission_log)

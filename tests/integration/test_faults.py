@@ -248,8 +248,12 @@ def fault_run(
             "fault",
             "--concurrency",
             "4",
+            # ends once 26 requests of its window finished: every kind of fault twice over (13 kinds
+            # in turn), however fast the machine; the 60 s only catch a hang
+            "--requests-per-step",
+            "26",
             "--step-seconds",
-            "2",
+            "60",
             "--stall-timeout",
             "0.5",
             "--no-telemetry",
@@ -329,8 +333,10 @@ def test_crash_mid_step_keeps_finished_requests(tmp_path: Path) -> None:
             sim.url,
             "--concurrency",
             "4,4",
+            # the crash (24 requests in) ends the ramp, however long they take (server down: stop);
+            # the 60 s only catch a hang
             "--step-seconds",
-            "1.5",
+            "60",
             "--no-telemetry",
             "--out",
             str(tmp_path / "out"),

@@ -29,9 +29,10 @@ def _lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
 
-def _ramp(
-    sim: SimServer, out: Path, policy: str | None, *extra: str, step_s: str = "3"
-) -> tuple[subprocess.CompletedProcess[str], Path]:
+def _ramp(sim: SimServer, out: Path, policy: str | None, *extra: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """A ramp of three steps of 4 users. The crash (30 requests in) must come in step 0 however long
+    they take: a step ends by the server going down, or by ``extra``'s --requests-per-step; its 60 s
+    only catch a hang."""
     args = [
         "ramp",
         "--url",
@@ -39,7 +40,7 @@ def _ramp(
         "--concurrency",
         "4,4,4",
         "--step-seconds",
-        step_s,
+        "60",
         "--gpu-source",
         f"{sim.url}/gpu/metrics",
         "--gpu-hz",
@@ -88,7 +89,7 @@ def test_default_stops_the_ramp_and_marks_the_step(tmp_path: Path) -> None:
         sim.stop()
     assert _step_ends(run_dir) == {0: "server_down"}  # the crash step ends early ...
     assert _starts(run_dir) == [0]  # ... and no later step starts
-    assert took < 25
+    assert took < 50  # well before the 60 s step's end
     events = _lines(run_dir / "events.jsonl")
     down = [e for e in events if e["kind"] == "server_down"]
     assert len(down) == 1 and down[0]["step"] == 0
@@ -132,7 +133,9 @@ def test_wait_resumes_when_the_server_comes_back(tmp_path: Path) -> None:
     watcher = threading.Thread(target=restart_after_crash, daemon=True)
     watcher.start()
     try:
-        _, run_dir = _ramp(sim, tmp_path / "o", "wait", "--wait-ready", "30", step_s="4")
+        # steps 1 and 2 end once 150 requests finished (valid at any speed); step 0 ends by the crash
+        # first (30 served, then refused ones paced 0.1 s apart while the ramp checks: 40 seen)
+        _, run_dir = _ramp(sim, tmp_path / "o", "wait", "--wait-ready", "30", "--requests-per-step", "150")
     finally:
         watcher.join(70)
         sim.stop()

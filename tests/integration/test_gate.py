@@ -16,8 +16,10 @@ from tests.conftest import run_loadgen
 pytestmark = pytest.mark.slow
 
 XSD = Path(__file__).resolve().parents[1] / "fixtures" / "junit" / "junit-10.xsd"
-QUICK = ["--step-seconds", "1.5", "--warmup-seconds", "0.2", "--max-tokens", "8", "--drain-seconds", "5",
-         "--no-telemetry"]  # fmt: skip
+QUICK = ["--warmup-seconds", "0.2", "--max-tokens", "8", "--drain-seconds", "5", "--no-telemetry"]
+# steps that must be valid (thresholds judge only those) end once 20 requests of their window
+# finished, at any speed of the machine; the 60 s only catch a hang
+VALID_STEPS = ["--requests-per-step", "20", "--step-seconds", "60"]
 
 
 def _run_dir(proc: Any) -> Path:
@@ -46,7 +48,8 @@ def test_a_faulty_server_breaches_every_kind_of_threshold(sim_factory: Any, tmp_
     sim = sim_factory("--profile", "tiny", "--ttft-ms", "150", "--error-after-chunks", "2", "--fault-rate", "0.3")
     junit, gh = tmp_path / "ci" / "junit.xml", tmp_path / "step-summary.md"
     fail_on = "ttft_p99>100ms,error_rate>10%,run:error_rate>10%,output_tok_s<1000000,invalid_steps>0"
-    proc = run_loadgen("ramp", "--url", sim.url, "--concurrency", "1,8", *QUICK, "--out", str(tmp_path / "r"),
+    proc = run_loadgen("ramp", "--url", sim.url, "--concurrency", "1,8", "--step-seconds", "1.5", *QUICK,
+                       "--out", str(tmp_path / "r"),
                        "--fail-on", fail_on, "--junit", str(junit), env={"GITHUB_STEP_SUMMARY": str(gh)})  # fmt: skip
     assert proc.returncode == 5, proc.stderr[-3000:]
     run_dir = _run_dir(proc)
@@ -74,8 +77,9 @@ def test_a_faulty_server_breaches_every_kind_of_threshold(sim_factory: Any, tmp_
 def test_a_healthy_run_passes_and_report_re_judges_it(sim_factory: Any, tmp_path: Path) -> None:
     sim = sim_factory("--profile", "tiny")
     junit = tmp_path / "junit.xml"
-    proc = run_loadgen("ramp", "--url", sim.url, "--concurrency", "2,4", *QUICK, "--out", str(tmp_path / "r"),
-                       "--fail-on", "ttft_p99>5s,error_rate>1%,invalid_steps>0", "--junit", str(junit),
+    proc = run_loadgen("ramp", "--url", sim.url, "--concurrency", "2,4", *VALID_STEPS, *QUICK,
+                       "--out", str(tmp_path / "r"), "--fail-on", "ttft_p99>5s,error_rate>1%,invalid_steps>0",
+                       "--junit", str(junit),
                        env={"GITHUB_STEP_SUMMARY": ""})  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = _run_dir(proc)
@@ -99,7 +103,8 @@ def test_abort_on_stops_the_ramp_within_one_step(sim_factory: Any, tmp_path: Pat
     scenario = tmp_path / "gate.toml"
     scenario.write_text(
         'name = "gated"\n[prompt]\ninput_tokens = 32\n[output]\nmax_tokens = 8\n'
-        "[load]\nconcurrency = [2, 4, 8, 16]\nstep_seconds = 1.5\nwarmup_seconds = 0.2\n"
+        # step 0 ends once 10 requests finished (a valid step, judged at any speed); 60 s catch a hang
+        "[load]\nconcurrency = [2, 4, 8, 16]\nrequests_per_step = 10\nstep_seconds = 60\nwarmup_seconds = 0.2\n"
         '[gate]\nabort_on = "ttft_p99>100ms"\n'
     )
     proc = run_loadgen("ramp", "--url", sim.url, "--scenario", str(scenario), "--drain-seconds", "5",
@@ -107,7 +112,7 @@ def test_abort_on_stops_the_ramp_within_one_step(sim_factory: Any, tmp_path: Pat
     assert proc.returncode == 5, proc.stderr[-3000:]
     run_dir = _run_dir(proc)
     ends = [json.loads(x) for x in (run_dir / "steps.jsonl").read_text().splitlines() if '"end"' in x]
-    assert [(e["step"], e["reason"]) for e in ends] == [(0, "duration"), (1, "aborted")]
+    assert [(e["step"], e["reason"]) for e in ends] == [(0, "requests"), (1, "aborted")]
     verdict = _summary(run_dir)["thresholds"]
     assert (verdict["aborted_by"], verdict["aborted_step"]) == ("ttft_p99>100ms", 0)
     assert "aborting: --abort-on ttft_p99>100ms: ttft_p99 " in proc.stderr

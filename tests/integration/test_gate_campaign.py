@@ -20,7 +20,8 @@ def test_a_campaign_exits_5_when_a_variant_breaches(tmp_path: Path) -> None:
     campaign = tmp_path / "gate.toml"
     campaign.write_text(
         '[campaign]\nname = "gate"\nurl = "http://127.0.0.1:{port}"\nwait_ready_s = 30\n'
-        "[ramp]\nconcurrency = [2]\nstep_seconds = 1.5\nwarmup_seconds = 0.2\nmax_tokens = 8\n"
+        # a step ends once 10 requests finished: valid (judged) at any speed; the 60 s catch a hang
+        "[ramp]\nconcurrency = [2]\nrequests_per_step = 10\nstep_seconds = 60\nwarmup_seconds = 0.2\nmax_tokens = 8\n"
         'fail_on = "ttft_p99>100ms"\nargs = ["--no-telemetry", "--drain-seconds", "5"]\n'
         '[[variant]]\nname = "fast"\n'
         'start = ["{python}", "-m", "loadgen.sim", "--profile", "tiny", "--port", "{port}"]\n'

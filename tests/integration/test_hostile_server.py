@@ -200,8 +200,12 @@ def test_a_ramp_against_the_hostile_server_completes_with_records_and_a_report(t
             "hostile",
             "--concurrency",
             "2",
+            # ends once 18 requests finished: each of the 9 behaviours twice, however long their
+            # limits take to trip on this machine; the 60 s only catch a hang
+            "--requests-per-step",
+            "18",
             "--step-seconds",
-            "4",
+            "60",
             "--warmup-seconds",
             "0",
             "--max-tokens",

@@ -24,14 +24,18 @@ def test_headless_locust_reports_ttft_and_itl(sim_factory: Any, tmp_path: Path) 
         "-m",
         "locust",
         "-f",
-        "loadgen/locustfile.py",
+        "loadgen/locustfile.py,tests/integration/locust_stop_after.py",
         "--headless",
         "-u",
         "3",
         "-r",
         "3",
+        # ends on work done (6 calls, as -t would end it), not on a time that start-up and a busy
+        # machine eat; -t only catches a hang
+        "--stop-after-requests",
+        "6",
         "-t",
-        "4s",
+        "120s",
         "--host",
         sim.url,
         "--lg-max-tokens",
@@ -42,7 +46,7 @@ def test_headless_locust_reports_ttft_and_itl(sim_factory: Any, tmp_path: Path) 
         str(tmp_path / "stats"),
         "--only-summary",
     ]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=90)
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = {(r["Type"], r["Name"]): r for r in csv.DictReader((tmp_path / "stats_stats.csv").open())}
     llm, ttft, itl = rows[("LLM", "chat")], rows[("TTFT", "chat")], rows[("ITL", "chat")]

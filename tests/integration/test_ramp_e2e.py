@@ -29,8 +29,12 @@ def test_three_step_ramp_gives_three_sane_rows(sim_factory: Any, tmp_path: Path)
         sim.url,
         "--concurrency",
         "1,4,16",
+        # each step ends once 30 requests of its window finished: a valid step on a machine of any
+        # speed (5 are needed); the 60 s only catch a hang
+        "--requests-per-step",
+        "30",
         "--step-seconds",
-        "2.5",
+        "60",
         "--warmup-seconds",
         "0.5",
         "--max-tokens",
@@ -64,7 +68,8 @@ def test_three_step_ramp_gives_three_sane_rows(sim_factory: Any, tmp_path: Path)
     for i in range(3):
         ev = {x["event"]: x["t_ns"] for x in lines if x["step"] == i}
         assert ev["start"] + 0.5e9 <= ev["steady"] < ev["end"]
-        assert ev["end"] - ev["steady"] >= 2.5e9 - 1e6
+        assert [x["reason"] for x in lines if x["step"] == i and x["event"] == "end"] == ["requests"]
+    assert all(s["requests_ok"] >= 30 for s in steps), [s["requests_ok"] for s in steps]
 
 
 def _emissions(path: Path) -> dict[str, list[dict[str, Any]]]:
@@ -87,8 +92,11 @@ def test_measured_timing_matches_the_servers_truth(sim_factory: Any, tmp_path: P
         sim.url,
         "--concurrency",
         "2",
+        # 20 requests to compare, however long this machine takes (the 60 s only catch a hang)
+        "--requests-per-step",
+        "20",
         "--step-seconds",
-        "2",
+        "60",
         "--warmup-seconds",
         "0",
         "--max-tokens",
@@ -259,6 +267,10 @@ def test_completions_endpoint_and_non_streaming(sim_factory: Any, tmp_path: Path
         assert recs and all(r["error_class"] is None for r in recs), (extra, recs[:1])
         assert all(r["output_tokens"] and r["output_tokens"] <= 12 for r in recs)
         assert all(r["endpoint"] == ("completions" if "completions" in extra else "chat") for r in recs)
+        # a step of --step-seconds alone ends by its duration, its steady window that long
+        lines = [json.loads(x) for x in (run_dir / "steps.jsonl").read_text().splitlines()]
+        ev = {x["event"]: x for x in lines}
+        assert ev["end"]["reason"] == "duration" and ev["end"]["t_ns"] - ev["steady"]["t_ns"] >= 1.5e9 - 1e6
 
 
 @pytest.mark.exclusive  # alone: send times to the schedule

@@ -25,8 +25,12 @@ def test_repeat_runs_each_step_n_times_and_gives_intervals(sim_factory: Any, tmp
         "1,8",
         "--repeat",
         "3",
+        # each step ends once 20 requests of its window finished: all six valid at any speed of the
+        # machine; the 60 s only catch a hang
+        "--requests-per-step",
+        "20",
         "--step-seconds",
-        "1.5",
+        "60",
         "--warmup-seconds",
         "0.3",
     ]

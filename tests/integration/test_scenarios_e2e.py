@@ -26,8 +26,12 @@ def test_chat_scenario_runs_and_reports_requested_vs_served(sim_factory: Any, tm
         str(REPO / "scenarios/chat.toml"),
         "--concurrency",
         "4",
+        # ends once 12 requests of its window finished, however long the scenario's lengths take on
+        # this machine; the 60 s only catch a hang
+        "--requests-per-step",
+        "12",
         "--step-seconds",
-        "3",
+        "60",
         "--warmup-seconds",
         "0.5",
         "--out",
@@ -56,8 +60,12 @@ def test_multi_turn_history_grows_with_the_servers_replies_and_hits_the_cache(si
         str(REPO / "scenarios/agentic-multi-turn.toml"),
         "--concurrency",
         "3",
+        # ends once 9 requests finished: 3 users' conversations (4 turns or more each) hold at least
+        # 3 second turns among them, however long the think times and replies take; 120 s catch a hang
+        "--requests-per-step",
+        "9",
         "--step-seconds",
-        "7",
+        "120",
         "--warmup-seconds",
         "0",
         "--out",
@@ -160,8 +168,10 @@ def test_a_steady_window_holds_the_same_requests_whatever_the_warm_ups_timing(si
     for itl in ("4", "12"):
         sim = sim_factory("--profile", "tiny", "--itl-ms", itl)
         proc = run_loadgen(
-            "ramp", "--url", sim.url, "--scenario", str(scenario), "--concurrency", "6", "--step-seconds", "3",
-            "--warmup-seconds", "1", "--no-telemetry", "--out", str(tmp_path / f"itl{itl}"),
+            # the window ends once 36 requests finished (6 a user), on either server at any speed of the
+            # machine; the 60 s only catch a hang
+            "ramp", "--url", sim.url, "--scenario", str(scenario), "--concurrency", "6", "--requests-per-step", "36",
+            "--step-seconds", "60", "--warmup-seconds", "1", "--no-telemetry", "--out", str(tmp_path / f"itl{itl}"),
         )  # fmt: skip
         assert proc.returncode == 0, proc.stderr[-2000:]
         run_dir = Path(proc.stdout.strip().splitlines()[-1])

@@ -40,6 +40,19 @@ def _metric(text: str, name: str) -> float:
     raise AssertionError(f"{name} not in:\n{text}")
 
 
+def _wait_ok_records(out: Path, n: int, timeout_s: float = 90) -> None:
+    """Until a run under ``out`` recorded ``n`` successful requests (the work a step needs, however
+    long a busy machine takes to do it)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for f in out.glob("*/requests*.jsonl"):
+            whole = f.read_bytes().split(b"\n")[:-1]  # a line being written has no newline yet
+            if sum(json.loads(line)["error_class"] is None for line in whole) >= n:
+                return
+        time.sleep(0.1)
+    raise AssertionError(f"fewer than {n} successful requests under {out} after {timeout_s} s")
+
+
 def _stop(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         proc.terminate()
@@ -88,7 +101,7 @@ def test_form_start_live_json_reports_and_metrics(sim_factory: Any, tmp_path: Pa
 
         # manual mode first: Locust's user count, one step, a report on Stop
         assert _post(ui + "/swarm", {**base, "user_count": "2", "lg_steps": ""})["success"]
-        time.sleep(1.5)
+        _wait_ok_records(out, 5)
         _post(ui + "/stop", {})
         (manual,) = list(out.iterdir())
         deadline = time.monotonic() + 20
@@ -139,13 +152,15 @@ def test_form_start_live_json_reports_and_metrics(sim_factory: Any, tmp_path: Pa
 
         # thresholds from the form, as loadgen ramp's: --abort-on stops the ramp after the step that
         # breaches it, --fail-on is judged in the report
+        # (a step ends once 10 requests finished: only a valid step is judged; 60 s only catches a hang)
         started = _post(
             ui + "/swarm",
-            {**base, "lg_steps": "1,2,4", "lg_step_seconds": "1", "lg_warmup_seconds": "0.5",
-             "lg_abort_on": "output_tok_s<1000000", "lg_fail_on": "ttft_p99>1ms", "lg_label": "gated"},
+            {**base, "lg_steps": "1,2,4", "lg_step_seconds": "60", "lg_requests_per_step": "10",
+             "lg_warmup_seconds": "0.5", "lg_abort_on": "output_tok_s<1000000", "lg_fail_on": "ttft_p99>1ms",
+             "lg_label": "gated"},
         )  # fmt: skip
         assert started["success"], started
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 90
         gated = None
         while time.monotonic() < deadline:
             gated = next((d for d in out.iterdir() if d.name.endswith("-gated")), None)
@@ -155,14 +170,15 @@ def test_form_start_live_json_reports_and_metrics(sim_factory: Any, tmp_path: Pa
         assert gated is not None
         verdict = json.loads((gated / "summary.json").read_text())
         # judged when step 0 ended: the step under way then (C=2) ends "aborted", C=4 never runs
-        assert [(s["concurrency"], s["end_reason"]) for s in verdict["steps"]] == [(1, "duration"), (2, "aborted")]
+        assert [(s["concurrency"], s["end_reason"]) for s in verdict["steps"]] == [(1, "requests"), (2, "aborted")]
         assert verdict["thresholds"]["verdict"] == "fail"
         assert verdict["thresholds"]["aborted_by"] == "output_tok_s<1000000"
         events = [json.loads(line) for line in (gated / "events.jsonl").read_text().splitlines()]
         assert any(e["kind"] == "aborted" and e["threshold"] == "output_tok_s<1000000" for e in events)
 
         # a trace scenario from the scenario folder: its time scales are the steps (no users, no rates)
-        replay_form = {"lg_steps": "", "lg_rates": "", "lg_max_tokens": "512", "lg_label": "trace"}
+        replay_form = {"lg_steps": "", "lg_rates": "", "lg_max_tokens": "512", "lg_label": "trace",
+                       "lg_step_seconds": "1", "lg_requests_per_step": ""}  # fmt: skip
         started = _post(ui + "/swarm", {**base, **replay_form, "lg_scenario": str(scenarios / "replay.toml")})
         assert started["success"] and "UIRampShape" in started["message"], started
         deadline = time.monotonic() + 30
@@ -186,19 +202,28 @@ def test_headless_prometheus_port_serves_while_running(sim_factory: Any, tmp_pat
     proc = subprocess.Popen(
         [
             sys.executable, "-m", "locust", "-f", "loadgen/locustfile.py", "--headless", "--host", sim.url,
-            "-u", "2", "-r", "2", "-t", "4s", "--lg-max-tokens", "12", "--lg-out", str(out), "--no-telemetry",
+            "-u", "2", "-r", "2", "-t", "120s", "--lg-max-tokens", "12", "--lg-out", str(out), "--no-telemetry",
             "--lg-prometheus-port", str(port), "--only-summary",
         ],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=(tmp_path / "locust.log").open("wb"),
     )  # fmt: skip
     try:
-        wait_http(f"http://127.0.0.1:{port}/metrics", proc, 20)
-        deadline = time.monotonic() + 10
+        # served while the test runs: polled until 5 requests succeeded, then stopped as a user stops
+        # it (-t only catches a hang; a window of seconds was eaten by start-up on a busy machine)
+        wait_http(f"http://127.0.0.1:{port}/metrics", proc, 60)
+        deadline = time.monotonic() + 90
         seen = 0.0
-        while time.monotonic() < deadline and seen < 5:
+        while time.monotonic() < deadline and seen < 5 and proc.poll() is None:
             seen = _metric(_get(f"http://127.0.0.1:{port}/metrics").decode(), "loadgen_requests_ok_total")
             time.sleep(0.3)
         assert seen >= 5
+        proc.terminate()
         assert proc.wait(60) == 0
     finally:
         _stop(proc)
+    # stopped by SIGTERM mid-step, the run still ends as a run: its step ends "stopped" and the
+    # report is written (Locust tells `quitting` before `test_stop` then)
+    (run,) = list(out.iterdir())
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["totals"]["requests_ok"] >= 5 and (run / "report.md").exists()
+    assert [s["end_reason"] for s in summary["steps"]] == ["stopped"]

@@ -49,6 +49,26 @@ def _until(what: str, check: Any, timeout_s: float = 15.0) -> Any:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def _whole_lines(path: Path) -> list[dict[str, Any]]:
+    """The lines of a JSONL file being appended to (one still being written has no newline yet)."""
+    data = path.read_bytes() if path.exists() else b""
+    return [json.loads(line) for line in data.split(b"\n")[:-1]]
+
+
+def _ok_in_window(run_dir: Path, step: int) -> int:
+    """Successful requests of ``step`` sent in its steady window so far, as summary.json counts them."""
+    steady = [
+        ln["t_ns"] for ln in _whole_lines(run_dir / "steps.jsonl") if ln["step"] == step and ln["event"] == "steady"
+    ]
+    if not steady:
+        return 0
+    return sum(
+        r["step"] == step and r["error_class"] is None and r["sent_ns"] >= steady[0]
+        for f in run_dir.glob("requests*.jsonl")
+        for r in _whole_lines(f)
+    )
+
+
 def test_set_load_add_step_and_skip_from_the_web_ui(sim_factory: Any, tmp_path: Path) -> None:
     sim = sim_factory("--profile", "tiny")
     port = free_port()
@@ -77,14 +97,17 @@ def test_set_load_add_step_and_skip_from_the_web_ui(sim_factory: Any, tmp_path: 
         code, refused = _json(control + "skip", {})
         assert code == 409 and refused["ok"] is False and "no ramp is running" in refused["message"]
 
+        # every step ends by steering or Stop, once it did the work the report checks (requests in
+        # its window, however long this machine takes): the 60 s only catch a hang
         form = {
             "user_count": "1", "spawn_rate": "1", "host": sim.url, "lg_max_tokens": "12",
-            "lg_steps": "2,3", "lg_step_seconds": "3", "lg_warmup_seconds": "0.5",
+            "lg_steps": "2,3", "lg_step_seconds": "60", "lg_warmup_seconds": "0.5",
         }  # fmt: skip
         code, started = _form(ui + "/swarm", form)
         assert started["success"], started
+        (run,) = _until("the run directory", lambda: list(out.glob("*")))
         _until("step 0 steady", lambda: at(0, "steady"))
-        time.sleep(1.0)  # a second of steady load at 2 users
+        _until("3 requests in step 0's window", lambda: _ok_in_window(run, 0) >= 3, 60)
 
         # a page of another site cannot steer the test through the user's browser
         code, cross = _json(control + "skip", {}, {"Origin": "http://elsewhere.example"})
@@ -102,18 +125,17 @@ def test_set_load_add_step_and_skip_from_the_web_ui(sim_factory: Any, tmp_path: 
         _until("step 1 steady", lambda: at(1, "steady"))
         code, held = _json(control + "hold", {"step": 1})
         assert code == 200 and held["held"] and held["held_by"] == "web UI (127.0.0.1)"
-        time.sleep(1.5)
+        _until("3 requests in step 1's window", lambda: _ok_in_window(run, 1) >= 3, 60)
         code, skipped = _json(control + "skip", {"step": 1})
         assert code == 200 and skipped["message"] == "step 1 skipped; step 2 (3 users) begins", skipped
         code, skipped = _json(control + "skip", {"step": 2})  # at once: step 2 ends in its warm-up
         assert code == 200 and skipped["message"] == "step 2 skipped; step 3 (8 req/s) begins", skipped
         _until("step 3 steady", lambda: at(3, "steady"))
-        time.sleep(2.0)
+        _until("8 requests in step 3's window", lambda: _ok_in_window(run, 3) >= 8, 60)
         code, held = _json(control + "hold", {"step": 3})  # a rate's arrivals go on while it is held
         assert code == 200 and held["held"], held
         _form(ui + "/stop", {})
 
-        (run,) = list(out.iterdir())
         summary_path = run / "summary.json"
         _until("the report written at Stop", summary_path.exists, 30)
         after = state()
@@ -122,14 +144,14 @@ def test_set_load_add_step_and_skip_from_the_web_ui(sim_factory: Any, tmp_path: 
         # an open-loop ramp from the form's rates, changed to users while it runs
         code, started = _form(ui + "/swarm", {**form, "lg_steps": "", "lg_rates": "6"})
         assert started["success"], started
+        (second,) = _until("the second run directory", lambda: [d for d in out.iterdir() if d != run])
         _until("the open-loop step steady", lambda: at(0, "steady"))
-        time.sleep(1.0)
+        _until("2 requests in its window", lambda: _ok_in_window(second, 0) >= 2, 60)
         code, changed = _json(control + "set-load", {"concurrency": 2, "step": 0})
         assert code == 200 and changed["message"] == "step 0 ended; step 1 at 2 users begins"
         _until("the closed-loop step steady", lambda: at(1, "steady"))
-        time.sleep(1.0)
+        _until("2 requests in its window", lambda: _ok_in_window(second, 1) >= 2, 60)
         _form(ui + "/stop", {})
-        (second,) = [d for d in out.iterdir() if d != run]
         _until("the second report", (second / "summary.json").exists, 30)
     finally:
         if locust.poll() is None:
@@ -154,7 +176,7 @@ def test_set_load_add_step_and_skip_from_the_web_ui(sim_factory: Any, tmp_path: 
     )  # fmt: skip
     assert origin["t_ns"] == ends[0]["t_ns"] == starts[1]["t_ns"]
     assert starts[3]["origin"]["action"] == "add_step" and starts[3]["origin"]["to"] == {"rate": 8.0}
-    assert starts[3]["warmup_s"] == 0.5 and starts[3]["duration_s"] == 3.0
+    assert starts[3]["warmup_s"] == 0.5 and starts[3]["duration_s"] == 60.0
     assert ends[1]["holds"] == [
         {"by": who, "from_ns": ends[1]["holds"][0]["from_ns"], "to_ns": ends[1]["t_ns"], "released_by": None}
     ]
