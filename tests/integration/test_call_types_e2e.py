@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import statistics
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -53,6 +54,17 @@ def _emitted(path: Path) -> dict[str, list[dict[str, Any]]]:
     return by_req
 
 
+def _check_lags(lags_ms: list[float]) -> None:
+    """Arrival times against the server's emission stamps: never before (the clocks are one), most
+    within the loopback hop and one read. A few reach further: a simulator descheduled between its
+    stamp and its write (50.4 ms was seen in a suite on this 2-core machine); a late client would move
+    the median."""
+    lags = sorted(lags_ms)
+    assert lags and lags[0] > -0.5, lags[:3]
+    assert statistics.median(lags) < 5.0, lags
+    assert sum(x < 50.0 for x in lags) >= 0.9 * len(lags), lags[-5:]
+
+
 def _scenario(tmp_path: Path, text: str) -> str:
     p = tmp_path / "scenario.toml"
     p.write_text(text)
@@ -66,6 +78,7 @@ def test_responses_endpoint_streams_events_timed_against_the_emission_log(sim_fa
     recs = [r for r in run_records(run_dir) if r["error_class"] is None]
     assert len(recs) >= 5
     emitted = _emitted(sim.emission_log)
+    lags: list[float] = []
     for r in recs:
         assert r["endpoint"] == "responses" and r["stream"] is True
         assert r["server_request_id"].startswith("resp_")
@@ -74,9 +87,9 @@ def test_responses_endpoint_streams_events_timed_against_the_emission_log(sim_fa
         assert sum(e["tokens"] for e in sent) == r["output_tokens"]
         assert len(r["chunk_offsets_ns"]) == len(sent)
         # the first output event arrives after its emission, by the loopback hop and one read
-        lag_ms = (r["first_chunk_ns"] - sent[0]["emit_ns"]) / 1e6
-        assert -0.5 < lag_ms < 50, lag_ms
+        lags.append((r["first_chunk_ns"] - sent[0]["emit_ns"]) / 1e6)
         assert r["first_answer_ns"] == r["first_chunk_ns"] and r["first_reasoning_ns"] is None
+    _check_lags(lags)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"][0]["valid"] and summary["steps"][0]["output_tok_s"] > 0
 
@@ -142,6 +155,7 @@ def test_a_five_step_tool_loop(sim_factory: Any, tmp_path: Path, endpoint: str) 
     done = [t for t in tasks.values() if len(t) == 5]
     assert done, {k: len(v) for k, v in tasks.items()}
     emitted = _emitted(sim.emission_log)
+    lags: list[float] = []
     for task in done:
         assert [r["turn"] for r in task] == [0, 1, 2, 3, 4]
         assert all(r["max_turns"] == 5 for r in task)
@@ -157,9 +171,9 @@ def test_a_five_step_tool_loop(sim_factory: Any, tmp_path: Path, endpoint: str) 
             assert all(b > a for a, b in itertools.pairwise(served)), served
         for r in task[:4]:
             tool_emits = [e for e in emitted[r["header_id"]] if e.get("output_kind") == "tool"]
-            lag_ms = (r["first_tool_ns"] - tool_emits[0]["emit_ns"]) / 1e6
-            assert -0.5 < lag_ms < 50, lag_ms
+            lags.append((r["first_tool_ns"] - tool_emits[0]["emit_ns"]) / 1e6)
         assert task[4]["first_tool_ns"] is None and task[4]["first_answer_ns"] is not None
+    _check_lags(lags)
 
 
 VISION = """
@@ -294,13 +308,15 @@ def test_reasoning_and_answer_times_apart(sim_factory: Any, tmp_path: Path, endp
     recs = [r for r in run_records(run_dir) if r["error_class"] is None]
     assert len(recs) >= 4
     emitted = _emitted(sim.emission_log)
+    lags: dict[str, list[float]] = {"reasoning": [], "text": []}
     for r in recs:
         # medium effort: half of max_tokens is reasoning (the simulator's rule), the rest the answer
         assert r["output_tokens"] == 40 and r["reasoning_tokens"] == 20
         assert r["first_chunk_ns"] == r["first_reasoning_ns"] < r["first_answer_ns"]
         for kind, field in (("reasoning", "first_reasoning_ns"), ("text", "first_answer_ns")):
             first = next(e for e in emitted[r["header_id"]] if e.get("output_kind") == kind)
-            lag_ms = (r[field] - first["emit_ns"]) / 1e6
-            assert -0.5 < lag_ms < 50, (kind, lag_ms)
+            lags[kind].append((r[field] - first["emit_ns"]) / 1e6)
+    for kind_lags in lags.values():
+        _check_lags(kind_lags)
     step = json.loads((run_dir / "summary.json").read_text())["steps"][0]
     assert step["ttft_reasoning_ms"]["p50"] < step["ttft_answer_ms"]["p50"]
