@@ -196,7 +196,8 @@ class ServerDownGuard:
 
     def _requests_refused(self, refusal: Refusal) -> None:
         self._event("requests_refused", step=self.state.step_index, detail=self.fatal, **refusal.fields())
-        self.out.write(f"\nstopping: the first {refusal.count} requests were all refused with HTTP {refusal.status}\n")
+        how = "all failed" if refusal.status >= 500 else "were all refused"
+        self.out.write(f"\nstopping: the first {refusal.count} requests {how} with HTTP {refusal.status}\n")
         self.shape.stop("requests_refused")
 
     def close(self) -> None:

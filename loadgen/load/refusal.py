@@ -10,6 +10,11 @@ with one line: the status, the server's answer (or that its body was empty), the
 caused it (its headers, the API key redacted, and the shape of its body, never the prompt text)
 and what to try. Once one call has succeeded the watch is off: later 4xx are the server's answers
 to those requests, measured like any error.
+
+Server errors count too, more cautiously: ``FAILED_STREAK`` calls in a row that got the same 5xx
+with the same answer. llama-cpp-python answers a body field it cannot parse (``temperature="hot"``)
+with 500 and a validation message, every time; a server that fails now and then, or whose answers
+differ (an overload, a request's own id in the text), is measured, not stopped.
 """
 
 from __future__ import annotations
@@ -20,8 +25,10 @@ from typing import Any
 import orjson
 
 REFUSED_STREAK = 5
-"""Calls refused alike, before any success, that stop the ramp (at C=1 about half a second: a user
-pauses 0.1 s after a failed call)."""
+"""Calls refused alike (one 4xx), before any success, that stop the ramp (at C=1 about half a
+second: a user pauses 0.1 s after a failed call)."""
+FAILED_STREAK = 20
+"""Calls that got the same 5xx and the same answer, before any success, that stop the ramp."""
 
 EMPTY_BODY = "(empty body)"
 _SECRET_WORDS = ("authorization", "api-key", "apikey", "token", "cookie", "secret", "password")
@@ -42,9 +49,10 @@ class Refusal:
 
     def message(self) -> str:
         """One line: the status, the answer, the request and what to try."""
-        answer = "an empty body" if self.answer == EMPTY_BODY else f"{self.answer!r}"
+        answer = "an empty body" if self.answer == EMPTY_BODY else f'the answer "{self.answer}"'
+        verb = "failed" if self.status >= 500 else "refused"
         return (
-            f"the server refused all of the first {self.count} requests, each with HTTP {self.status} and "
+            f"the server {verb} all of the first {self.count} requests, each with HTTP {self.status} and "
             f"{answer}; the request: POST {self.path}, headers {self.headers}, body {self.body}. "
             f"Try: {hint(self.status, self.error_class, self.answer == EMPTY_BODY)}"
         )
@@ -66,6 +74,11 @@ def hint(status: int, error_class: str, empty: bool) -> str:
     if status == 413:
         return (
             "the request is larger than the server takes: lower --context-tokens (or the scenario's lengths, images)."
+        )
+    if status >= 500:
+        return (
+            "the server failed every request the same way, so its answer says why: a body field it cannot take "
+            "(--extra-body, the scenario's fields), a model it has not loaded (--model, --wait-ready)."
         )
     if status == 422:
         return "the server did not accept a field of the body: check --extra-body, --model and the scenario's fields."
@@ -123,9 +136,10 @@ def answer_of(error: str | None) -> str:
 class RefusalWatch:
     """Counts alike refusals before the first success (``observe`` per failed call)."""
 
-    def __init__(self, streak: int = REFUSED_STREAK) -> None:
+    def __init__(self, streak: int = REFUSED_STREAK, failed_streak: int = FAILED_STREAK) -> None:
         self.streak = streak
-        self._status = 0
+        self.failed_streak = failed_streak
+        self._key: tuple[int, str] | None = None
         self._count = 0
         self.fired = False
 
@@ -133,15 +147,17 @@ class RefusalWatch:
         self, status: int, error_class: str, error: str | None, path: str, headers: dict[str, str], body: bytes
     ) -> Refusal | None:
         """A call that failed before any succeeded; the Refusal once ``streak`` in a row share a
-        client-error status (once per run), else None."""
+        client-error status, or ``failed_streak`` a server-error status and answer (once per run),
+        else None."""
         if self.fired:
             return None
-        if not 400 <= status < 500 or status in (404, 429):
-            self._status = self._count = 0  # another kind of failure: not a refusal of what we send
+        if not 400 <= status < 600 or status in (404, 429):
+            self._key, self._count = None, 0  # another kind of failure: not a refusal of what we send
             return None
-        self._count = self._count + 1 if status == self._status else 1
-        self._status = status
-        if self._count < self.streak:
+        key = (status, answer_of(error) if status >= 500 else "")
+        self._count = self._count + 1 if key == self._key else 1
+        self._key = key
+        if self._count < (self.failed_streak if status >= 500 else self.streak):
             return None
         self.fired = True
         return Refusal(

@@ -12,7 +12,15 @@ import orjson
 import pytest
 
 from loadgen.load.client import CallResult
-from loadgen.load.refusal import EMPTY_BODY, REFUSED_STREAK, Refusal, RefusalWatch, describe_body, describe_headers
+from loadgen.load.refusal import (
+    EMPTY_BODY,
+    FAILED_STREAK,
+    REFUSED_STREAK,
+    Refusal,
+    RefusalWatch,
+    describe_body,
+    describe_headers,
+)
 from loadgen.load.runtime import RunState, TargetOptions
 from loadgen.parse.errors import http_error
 from loadgen.parse.stream import ChunkAccumulator
@@ -152,6 +160,23 @@ def test_the_streak_counts_one_status_in_a_row() -> None:
     assert got is not None and got.status == 422 and got.answer == '{"detail":"extra fields not permitted"}'
     assert "--extra-body" in got.message()  # 422: a body field
     assert watch.observe(422, "http_4xx", "HTTP 422: bad", *args) is None  # once
+
+
+def test_the_same_server_error_every_time_stops_the_run_too() -> None:
+    # llama-cpp-python answers a body field it cannot parse with 500 and a validation message
+    answer = 'HTTP 500: {"error":{"message":"1 validation error: temperature: Input should be a valid number"}}'
+    args = ("/v1/chat/completions", {"Content-Type": "application/json"}, b'{"temperature": "hot"}')
+    watch = RefusalWatch()
+    assert [watch.observe(500, "http_5xx", answer, *args) for _ in range(FAILED_STREAK - 1)] == [None] * 19
+    got = watch.observe(500, "http_5xx", answer, *args)
+    assert got is not None and got.count == FAILED_STREAK == 20 and got.status == 500
+    line = got.message()
+    assert "the server failed all of the first 20 requests, each with HTTP 500" in line
+    assert "valid number" in line and "--extra-body" in line and 'temperature: "hot"' in line
+    # answers that differ (an overload, a request's own id in the text) are measured, not stopped
+    watch = RefusalWatch()
+    seen = [watch.observe(503, "http_5xx", f"HTTP 503: overloaded, request {i}", *args) for i in range(60)]
+    assert seen == [None] * 60
 
 
 def test_hints_follow_the_status() -> None:
