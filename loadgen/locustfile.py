@@ -239,6 +239,12 @@ class _UIRun:
         self.step = -1
         self.closed = False
         self.side: Any = None
+        from loadgen.load.selfwatch import SelfWatch
+
+        # as loadgen ramp: this process measures its own CPU and loop lag (client-<worker>.jsonl), so a
+        # step the load generator could not carry is flagged and the live page's process panel fills
+        self.watch: SelfWatch | None = SelfWatch(self.run_dir, self.state.worker, lambda: self.state.in_flight)
+        self.watch.start()
         sources = _telemetry(opts) if telemetry else None
         if sources is not None and not sources.metrics_url:
             from loadgen.lifecycle import probe_metrics
@@ -268,10 +274,16 @@ class _UIRun:
         rebuild(self.run_dir, self.slo)
         print(f"report: {Path(self.run_dir) / 'report.md'}", file=sys.stderr)
 
+    def stop_watch(self) -> None:
+        if self.watch is not None:
+            self.watch.stop()
+            self.watch = None
+
     def close(self) -> None:
         if self.closed:
             return
         self.closed = True
+        self.stop_watch()
         if self.side is not None:
             self.side.stop()
         self.state.close()
@@ -289,6 +301,11 @@ class UIRampShape(RampShape):
 
         super().__init__(run.plan, run.state, closed_classes=[LLMUser], open_classes=[OpenLoopUser])
         _open_loop_users(env, True)
+        # as loadgen ramp: the calls in flight when the last step ends were sent inside its steady
+        # window and finish (up to --drain-seconds); Locust's own default (--stop-timeout 0) would
+        # cancel them and the report would show failures nobody caused. A master passes it on to its
+        # workers with each spawn message. The Stop button still stops at once (``_stop_now``).
+        env.stop_timeout = run.options.drain_seconds
         self.runner = env.runner
         self.run = run
         self.abort: Any = None
@@ -366,6 +383,7 @@ def _form_options(env: Environment, form: Mapping[str, str]) -> Namespace:
 
 
 def _finish_run(run: _UIRun) -> None:
+    run.stop_watch()  # its last samples are on disk before the report reads them
     try:
         run.write_report()
     finally:
@@ -374,6 +392,11 @@ def _finish_run(run: _UIRun) -> None:
 
 def _current_dir() -> Path | None:
     return _run.run_dir if _run is not None else None
+
+
+def _running_dir() -> Path | None:
+    """The run going on now: None once its report is written (Past runs may compare it then)."""
+    return _run.run_dir if _run is not None and not _run.closed else None
 
 
 def _is_master(env: Environment) -> bool:
@@ -451,7 +474,14 @@ def _on_init(environment: Environment, **_: Any) -> None:
             except ValueError as exc:
                 sys.exit(f"error: {exc}")
 
-        install(env, _current_dir, _metrics)
+        install(env, _current_dir, _metrics, running=_running_dir)
+
+        @env.web_ui.app.before_request
+        def _stop_now() -> None:
+            # Locust's Stop button: the user ends the test now, as Ctrl-C ends loadgen ramp (the calls in
+            # flight are recorded as cancelled, counted apart from failures); the end of a ramp drains
+            if request.path.rstrip("/").endswith("/stop") and request.method == "POST":
+                env.stop_timeout = 0.0
 
         @env.web_ui.app.before_request
         def _choose_shape() -> Any:
@@ -477,7 +507,10 @@ def _on_init(environment: Environment, **_: Any) -> None:
                         env.shape_class = None
                         _open_loop_users(env, False)
                 except (OptionError, ValueError) as exc:
-                    return jsonify({"success": False, "message": str(exc), "host": env.host})
+                    from loadgen.webui.start import in_form_words
+
+                    # the form's labels, not the hidden field names the option table speaks of
+                    return jsonify({"success": False, "message": in_form_words(str(exc)), "host": env.host})
             return None
 
     elif opts.lg_prometheus_port:

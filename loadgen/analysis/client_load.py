@@ -174,7 +174,9 @@ def _timing_verdict(step: StepSummary, cpus: int | None = None) -> None:
     ttft_share, itl_share = timing.get("ttft_late_share"), timing.get("itl_late_share")
     if ttft_share is not None and ttft_share > TIMING_SHARE:
         top = timing.get("ttft_late_max_ms")
-        why.append(f"{ttft_share:.1%} of TTFTs may be late by more than {tol_ms:g} ms (up to {top:.0f} ms)")
+        # the largest lateness in the precision of the tolerance: "more than 1 ms (up to 1.3 ms)", never "(up to 1 ms)"
+        top_s = "?" if top is None else f"{top:.1f}" if top < 10 else f"{top:.0f}"
+        why.append(f"{ttft_share:.1%} of TTFTs may be late by more than {tol_ms:g} ms (up to {top_s} ms)")
     if itl_share is not None and itl_share > TIMING_SHARE:
         why.append(f"{itl_share:.1%} of ITLs may be off by more than {tol_ms:g} ms")
     if timing.get("read_clock_requests") and lag.get("p99") is not None and lag["p99"] > tol_ms:

@@ -84,7 +84,8 @@ def table_rows(payload: dict[str, Any]) -> list[dict[str, Any]]:
                 "step": s["step"],
                 "load": load,
                 "phase": s["phase"],
-                "valid": "VALID" if s.get("valid", True) else "INVALID",
+                # a step warming up is not judged yet (the live page's badge says the same)
+                "valid": "warm-up" if s["phase"] == "warm-up" else "VALID" if s.get("valid", True) else "INVALID",
                 "timing": "uncertain" if s.get("timing_uncertain") else "",
                 # the report's counts: requests sent in the steady window (cancelled ones apart)
                 "ok": s.get("requests_ok", s["ok"]),
@@ -131,8 +132,15 @@ class LiveSource:
         return payload
 
 
-def install(env: Any, run_dir: Callable[[], Path | None], metrics: LoadgenMetrics) -> Blueprint:
-    """Add the LLM tab, ``/loadgen/*`` and the report links to ``env.web_ui``."""
+def install(
+    env: Any,
+    run_dir: Callable[[], Path | None],
+    metrics: LoadgenMetrics,
+    running: Callable[[], Path | None] | None = None,
+) -> Blueprint:
+    """Add the LLM tab, ``/loadgen/*`` and the report links to ``env.web_ui``. ``run_dir``: the run the
+    live page shows (the last one, also once reported); ``running``: the run going on now (None once its
+    report is written; default ``run_dir``)."""
     web_ui = env.web_ui
     app = web_ui.app
     opts = env.parsed_options
@@ -167,7 +175,7 @@ def install(env: Any, run_dir: Callable[[], Path | None], metrics: LoadgenMetric
 
     from loadgen.webui.pages import install_pages
 
-    install_pages(bp, env, run_dir, auth, base)  # the start form, past runs, compare
+    install_pages(bp, env, running or run_dir, auth, base)  # the start form, past runs, compare
     from loadgen.webui.control import install_control
 
     install_control(bp, lambda: env.shape_class, auth)  # /loadgen/control/*: steering a running ramp

@@ -3,12 +3,13 @@
 ``loadgen ui --url URL [--scenario FILE] [--concurrency 1,8,32] ...`` runs
 ``python -m locust -f <loadgen/locustfile.py> --host URL --lg-steps 1,8,32 ...``: every value given
 here becomes the default of the matching field in the web UI's form (still editable there). Flags
-this command does not know (``--master``, ``--expect-workers 4``, ``--web-port 8090``, ...) go to
-Locust unchanged.
+this command does not know (``--master``, ``--expect-workers 4``, ...) go to Locust unchanged; the
+web page's ``--web-port``, ``--web-host`` and ``--web-login`` are parsed here, so that ``--help``
+shows them, and handed on to Locust.
 
 The UI listens on 127.0.0.1 unless ``--web-host`` says otherwise (Locust's own default is every
-interface). Beyond loopback it prints a warning; ``--web-login`` with ``LOADGEN_WEB_AUTH=user:password``
-in the environment puts it behind a login (``loadgen.webui.auth``).
+interface). Beyond loopback it starts only behind a login: ``--web-login`` with
+``LOADGEN_WEB_AUTH=user:password`` in the environment (``loadgen.webui.auth``).
 """
 
 from __future__ import annotations
@@ -26,21 +27,73 @@ from loadgen.telemetry.options import add_source_args, source_argv
 LOCUSTFILE = Path(__file__).resolve().parents[1] / "locustfile.py"
 
 
+DESCRIPTION = """\
+Locust's web UI with loadgen's locustfile: a start form for any run (closed or
+open loop, scenarios, SLO, thresholds), a live page that steers the running
+ramp, past runs and comparisons (docs/webui.md). Once it says it listens, open
+http://127.0.0.1:8089 (the --web-port) in a browser.
+
+Each run option below sets the default of its field in the form, still
+editable there; one not given leaves the field at loadgen ramp's default,
+shown as (default: ...). Flags this command does not know (--master,
+--expect-workers N, --web-base-path PATH, ...) go to Locust unchanged:
+python -m locust --help lists them."""
+EPILOG = """\
+examples:
+  # the web UI for a server on this machine: open http://127.0.0.1:8089
+  loadgen ui --url http://127.0.0.1:30000
+  # on port 8090, the form's steps and SLO filled in
+  loadgen ui --url http://127.0.0.1:30000 --web-port 8090 --concurrency 1,8,32 \\
+      --slo ttft_p99=2s
+  # the form offers the scenarios of ./scenarios, chat.toml chosen
+  loadgen ui --url http://127.0.0.1:30000 --scenarios scenarios \\
+      --scenario scenarios/chat.toml
+  # behind a login: its user and password come from the environment
+  LOADGEN_WEB_AUTH="ops:$(openssl rand -hex 12)" \\
+      loadgen ui --url http://127.0.0.1:30000 --web-login
+  # a Locust master; workers: locust -f loadgen/locustfile.py --worker
+  loadgen ui --url http://127.0.0.1:30000 --master --expect-workers 2"""
+WEB_GROUP = "Web page (Locust's own flags, handed on to it)"
+WEB_HOST = "127.0.0.1"
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="loadgen ui",
-        description="Locust's web UI with the LLM tab; flags become the form's defaults. "
-        "Unknown flags (e.g. --master, --web-port 8090) are passed to Locust.",
+        usage="%(prog)s --url URL [--web-port PORT] [options] [Locust's options]",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    flags.add_arguments(p, "ui")
-    add_source_args(p)
-    p.add_argument(
+    # Locust parses these; here so that --help shows them first and --web-host gets our default
+    web = p.add_argument_group(WEB_GROUP)
+    web.add_argument(
+        "--web-port",
+        type=int,
+        metavar="PORT",
+        help="port of the web page: http://127.0.0.1:PORT (default: 8089, Locust's)",
+    )
+    web.add_argument(
+        "--web-host",
+        default=WEB_HOST,
+        metavar="ADDRESS",
+        help="address the page listens on; beyond this machine (e.g. every interface) it starts only with "
+        f"--web-login (default: {WEB_HOST}, this machine only; Locust's own is every interface)",
+    )
+    web.add_argument(
+        "--web-login",
+        action="store_true",
+        help="put the page behind a login, its user from LOADGEN_WEB_AUTH=user:password in the environment",
+    )
+    groups = flags.add_arguments(p, "ui")
+    add_source_args(groups[flags.TELEMETRY])
+    groups[flags.LOAD].add_argument(
         "--scenarios",
         action="append",
         default=[],
         metavar="DIR",
-        help="a folder whose *.toml scenarios the start form offers (repeatable; default ./scenarios); "
-        "the form runs only these, never a path typed into it",
+        help="a folder whose *.toml scenarios the start form offers (repeatable); the form runs only these, "
+        "never a path typed into it (default: ./scenarios)",
     )
     return p
 
@@ -89,8 +142,11 @@ def locust_argv(argv: list[str]) -> list[str]:
     out += source_argv(ns)  # the telemetry sources, as loadgen ramp's
     if ns.scenarios:
         out += ["--lg-scenarios", ",".join(str(Path(d).resolve()) for d in ns.scenarios)]
-    if not any(a == "--web-host" or a.startswith("--web-host=") for a in rest):
-        out += ["--web-host", "127.0.0.1"]  # Locust's default is every interface; opening it is a choice
+    out += ["--web-host", ns.web_host]  # Locust's default is every interface; opening it is a choice
+    if ns.web_port is not None:
+        out += ["--web-port", str(ns.web_port)]
+    if ns.web_login:
+        out.append("--web-login")
     return out + rest
 
 

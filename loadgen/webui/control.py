@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 
 from flask import Blueprint, Response, jsonify, request
 
-NO_RAMP = "no ramp is running: start one from the form with ramp steps (--lg-steps, users) or rates (--lg-rates, req/s)"
+NO_RAMP = "no ramp is running: start one from the form (users or request rates per step)"
 
 
 @runtime_checkable

@@ -454,6 +454,9 @@ class LiveRun:
         self._empty, _ = parse_request_block(b"", self.run_dir / "requests.jsonl")
         # whole steps so far (warm-up included), by step: [ok, failed]
         self.step_counts: dict[int, list[int]] = {}
+        # every record of the run so far, warm-ups included: summary.json's totals, counted as it counts
+        self.requests_ok = 0
+        self.requests_failed = 0
         self.errors: dict[str, int] = {}
         self.error_samples: dict[str, list[str]] = {}
         self.samples: list[dict[str, Any]] = []
@@ -506,6 +509,9 @@ class LiveRun:
 
     def _count(self, req: Requests) -> None:
         ok = ok_mask(req)
+        n_ok = int(ok.sum())
+        self.requests_ok += n_ok
+        self.requests_failed += len(ok) - n_ok
         steps, ok_n = np.unique(req.step[ok], return_counts=True)
         for s, n in zip(steps.tolist(), ok_n.tolist(), strict=True):
             self.step_counts.setdefault(s, [0, 0])[0] += n
@@ -794,6 +800,7 @@ class LiveRun:
             "source": "report" if summary is not None else "live",
             "elapsed_s": round((now - t0) / 1e9, 3) if self.t0_ns is not None else 0.0,
             "current": live_rows[-1] if live_rows else None,
+            "totals": self._totals(summary),
             "steps": live_rows,
             "pareto": _pareto_payload(pareto),
             "errors": dict(sorted(self.errors.items(), key=lambda kv: (-kv[1], kv[0]))),
@@ -813,6 +820,23 @@ class LiveRun:
             "problems": list(self.records.problems),
             "knee": knee,
             "reports": reports,
+        }
+
+    def _totals(self, summary: RunSummary | None) -> dict[str, int]:
+        """The run's request counts: summary.json's totals once written, else the same rule
+        (``ok_mask`` over every record so far); ``requests_failed`` holds the cancelled ones too."""
+        if summary is not None:
+            totals = as_dict(summary.get("totals"))
+            errors = as_dict(totals.get("errors"))
+            return {
+                "requests_ok": int(totals.get("requests_ok") or 0),
+                "requests_failed": int(totals.get("requests_failed") or 0),
+                "requests_cancelled": int(errors.get("cancelled") or 0),
+            }
+        return {
+            "requests_ok": self.requests_ok,
+            "requests_failed": self.requests_failed,
+            "requests_cancelled": self.errors.get("cancelled", 0),
         }
 
     def _workers_payload(self, pts: Callable[[Series, int], list[list[float]]]) -> dict[str, dict[str, Any]]:
@@ -849,6 +873,7 @@ def empty_payload() -> dict[str, Any]:
         "source": "live",
         "elapsed_s": 0.0,
         "current": None,
+        "totals": {"requests_ok": 0, "requests_failed": 0, "requests_cancelled": 0},
         "steps": [],
         "pareto": _pareto_payload({}),
         "errors": {},

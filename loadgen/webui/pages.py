@@ -37,7 +37,7 @@ def scenario_choices(opts: Any) -> ScenarioChoices:
 def install_pages(
     bp: Blueprint,
     env: Any,
-    run_dir: Callable[[], Path | None],
+    running: Callable[[], Path | None],
     auth: Callable[[Callable[..., Any]], Callable[..., Any]],
     base: str,
 ) -> None:
@@ -62,7 +62,7 @@ def install_pages(
     @bp.route("/runs.json")
     @auth
     def runs_json() -> Response:
-        return json_response({"out": str(out), "runs": runlist.list_runs(out, run_dir())})
+        return json_response({"out": str(out), "runs": runlist.list_runs(out, running())})
 
     @bp.route("/runs/<run_id>/<path:name>")
     @auth

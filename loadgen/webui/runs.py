@@ -2,9 +2,10 @@
 
 ``list_runs(out)`` reads each directory's ``manifest.json`` and, when the run has a report,
 ``summary.json`` (what ``loadgen report`` wrote: the knee verdict, the thresholds' verdict, the
-steps and their validity). A directory whose report is missing (the run is going on, or it was
-killed before writing one) is listed as such, with the command that writes it. Nothing here
-computes a figure: the verdict is the report's own text.
+steps and their validity, the request counts). A directory whose report is missing (the run is
+going on, or it was killed before writing one) is listed as such, with the command that writes
+it; a run is "running" only until its report is written. The comparisons written there are
+listed too. Nothing here computes a figure: the verdict and counts are the report's own.
 
 ``compare(out, run_ids)`` writes ``loadgen compare``'s page for the chosen runs into a new
 directory under ``out`` (``report.compare.write_comparison``, the command's own code) and returns it.
@@ -14,6 +15,7 @@ cannot make the server read or write elsewhere.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -60,28 +62,76 @@ def _verdict(summary: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _counts(summary: dict[str, Any]) -> dict[str, int]:
+    """The run's request counts as summary.json's totals give them (the report's cards, the live page)."""
+    totals = summary.get("totals") or {}
+    errors = totals.get("errors") or {}
+    return {
+        "requests_ok": int(totals.get("requests_ok") or 0),
+        "requests_failed": int(totals.get("requests_failed") or 0),
+        "requests_cancelled": int(errors.get("cancelled") or 0),
+    }
+
+
+def _comparison(d: Path) -> dict[str, Any] | None:
+    """A directory ``loadgen compare`` (or Compare selected) wrote: a row of its own."""
+    if not (d / "compare.html").is_file():
+        return None
+    cmp = _read_json(d / "compare.json") or {}
+    labels = [str(x) for x in (cmp.get("labels") or [])]
+    mtime = d.stat().st_mtime
+    return {
+        "id": d.name,
+        "label": " vs ".join(labels),
+        "kind": "comparison",
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(mtime)),
+        "status": "comparison",
+        "hint": "",
+        "why_not": "a comparison, not a run",
+        "url": "",
+        "model": "",
+        "verdict": None,
+        "counts": None,
+        "files": [f for f in ("compare.html", "compare.md", "compare.json") if (d / f).is_file()],
+        "mtime": mtime,
+    }
+
+
 def list_runs(out: Path, current: Path | None = None) -> list[dict[str, Any]]:
-    """Every run directory directly under ``out`` (newest first). ``current``: the run going on now."""
+    """Every run directory directly under ``out``, and every comparison written there (newest first).
+    ``current``: the run going on now (None once its report is written: it can be compared then)."""
     rows: list[dict[str, Any]] = []
     if not out.is_dir():
         return rows
     for d in out.iterdir():
-        manifest = _read_json(d / "manifest.json") if d.is_dir() else None
+        if not d.is_dir():
+            continue
+        manifest = _read_json(d / "manifest.json")
         if manifest is None:
+            cmp = _comparison(d)
+            if cmp is not None:
+                rows.append(cmp)
             continue
         summary = _read_json(d / "summary.json")
         running = current is not None and d.resolve() == current.resolve()
+        status = "running" if running else ("reported" if summary is not None else "no report")
+        why_not = {
+            "running": "still running: it can be compared once its report is written",
+            "no report": f"no report yet: run loadgen report {d}",
+        }.get(status, "")
         rows.append(
             {
                 "id": d.name,
                 "label": manifest.get("label") or "",
                 "kind": manifest.get("kind") or "",
                 "created": (summary or {}).get("created") or manifest.get("created") or "",
-                "status": "running" if running else ("reported" if summary is not None else "no report"),
+                "status": status,
                 "hint": "" if summary is not None or running else f"loadgen report {d}",
+                "why_not": why_not,
                 "url": (manifest.get("options") or {}).get("url") or "",
                 "model": (manifest.get("options") or {}).get("model") or "",
                 "verdict": _verdict(summary) if summary is not None else None,
+                "counts": _counts(summary) if summary is not None else None,
                 "files": [f for f in REPORT_FILES if (d / f).is_file()],
                 "mtime": d.stat().st_mtime,
             }

@@ -17,6 +17,7 @@ locustfile's own checks and ramp building apply unchanged. What this module serv
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +53,61 @@ LABELS = {
     "gpu_count": "GPUs serving the model",
     "label": "Label",
 }
+
+
+# the form's own words: (help under the field, placeholder). The flag table's help speaks the command
+# line (flags, exit codes, options the form has not); a field here speaks of the form's fields only.
+# A field missing here falls back to the flag table's help.
+FORM_TEXT: dict[str, tuple[str, str]] = {
+    "model": ("the model name the server serves; empty: the first one the server lists", "first listed"),
+    "scenario": ("a described workload: prompts, lengths and its own load pattern (fills Load below)", ""),
+    "concurrency": ("users sending one request after another; one step per number", "e.g. 1,8,32"),
+    "rates": ("requests per second, sent whatever the server's pace; one step per rate", "e.g. 1,2,4"),
+    "arrival": ("how the requests of a rate are spread: Poisson (random gaps) or gamma (burstier)", ""),
+    "burstiness": (
+        "for gamma arrivals: the gaps' coefficient of variation (1 is Poisson's, 2 twice as bursty)",
+        "e.g. 2",
+    ),
+    "step_seconds": ("how long each step is measured, after its warm-up", "e.g. 30"),
+    "warmup_seconds": ("the start of each step, not measured (the server settles at the new load)", "e.g. 5"),
+    "requests_per_step": (
+        "end a step as soon as this many requests finished in its measured window; empty: the step lasts its seconds",
+        "no limit",
+    ),
+    "max_tokens": ("the longest answer asked of each request, in tokens", "e.g. 512"),
+    "context_tokens": ("prompt lengths in tokens; several repeat every step at each length", "e.g. 60,4000"),
+    "endpoint": ("the API each request calls; embeddings and rerank have no first token, so no TTFT", ""),
+    "extra_body": ("more JSON fields for every request body, comma-separated name=value", "e.g. temperature=0"),
+    "transport": ("fast: the built-in client (measures to the byte); openai: the openai package's client", ""),
+    "slo": ("latency limits the knee verdict respects", "e.g. ttft_p99=2s,tpot_p99=50ms"),
+    "fail_on": (
+        "limits judged in the report: a breach marks the run FAILED (it runs to the end)",
+        "e.g. ttft_p99>2s,error_rate>1%",
+    ),
+    "abort_on": (
+        "limits judged after each step: the first breach stops the run and writes its report",
+        "e.g. error_rate>5%",
+    ),
+    "call_type": ("in a run mixing several APIs, the one the knee verdict judges; empty: all calls", ""),
+    "gpu_count": ("GPUs serving the model, for throughput per GPU; empty: as many as telemetry sees", "e.g. 8"),
+    "label": ("a name for this run, shown in its reports and in Past runs", "e.g. baseline"),
+}
+_BY_FLAG = {f.flag(surface): f for f in flags.FLAGS if "form" in f.surfaces for surface in ("form", "ramp")}
+_FLAG_IN_TEXT = re.compile(r"--(?:lg-)?[a-z][a-z0-9-]*")
+
+
+def in_form_words(message: str) -> str:
+    """An error from the option table names the flag (``--lg-steps '2,x': ...``): the form names
+    the field the user saw ("Closed loop: users per step" '2,x': ...). Flags of no form field stay."""
+
+    def label(m: re.Match[str]) -> str:
+        text = m.group(0)
+        f = _BY_FLAG.get(text)
+        if f is None or "form" not in f.surfaces:
+            return text
+        return f"\u201c{LABELS.get(f.dest, f.dest)}\u201d"
+
+    return _FLAG_IN_TEXT.sub(label, message)
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +213,8 @@ def form_schema(opts: Any, host: str, choices: ScenarioChoices) -> dict[str, Any
                     "dest": dest,
                     "flag": f.flag("ramp"),
                     "label": LABELS.get(dest, dest.replace("_", " ").capitalize()),
-                    "help": f.help,
+                    "help": FORM_TEXT.get(dest, (f.help, ""))[0],
+                    "placeholder": FORM_TEXT.get(dest, ("", ""))[1],
                     "kind": kind,
                     "choices": list(f.choices),
                     # loadgen ui's value, else loadgen ramp's default: the form starts what ramp would

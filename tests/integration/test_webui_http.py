@@ -94,9 +94,10 @@ def test_form_start_live_json_reports_and_metrics(sim_factory: Any, tmp_path: Pa
         assert before["run_id"] is None and before["steps"] == []
         base = {"user_count": "1", "spawn_rate": "1", "host": sim.url, "lg_max_tokens": "12"}
         bad = _post(ui + "/swarm", {**base, "lg_steps": "1,x"})
-        assert bad["success"] is False and "--lg-steps '1,x'" in bad["message"]
+        # the form's label, not the hidden field's flag
+        assert bad["success"] is False and "\u201cClosed loop: users per step\u201d '1,x'" in bad["message"]
         bad = _post(ui + "/swarm", {**base, "lg_steps": "", "lg_extra_body": "nope"})  # manual mode checks too
-        assert bad["success"] is False and "--lg-extra-body 'nope': expected key=value" in bad["message"]
+        assert bad["success"] is False and "\u201cExtra body fields\u201d 'nope': expected key=value" in bad["message"]
         assert not out.exists() or not list(out.iterdir())  # a rejected Start leaves no run behind
 
         # manual mode first: Locust's user count, one step, a report on Stop

@@ -236,6 +236,14 @@ def test_the_written_report_is_shown_once_it_is_newer_than_the_last_step(tmp_pat
     assert computed["pareto"]["points"] == p["pareto"]["points"]
     # the knee judged live over the ended steps is the report's verdict
     assert computed["knee"] == p["knee"]
+    # the run's request counts: summary.json's totals, read or computed by the same rule
+    want = {
+        "requests_ok": summary["totals"]["requests_ok"],
+        "requests_failed": summary["totals"]["requests_failed"],
+        "requests_cancelled": summary["totals"]["errors"].get("cancelled", 0),
+    }
+    assert p["totals"] == want and computed["totals"] == want
+    assert want["requests_failed"] > 0  # the fixture has failures: the check compares something
 
 
 def test_growing_run_gives_the_same_rows_as_one_read(tmp_path: Path) -> None:
@@ -318,6 +326,8 @@ def test_a_step_in_warm_up_has_no_window_figures_yet(tmp_path: Path) -> None:
     cur = p["current"]
     assert cur["step"] == 2 and cur["phase"] == "warm-up"
     assert cur["tok_s"] is None and cur["window_s"] is None and cur["ok"] > 0
+    # Locust's table does not judge a step still warming up (it said INVALID where the page said warm-up)
+    assert table_rows(p)[-1]["valid"] == "warm-up"
 
 
 def test_telemetry_series_errors_logs_and_workers(tmp_path: Path) -> None:

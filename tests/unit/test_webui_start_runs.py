@@ -103,8 +103,20 @@ def test_the_run_list_reads_verdicts_from_the_reports_and_compares(tmp_path: Pat
     assert runlist.list_runs(out, current=partial)[0]["status"] in ("running", "reported", "no report")
     assert {r["status"] for r in runlist.list_runs(out, current=partial) if r["id"] == partial.name} == {"running"}
 
+    # the counts are summary.json's totals (the report's cards and the live page show the same)
+    assert rows[a.name]["counts"] == {
+        "requests_ok": summary["totals"]["requests_ok"],
+        "requests_failed": summary["totals"]["requests_failed"],
+        "requests_cancelled": summary["totals"]["errors"].get("cancelled", 0),
+    }
+    assert rows[partial.name]["counts"] is None and "loadgen report" in rows[partial.name]["why_not"]
+
     target = runlist.compare(out, [a.name, b.name])
     assert target.parent == out and (target / "compare.html").is_file() and (target / "compare.md").is_file()
+    # a comparison stays listed, as a row of its own (not a run: nothing to compare it with)
+    listed = {r["id"]: r for r in runlist.list_runs(out, current=None)}
+    assert listed[target.name]["kind"] == "comparison" and listed[target.name]["status"] == "comparison"
+    assert "compare.html" in listed[target.name]["files"] and listed[target.name]["verdict"] is None
     with pytest.raises(runlist.RunListError, match="no report yet"):
         runlist.compare(out, [a.name, partial.name])
     with pytest.raises(runlist.RunListError, match="two runs or more"):
@@ -112,3 +124,23 @@ def test_the_run_list_reads_verdicts_from_the_reports_and_compares(tmp_path: Pat
     for bad in ("..", "../x", "a/b", ""):
         with pytest.raises(runlist.RunListError):
             runlist.run_path(out, bad)
+
+
+def test_an_error_names_the_forms_label_not_the_hidden_field() -> None:
+    from loadgen.webui.start import LABELS, in_form_words
+
+    said = in_form_words("--lg-steps '2,x': expected comma-separated whole numbers; see --lg-max-tokens")
+    assert said == (
+        f"\u201c{LABELS['concurrency']}\u201d '2,x': expected comma-separated whole numbers; "
+        f"see \u201c{LABELS['max_tokens']}\u201d"
+    )
+    # a flag no field of the form has stays as it is (the form cannot name it otherwise)
+    assert in_form_words("--gpus 0,1 and --lg-nothing") == "--gpus 0,1 and --lg-nothing"
+
+
+def test_the_forms_words_are_the_forms(tmp_path: Path) -> None:
+    """No flag names, exit codes or fields the form has not, in any help or placeholder."""
+    schema = form_schema(_locust_defaults(), "http://127.0.0.1:1", ScenarioChoices([tmp_path]))
+    for f in _fields(schema).values():
+        text = f"{f['help']} {f['placeholder']}"
+        assert "--" not in text and "exit" not in text, (f["dest"], text)

@@ -4,8 +4,10 @@
 //
 // Element ids and attributes (stable: browser tests query them):
 //   #run, #current, #source, #reports a          the run, the current step, "live"/"report", report links
+//   #totals [data-count=ok|failed]               the run's requests (summary.json's totals)
 //   #steer, #start                               empty mount points for other panels
 //   #knee, #knee-text                            the knee verdict
+//   #steps-table thead th[data-col]              the columns drawn (optional ones only with figures)
 //   #steps-table tbody tr[data-step]             one row per step; data-valid="true|false",
 //                                                data-timing="uncertain|ok", data-phase; .badge.valid /
 //                                                .badge.invalid / .badge.uncertain (title: the reason);
@@ -203,37 +205,64 @@
     return b;
   }
 
+  // The step table's columns: [title, tooltip, cell(step) -> [text, class, tooltip?], optional?]. An
+  // optional column is drawn only when some step has a figure for it (no GPU source: no power).
+  const COLUMNS = [
+    ["Step", "", (s) => [`${s.step} · ${loadOf(s)}`, "nw"]],
+    ["State", "warm-up (not measured), then VALID or INVALID (why on the row below)", null],
+    ["OK / failed", "requests sent in the steady window: the report's counts",
+      (s) => [`${num(s.requests_ok)} / ${num(s.requests_failed)}`, "n"]],
+    ["tok/s", "aggregate: output tokens that arrived in the steady window / window length", (s) => [num(s.tok_s, 1), "n"]],
+    ["tok/s per req", "output tokens / E2E, mean over requests", (s) => [num(s.req_tok_s, 1), "n"]],
+    ["TTFT p50 / p99 ms", "", (s) => [pair(s.ttft_p50, s.ttft_p99), "n"]],
+    ["TPOT p50 / p99 ms", "", (s) => [pair(s.tpot_p50, s.tpot_p99), "n"]],
+    ["ITL p50 / p99 ms", "every gap between chunks", (s) => [pair(s.itl_p50, s.itl_p99), "n"]],
+    ["KV", "the server's KV-cache fill, mean over the window", (s) => [pct(s.kv_usage_mean), "n"], (s) => has(s.kv_usage_mean)],
+    ["Queue", "requests waiting in the server's queue, mean", (s) => [num(s.queue_len_mean, 1), "n"], (s) => has(s.queue_len_mean)],
+    ["Preempt.", "preemptions (retractions) in the window", (s) => [has(s.preemptions) ? num(s.preemptions, 0) : "–", "n"],
+      (s) => has(s.preemptions)],
+    ["GPU W", "GPU power in total, mean over the window (of the limit)", (s) => [
+      has(s.gpu_power_w) ? `${num(s.gpu_power_w, 0)}${has(s.gpu_power_limit_w) ? " of " + num(s.gpu_power_limit_w, 0) : ""}${s.power_valid === false ? " *" : ""}` : "–",
+      "n", s.power_valid === false ? `not load power: ${s.power_invalid_reason || "the GPUs were not loaded"}` : ""],
+      (s) => has(s.gpu_power_w)],
+    ["Client CPU / lag p99", "this load generator's CPU (share of a core) and event-loop lag",
+      (s) => [has(s.client_cpu) ? `${pct(s.client_cpu)} / ${ms(s.loop_lag_p99_ms)} ms` : "–", "n"], (s) => has(s.client_cpu)],
+  ];
+
+  function stateCell(td, s) {
+    if (s.phase === "warm-up") badge(td, "pending", "warm-up", "the step's warm-up: not measured");
+    else badge(td, s.valid ? "valid" : "invalid", s.valid ? "VALID" : "INVALID", s.invalid_reason);
+    if (s.timing_uncertain) badge(td, "uncertain", "timing uncertain", s.timing_reason);
+  }
+
   function stepsTable(steps) {
-    const body = document.querySelector("#steps-table tbody");
+    const table = document.getElementById("steps-table");
+    const body = table && table.querySelector("tbody");
     if (!body) return;
+    const cols = COLUMNS.filter((c) => !c[3] || steps.some(c[3]));
+    const head = table.querySelector("thead tr");
+    const titles = cols.map((c) => c[0]).join("|");
+    if (head.dataset.cols !== titles) {
+      head.textContent = "";
+      cols.forEach((c) => { const th = h("th", c[1] ? { title: c[1] } : {}, head, c[0]); th.dataset.col = c[0]; });
+      head.dataset.cols = titles;
+    }
     body.textContent = "";
     text("steps-empty", steps.length ? "" : "no step yet");
     steps.forEach((s) => {
-      const tr = h("tr", { "data-step": s.step, "data-valid": String(s.valid), "data-timing": s.timing_uncertain ? "uncertain" : "ok", "data-phase": s.phase }, body);
-      h("td", {}, tr, String(s.step));
-      h("td", {}, tr, loadOf(s));
-      h("td", {}, tr, s.phase);
-      const v = h("td", {}, tr);
-      if (s.phase === "warm-up") badge(v, "pending", "warm-up");
-      else badge(v, s.valid ? "valid" : "invalid", s.valid ? "VALID" : "INVALID", s.invalid_reason);
-      if (s.timing_uncertain) badge(v, "uncertain", "timing uncertain", s.timing_reason);
-      h("td", {}, tr, `${num(s.requests_ok)} / ${num(s.requests_failed)}`);
-      h("td", { class: "n" }, tr, num(s.tok_s, 1));
-      h("td", { class: "n" }, tr, num(s.req_tok_s, 1));
-      h("td", { class: "n" }, tr, pair(s.ttft_p50, s.ttft_p99));
-      h("td", { class: "n" }, tr, pair(s.tpot_p50, s.tpot_p99));
-      h("td", { class: "n" }, tr, pair(s.itl_p50, s.itl_p99));
-      h("td", { class: "n" }, tr, pct(s.kv_usage_mean));
-      h("td", { class: "n" }, tr, num(s.queue_len_mean, 1));
-      h("td", { class: "n" }, tr, has(s.preemptions) ? num(s.preemptions, 0) : "–");
-      h("td", { class: "n", title: s.power_invalid_reason || "" }, tr,
-        has(s.gpu_power_w) ? `${num(s.gpu_power_w, 0)}${has(s.gpu_power_limit_w) ? " of " + num(s.gpu_power_limit_w, 0) : ""}${s.power_valid === false ? " (not load power)" : ""}` : "–");
-      h("td", { class: "n" }, tr, has(s.client_cpu) ? `${pct(s.client_cpu)} / ${ms(s.loop_lag_p99_ms)} ms` : "–");
+      // a step warming up is not judged yet: no INVALID colour, no reasons
+      const judged = s.phase !== "warm-up";
+      const tr = h("tr", { "data-step": s.step, "data-valid": judged ? String(s.valid) : "pending", "data-timing": s.timing_uncertain ? "uncertain" : "ok", "data-phase": s.phase }, body);
+      cols.forEach((c) => {
+        if (c[2] === null) { stateCell(h("td", {}, tr), s); return; }
+        const [value, cls, tip] = c[2](s);
+        h("td", Object.assign(cls ? { class: cls } : {}, tip ? { title: tip } : {}), tr, value);
+      });
       // the reasons get a full-width row of their own under the step's figures
-      const why = [s.invalid_reason, s.timing_reason].filter((r) => r);
+      const why = judged ? [s.invalid_reason, s.timing_reason].filter((r) => r) : [];
       if (why.length) {
         const wr = h("tr", { class: "why-row", "data-why-for": s.step, "data-valid": String(s.valid) }, body);
-        const td = h("td", { class: "why", colspan: "15" }, wr);
+        const td = h("td", { class: "why", colspan: String(cols.length) }, wr);
         why.forEach((r) => h("div", {}, td, r));
       }
     });
@@ -324,7 +353,14 @@
     text("run", d.run_id || "no run yet: start one from the form on the first page");
     text("source", d.run_id ? (d.source === "report" ? "figures from the written report" : "live figures") : "");
     const c = d.current;
-    text("current", c ? `step ${c.step} ${loadOf(c)} ${c.phase}, ${c.ok} ok, ${c.failed} failed, ${num(c.tok_s, 1)} tok/s` : "-");
+    // the current step's figures are its row's (the steady window's), as the table shows them
+    text("current", !c ? "-" : c.phase === "warm-up"
+      ? `step ${c.step} ${loadOf(c)} warm-up (not measured)`
+      : `step ${c.step} ${loadOf(c)} ${c.phase}: ${num(c.requests_ok)} ok, ${num(c.requests_failed)} failed, ${num(c.tok_s, 1)} tok/s`);
+    const t = d.totals || {};
+    text("total-ok", num(t.requests_ok));
+    text("total-failed", num(t.requests_failed));
+    text("total-cancelled", t.requests_cancelled ? ` (${num(t.requests_cancelled)} of them cancelled: the run was stopped mid-request)` : "");
     const reports = document.getElementById("reports");
     reports.textContent = "";
     for (const name in d.reports || {}) {

@@ -1,7 +1,9 @@
 // The past-runs page: /loadgen/runs.json as a table (each row a run directory under the UI's output
 // folder, its verdict as the report wrote it), and "Compare selected" -> POST /loadgen/compare, which
-// writes loadgen compare's page and answers its link. Rows: #runs tbody tr[data-run=<id>]; checkbox
-// input.pick; the comparison link #compare-link.
+// writes loadgen compare's page and answers its link; comparisons stay listed as rows of their own
+// (tr[data-kind=comparison]). Rows: #runs tbody tr[data-run=<id>]; checkbox input.pick (disabled, with
+// the reason as its title, until the run's report is written); td.counts[data-ok][data-failed]: the
+// run's requests (summary.json's totals); the comparison link #compare-link.
 "use strict";
 (function () {
   const tbody = document.querySelector("#runs tbody");
@@ -32,21 +34,24 @@
     if (!data.runs.length) {
       const tr = document.createElement("tr");
       const td = cell("no run directories yet: start a run from the UI", "muted");
-      td.colSpan = 10;
+      td.colSpan = 11;
       tr.appendChild(td);
       tbody.appendChild(tr);
     }
     for (const r of data.runs) {
       const tr = document.createElement("tr");
       tr.dataset.run = r.id;
+      tr.dataset.kind = r.kind || "";
       const pick = document.createElement("input");
       pick.type = "checkbox";
       pick.className = "pick";
       pick.value = r.id;
       pick.disabled = r.status !== "reported";
+      if (pick.disabled && r.why_not) pick.title = r.why_not;
+      pick.setAttribute("aria-label", pick.disabled ? `${r.id}: ${r.why_not}` : `compare ${r.id}`);
       pick.addEventListener("change", () => { button.disabled = picked().length < 2; });
       const c0 = document.createElement("td");
-      c0.appendChild(pick);
+      if (r.kind !== "comparison") c0.appendChild(pick); // a comparison is not compared again
       tr.appendChild(c0);
       const name = document.createElement("td");
       if (r.files.includes("report.html")) name.appendChild(link(`runs/${encodeURIComponent(r.id)}/report.html`, r.id));
@@ -54,10 +59,22 @@
       else name.textContent = r.id;
       tr.appendChild(name);
       tr.appendChild(cell(r.label));
-      tr.appendChild(cell(r.created));
+      const created = cell(r.created ? r.created.replace("T", " ").slice(0, 16) : "", "nw");
+      created.title = r.created || "";
+      tr.appendChild(created);
       tr.appendChild(cell(r.status + (r.hint ? ` (${r.hint})` : ""), r.status === "reported" ? "" : "muted"));
       const v = r.verdict;
       tr.appendChild(cell(v ? `${v.steps} (${v.valid_steps})` : "", "num"));
+      // the run's requests as its summary.json totals count them (the report's cards, the live page)
+      const n = r.counts;
+      const counts = cell(n ? `${n.requests_ok.toLocaleString("en-US")} / ${n.requests_failed.toLocaleString("en-US")}` : "", "num");
+      if (n) {
+        counts.dataset.ok = String(n.requests_ok);
+        counts.dataset.failed = String(n.requests_failed);
+        if (n.requests_cancelled) counts.title = `${n.requests_cancelled} of the failed were cancelled (the run was stopped mid-request)`;
+      }
+      counts.className = "num counts";
+      tr.appendChild(counts);
       tr.appendChild(cell(v && v.peak_tok_s !== null ? Math.round(v.peak_tok_s).toLocaleString("en-US") : "", "num"));
       const knee = v ? (v.knee !== null && v.knee !== undefined ? `knee at ${v.axis === "rate" ? "rate " : "C="}${v.knee}: ` : "") + v.text : "";
       tr.appendChild(cell(knee));
@@ -88,7 +105,7 @@
     msg.textContent = "comparing…";
     try {
       const r = await fetch("compare", { method: "POST", credentials: "same-origin",
-        headers: { "Content-Type": "application/json" }, body: JSON.stringify({ runs: picked() }) });
+        headers: { "Content-Type": "application/json" }, body: JSON.stringify({ runs: picked().reverse() }) }); // oldest first: the baseline
       const answer = await r.json();
       if (!answer.ok) { msg.textContent = answer.message; msg.className = "err"; return; }
       msg.textContent = "";

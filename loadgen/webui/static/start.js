@@ -34,7 +34,9 @@
   #lg-start input, #lg-start select { width: 100%; box-sizing: border-box; padding: 6px 8px; margin: 2px 0 6px;
     border: 1px solid #b9c6ae; border-radius: 4px; font: inherit; background: #fff; }
   #lg-start input:disabled { background: #eef2ea; color: #8a9481; }
-  #lg-start .lg-help { font-size: 11px; color: #6b7762; margin: -4px 0 6px; }
+  #lg-start .lg-help { font-size: 11px; color: #6b7762; margin: -4px 0 6px; overflow-wrap: anywhere; }
+  #lg-start .lg-field { min-width: 0; }
+  #lg-start input[aria-invalid="true"] { border-color: #b42318; box-shadow: 0 0 0 1px #b42318; }
   #lg-start .lg-modes { display: flex; gap: 18px; margin: 0 0 8px; }
   #lg-start .lg-modes label { display: inline; font-size: 14px; color: inherit; }
   #lg-start .lg-modes input { width: auto; margin-right: 4px; }
@@ -42,6 +44,8 @@
     font: 600 15px system-ui, sans-serif; cursor: pointer; }
   #lg-start button:disabled { background: #8fb59c; cursor: wait; }
   #lg-start .lg-msg { margin-left: 12px; }
+  #lg-start .lg-actions { position: sticky; bottom: 0; z-index: 2; display: flex; align-items: center;
+    margin: 0 -20px; padding: 10px 20px; background: #fbfdf8; border-top: 1px solid #dde5d6; }
   #lg-start .lg-msg.err { color: #b42318; }
   #lg-start .lg-info { font-size: 12px; color: #3d4a33; margin: -2px 0 8px; }
   #lg-start a { color: #15803d; }
@@ -115,25 +119,51 @@
     return !!(s && s.load && s.load.mode === "open" && s.load.arrival === "trace");
   }
 
+  // the load fields a scenario filled, with what they held before: "(none)" puts them back
+  let beforeScenario = null;
+
+  function defaultMode() {
+    const steps = fieldByDest("concurrency"), rates = fieldByDest("rates");
+    return (steps && steps.default) || !rates || !rates.default ? "closed" : "open";
+  }
+
+  function fillFromScenario(dest, v) {
+    const f = fieldByDest(dest);
+    if (!f) return;
+    if (beforeScenario === null) beforeScenario = { mode, fields: {} };
+    if (!(f.name in beforeScenario.fields)) beforeScenario.fields[f.name] = value(f.name);
+    setValue(f.name, v);
+  }
+
   function onScenario() {
     const s = showScenario();
-    if (mode === "trace" && !traceScenario()) mode = "closed";
-    if (!s || !s.load) { document.getElementById("lg-mode-" + mode).checked = true; applyMode(); return; }
+    if (!s || !s.load) {
+      // back to no scenario (or one without a load pattern): the load fields the last scenario filled
+      // hold again what they held before it (the defaults, unless the user had typed something)
+      if (beforeScenario !== null) {
+        for (const name in beforeScenario.fields) setValue(name, beforeScenario.fields[name]);
+        mode = beforeScenario.mode;
+        beforeScenario = null;
+      }
+      if (mode === "trace" && !traceScenario()) mode = defaultMode();
+      document.getElementById("lg-mode-" + mode).checked = true;
+      applyMode();
+      return;
+    }
+    if (beforeScenario === null) beforeScenario = { mode, fields: {} };
     // the scenario's [load] fills the load fields, as `loadgen ramp --scenario` does (still editable)
-    const steps = fieldByDest("concurrency"), rates = fieldByDest("rates");
     if (s.load.mode === "closed") {
       mode = "closed";
-      setValue(steps.name, s.load.concurrency.join(","));
+      fillFromScenario("concurrency", s.load.concurrency.join(","));
     } else if (s.load.arrival === "trace") {
       mode = "trace"; // the steps are the scenario's time scales
     } else {
       mode = "open";
-      if (s.load.rates && s.load.rates.length) setValue(rates.name, s.load.rates.join(","));
-      const arrival = fieldByDest("arrival");
-      if (arrival && s.load.arrival !== "trace") setValue(arrival.name, s.load.arrival);
+      if (s.load.rates && s.load.rates.length) fillFromScenario("rates", s.load.rates.join(","));
+      if (s.load.arrival !== "trace") fillFromScenario("arrival", s.load.arrival);
     }
-    setValue(fieldByDest("step_seconds").name, String(s.load.step_seconds));
-    setValue(fieldByDest("warmup_seconds").name, String(s.load.warmup_seconds));
+    fillFromScenario("step_seconds", String(s.load.step_seconds));
+    fillFromScenario("warmup_seconds", String(s.load.warmup_seconds));
     document.getElementById("lg-mode-" + mode).checked = true;
     applyMode();
   }
@@ -155,12 +185,13 @@
       for (const c of f.choices) options.push(el("option", { value: c, text: c }));
       input = el("select", { id, name: f.name, onchange: () => { values[f.name] = input.value; } }, options);
     } else {
-      input = el("input", { id, name: f.name, type: "text", placeholder: f.flag,
-        oninput: () => { values[f.name] = input.value; } });
+      input = el("input", { id, name: f.name, type: "text", placeholder: f.placeholder || "",
+        oninput: () => { values[f.name] = input.value; input.removeAttribute("aria-invalid"); } });
     }
     input.value = current;
+    // the flag behind a field is for the command line (loadgen ramp); the form speaks of its labels
     return el("div", { class: "lg-field" }, [
-      el("label", { for: id, text: f.label, title: f.flag }),
+      el("label", { for: id, text: f.label, title: `loadgen ramp ${f.flag}` }),
       input,
       el("div", { class: "lg-help", text: f.help }),
     ]);
@@ -169,7 +200,7 @@
   function build() {
     if (!document.getElementById("lg-start-css")) document.head.appendChild(el("style", { id: "lg-start-css", text: CSS }));
     const steps = fieldByDest("concurrency");
-    if (mode === null) mode = (steps && steps.default) || !fieldByDest("rates") || !fieldByDest("rates").default ? "closed" : "open";
+    if (mode === null) mode = defaultMode();
     const modeBox = el("div", { class: "lg-modes" }, [
       el("label", {}, [el("input", { type: "radio", name: "lg-mode", id: "lg-mode-closed", value: "closed",
         checked: mode === "closed", onchange: () => { mode = "closed"; applyMode(); } }), document.createTextNode("Closed loop: users per step")]),
@@ -195,12 +226,13 @@
     const folders = (schema.scenario_folders || []).join(", ");
     const panel = el("div", { id: ID }, [
       el("h2", { text: "LLM capacity test" }),
-      el("p", { class: "lg-sub", text: `Defaults are loadgen ramp's. Scenarios from: ${folders || "none"}. ` }, [
+      el("p", { class: "lg-sub", text: `Each step runs at one load: a warm-up, then a measured window; the report finds where the server saturates. Scenarios from: ${folders || "none"}. ` }, [
         el("a", { href: base + "loadgen/runs", text: "Past runs" })]),
       ...sets,
-      el("div", {}, [
+      // Start and its answer stay in sight at the bottom of the window however long the form is
+      el("div", { class: "lg-actions" }, [
         el("button", { id: "lg-start-button", type: "button", onclick: start, text: "Start" }),
-        el("span", { id: "lg-start-message", class: "lg-msg" }),
+        el("span", { id: "lg-start-message", class: "lg-msg", role: "status" }),
       ]),
       el("p", { class: "lg-sub" }, [el("a", { id: "lg-locust-form-toggle", href: "#", onclick: (e) => {
         e.preventDefault(); showLocustForm = !showLocustForm; sync(true);
@@ -239,7 +271,21 @@
     try {
       const r = await fetch(base + "swarm", { method: "POST", body: data, credentials: "same-origin" });
       const answer = await r.json();
-      if (!answer.success) { message(answer.message || "the UI refused the start", true); return; }
+      if (!answer.success) {
+        const text = answer.message || "the UI refused the start";
+        message(text, true);
+        // the fields the message names (by their labels) are marked for the user
+        let first = null;
+        for (const sec of schema.sections) for (const f of sec.fields) {
+          const input = document.getElementById("lg-field-" + f.name);
+          if (input && text.includes(`\u201c${f.label}\u201d`)) {
+            input.setAttribute("aria-invalid", "true");
+            first = first || input;
+          }
+        }
+        if (first) { first.scrollIntoView({ block: "center" }); first.focus(); }
+        return;
+      }
       message(answer.message || "started", false);
       // Locust's page takes the runner's state when it loads: reload into the LLM tab once it runs
       for (let i = 0; i < 40; i++) {

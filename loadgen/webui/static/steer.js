@@ -41,7 +41,7 @@
     const set = loadInput(bar, "Set load", "set");
     const setBtn = button(set.box, "Set load", "set", "end the current step now and continue at this load");
     const answer = make("div", root, "", { class: "steer-answer", role: "status", "data-steer": "answer" });
-    const list = make("ol", root, undefined, { class: "steer-steps", start: "0", "data-steer": "steps" });
+    const list = make("ol", root, undefined, { class: "steer-steps", "data-steer": "steps" });
     let state = null;
     let timer = null;
 
@@ -65,7 +65,7 @@
       addBtn.disabled = !s || !s.steps || !s.steps.length || s.finished;
       list.replaceChildren();
       for (const step of (s && s.steps) || []) {
-        let text = `${step.load}: ${step.status}`;
+        let text = `${step.index}. ${step.load}: ${step.status}`;
         if (step.origin) text += ` (${step.origin.action.replace("_", " ")} by ${step.origin.by})`;
         make("li", list, text, step.index === s.index ? { class: "steer-current" } : {});
       }

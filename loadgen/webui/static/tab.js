@@ -1,6 +1,7 @@
-// Added to Locust's index page: shows our live page (/loadgen/) inside the "LLM" tab, under the
-// table Locust draws for it. Locust's UI is React; we only add one iframe next to its tab panel
-// and remove it when another tab is chosen.
+// Added to Locust's index page: shows our live page (/loadgen/) inside the "LLM" tab, in place of
+// the table Locust draws for it. Locust's UI is React; we only hide that table (its rows are the
+// live page's own step rows, drawn at other moments and taller: the page says it all, once) and add
+// one iframe after it, removed when another tab is chosen.
 "use strict";
 (function () {
   const ID = "loadgen-llm-frame";
@@ -27,12 +28,13 @@
     }
     const anchor = panel();
     if (!anchor) return;
+    if (anchor.style.display !== "none") anchor.style.display = "none";
     if (!frame) {
       frame = document.createElement("iframe");
       frame.id = ID;
       frame.src = base;
       frame.title = "LLM live charts";
-      frame.style.cssText = "width:100%;border:0;margin-top:12px;height:1000px;display:block";
+      frame.style.cssText = "width:100%;border:0;margin-top:0;height:1000px;display:block";
       anchor.insertAdjacentElement("afterend", frame);
     }
     try {
