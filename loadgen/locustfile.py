@@ -182,6 +182,7 @@ def _ramp_options(opts: Namespace, host: str, model: str) -> RampOptions:
         slo=_value(opts, "slo"),
         call_type=_value(opts, "call_type") or None,
         gpu_count=_value(opts, "gpu_count"),
+        drain_seconds=opts.lg_drain_seconds,
         **_extras(opts),
     )
 

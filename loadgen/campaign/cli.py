@@ -32,14 +32,49 @@ EXIT_THRESHOLDS = 5
 EXIT_INTERRUPTED = 130
 
 
+DESCRIPTION = """\
+Run the same ramp against several configurations of a server, one variant
+after another (apply a change, start or restart the server, wait until it is
+ready, ramp, roll back), and compare them in one report: the campaign
+directory under --out holds each variant's run directory and campaign.md.
+A campaign file (TOML) says the variants, their commands and the [load];
+docs/lifecycle.md and scenarios/campaign-*.toml show how.
+
+exit status: 0 every selected variant was tried (a variant that failed is a
+result, not an error) or --check printed the plan; 5 a variant breached its
+fail_on/abort_on thresholds; 2 an unusable file, flag or --only name; 4 the
+campaign directory cannot be created; 130 interrupted (a partial report)."""
+EPILOG = """\
+examples:
+  # validate the file and print the plan; run nothing
+  loadgen campaign scenarios/campaign-max-running-requests.toml --check
+  # the whole campaign against the built-in simulator, about a minute
+  loadgen campaign scenarios/campaign-max-running-requests.toml
+  # one variant only, written under /tmp
+  loadgen campaign scenarios/campaign-max-running-requests.toml \\
+      --only mrr-128 --out /tmp/campaigns"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="loadgen campaign",
-        description="Run the same ramp against several server configurations and compare them.",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("file", help="campaign file (TOML), e.g. scenarios/campaign-max-running-requests.toml")
-    p.add_argument("--out", default="reports", help="folder for the campaign directory (default reports)")
-    p.add_argument("--only", action="append", default=[], metavar="NAME", help="run only this variant (repeatable)")
+    p.add_argument(
+        "file", metavar="FILE", help="campaign file (TOML), e.g. scenarios/campaign-max-running-requests.toml"
+    )
+    p.add_argument(
+        "--out", default="reports", metavar="DIR", help="folder for the campaign directory (default: reports)"
+    )
+    p.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run only this variant (repeatable; default: every variant)",
+    )
     p.add_argument("--check", action="store_true", help="validate the file and print the plan; run nothing")
     return p
 

@@ -32,88 +32,148 @@ def _flag(section: str, name: str) -> str:
     return "--" + PREFIX[section] + name.replace("_", "-")
 
 
+DESCRIPTION = """\
+A simulated OpenAI-compatible LLM server (SGLang-like; vLLM's metric names with
+--metrics-style vllm) with a calibrated model of its steps, KV cache and GPU
+power: something to point loadgen at without a GPU. It serves /v1/models,
+/v1/chat/completions, /v1/completions and the other endpoints loadgen calls,
+/metrics, and the GPUs' samples at /gpu/metrics (loadgen ramp --gpu-source
+http://127.0.0.1:30000/gpu/metrics). A profile fixes the hardware, the model
+and speculative decoding; every field of it has a flag (the groups at the end)."""
+EPILOG = """\
+examples:
+  # the default profile on http://127.0.0.1:30000
+  loadgen sim
+  loadgen sim --list-profiles
+  # one H200 serving Llama-3.1-8B, with room for 256 running requests
+  loadgen sim --profile h200-llama-8b --port 30001 --max-running-requests 256
+  # imitate vLLM's metrics and errors, under another model name
+  loadgen sim --metrics-style vllm --served-model-name my-model
+  # a server that crashes after a minute, on a free port written to a file
+  loadgen sim --profile tiny --port 0 --port-file /tmp/sim.port \\
+      --crash-after-s 60"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="loadgen sim",
-        description="Simulated OpenAI-compatible LLM server (SGLang-like) with a calibrated step, KV-cache "
-        "and power model.",
+        usage="%(prog)s [--profile NAME] [--port PORT] [options]",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,
     )
     g = ap.add_argument_group("serving")
-    g.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    g.add_argument("--port", type=int, default=30000, help="port to bind; 0 picks a free one (default 30000)")
-    g.add_argument("--port-file", help="write the bound port to this file once listening")
-    g.add_argument("--profile", default=DEFAULT_PROFILE, help=f"named profile (default {DEFAULT_PROFILE})")
+    g.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    g.add_argument("--port", type=int, default=30000, help="port to bind; 0 picks a free one (default: 30000)")
+    g.add_argument(
+        "--port-file", metavar="PATH", help="write the bound port to this file once listening (default: none)"
+    )
+    g.add_argument(
+        "--profile", default=DEFAULT_PROFILE, metavar="NAME", help=f"named profile (default: {DEFAULT_PROFILE})"
+    )
     g.add_argument(
         "--profile-file",
         metavar="PATH",
         help="a profile TOML outside the package, same format as profiles/*.toml (a calibrated twin); "
-        "replaces --profile",
+        "replaces --profile (default: none)",
     )
     g.add_argument("--list-profiles", action="store_true", help="print the profiles and parts, then exit")
-    g.add_argument("--hardware", help="hardware part to use instead of the profile's (e.g. b200x8)")
-    g.add_argument("--model-config", help="model part to use instead of the profile's (e.g. kimi-k2.6)")
-    g.add_argument("--spec", help="speculative-decoding part to use instead of the profile's (none, ddtree...)")
-    g.add_argument("--served-model-name", help="model name reported by the API")
-    g.add_argument("--emission-log", help="append one JSON line per chunk sent to this file")
-    g.add_argument("--log-file", help="write the server log here (default: stderr)")
+    g.add_argument(
+        "--hardware", help="hardware part to use instead of the profile's, e.g. b200x8 (default: the profile's)"
+    )
+    g.add_argument(
+        "--model-config", help="model part to use instead of the profile's, e.g. kimi-k2.6 (default: the profile's)"
+    )
+    g.add_argument(
+        "--spec",
+        help="speculative-decoding part to use instead of the profile's: none, ddtree, ... (default: the profile's)",
+    )
+    g.add_argument("--served-model-name", help="model name reported by the API (default: the profile's)")
+    g.add_argument(
+        "--emission-log", metavar="PATH", help="append one JSON line per chunk sent to this file (default: none)"
+    )
+    g.add_argument("--log-file", metavar="PATH", help="write the server log here (default: stderr)")
     g.add_argument(
         "--metrics-style",
         choices=("sglang", "vllm"),
         default="sglang",
-        help="metric names, log lines and error bodies to imitate (default sglang)",
+        help="metric names, log lines and error bodies to imitate (default: sglang)",
     )
-    g.add_argument("--seed", type=int, default=0, help="random seed (lengths, acceptance, text)")
+    g.add_argument("--seed", type=int, default=0, help="random seed (lengths, acceptance, text; default: 0)")
     g.add_argument(
         "--tool-rounds",
         type=int,
         default=4,
         help="with tool_choice auto, answer with a tool call until the conversation holds this many tool "
-        "results, then with text (default 4)",
+        "results, then with text (default: 4)",
     )
     g.add_argument(
         "--set",
         action="append",
         default=[],
         metavar="SECTION.FIELD=VALUE",
-        help="override any profile field (repeatable)",
+        help="override any profile field (repeatable; default: none)",
     )
-    fg = ap.add_argument_group("faults")
-    fg.add_argument("--crash-after-s", type=float, default=0.0, help="exit(1) this many seconds after start")
-    fg.add_argument("--crash-after-requests", type=int, default=0, help="exit(1) when request N+1 arrives")
+    fg = ap.add_argument_group("faults", "Failures to inject, for testing a load generator; none by default.")
+    fg.add_argument(
+        "--crash-after-s", type=float, default=0.0, help="exit(1) this many seconds after start (default: 0, never)"
+    )
+    fg.add_argument(
+        "--crash-after-requests", type=int, default=0, help="exit(1) when request N+1 arrives (default: 0, never)"
+    )
     fg.add_argument(
         "--stall-after-chunks",
         type=int,
         default=-1,
-        help="stop sending a stream after K content chunks (connection stays open)",
+        help="stop sending a stream after K content chunks, the connection left open (default: -1, never)",
     )
     fg.add_argument(
-        "--malformed-after-chunks", type=int, default=-1, help="send content chunk K+1 as truncated JSON, then carry on"
+        "--malformed-after-chunks",
+        type=int,
+        default=-1,
+        help="send content chunk K+1 as truncated JSON, then carry on (default: -1, never)",
     )
     fg.add_argument(
         "--error-after-chunks",
         type=int,
         default=-1,
-        help="after K content chunks send an error event inside the 200 stream and end it",
+        help="after K content chunks send an error event inside the 200 stream and end it (default: -1, never)",
     )
     fg.add_argument(
-        "--fault-rate", type=float, default=1.0, help="share of requests the stream faults apply to (default 1.0)"
+        "--fault-rate",
+        type=float,
+        default=1.0,
+        help="share of requests the stream faults apply to (default: 1.0)",
     )
     fg.add_argument(
         "--reject-status",
         type=int,
         default=0,
         choices=(0, 429, 503),
-        help="answer requests with this status during reject windows",
+        help="answer requests with this status during reject windows (default: 0, none)",
     )
-    fg.add_argument("--reject-start-s", type=float, default=0.0, help="first reject window start, after ready")
-    fg.add_argument("--reject-duration-s", type=float, default=0.0, help="reject window length")
-    fg.add_argument("--reject-period-s", type=float, default=0.0, help="repeat reject windows with this period")
     fg.add_argument(
-        "--ready-delay-s", type=float, default=0.0, help="stay unready (/health 503) this long after start-up"
+        "--reject-start-s", type=float, default=0.0, help="first reject window start, after ready (default: 0)"
+    )
+    fg.add_argument("--reject-duration-s", type=float, default=0.0, help="reject window length (default: 0)")
+    fg.add_argument(
+        "--reject-period-s",
+        type=float,
+        default=0.0,
+        help="repeat reject windows with this period (default: 0, once)",
+    )
+    fg.add_argument(
+        "--ready-delay-s",
+        type=float,
+        default=0.0,
+        help="stay unready (/health 503) this long after start-up (default: 0)",
     )
     for section, cls in SECTION_TYPES.items():
-        sg = ap.add_argument_group(f"{section} fields")
+        sg = ap.add_argument_group(
+            f"{section} fields",
+            f"The fields of the profile's [{section}] table (default: the profile's values).",
+        )
         for f in fields(cls):
             if section in ("hardware", "model", "spec") and f.name == "name":
                 continue

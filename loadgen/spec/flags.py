@@ -2,7 +2,8 @@
 
 Each row is one option of ``RampOptions``: its name on the command line (``--max-tokens``), its
 name in Locust (``--lg-max-tokens``, a field of the web UI's form when ``form`` is among its
-surfaces), how its text is parsed, its default and its help. The surfaces:
+surfaces), how its text is parsed, its default, its help and its group in ``--help`` (``GROUPS``).
+The surfaces:
 
 * ``ramp``: ``loadgen ramp`` (and ``loadgen demo``, with the demo's own defaults);
 * ``ui``: ``loadgen ui``, whose values become the defaults of the form (a value not given there
@@ -11,7 +12,9 @@ surfaces), how its text is parsed, its default and its help. The surfaces:
   option on Locust's command line only;
 * ``campaign``: a key of a campaign's ``[load]`` table, turned into ``loadgen ramp`` argv.
 
-``add_arguments`` builds the argparse options of a surface, ``raw_values`` reads them back by
+``add_arguments`` builds the argparse options of a surface, in their groups, each help ending with
+its default (``command_line_help``; ``Flag.help`` itself never says it, so the web form can show
+it as is), ``raw_values`` reads them back by
 ``dest``, ``parse_value`` turns a raw text into the option's value (errors name the flag as the
 user typed it), and ``to_argv`` writes values back as flags (campaigns, ``loadgen ui`` -> Locust).
 No gevent and nothing of the load side here: campaigns and the CLI import it.
@@ -22,7 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from loadgen.spec.options import OptionError, extra_body_items, parse_extra_body, parse_float_list, parse_int_list
@@ -36,12 +39,27 @@ Kind = Literal["int", "float", "str", "ints", "floats", "body", "slo", "switch",
 RAMP: frozenset[Surface] = frozenset({"ramp"})
 
 
+# The groups of ``loadgen ramp --help`` (and ``loadgen ui --help``), in the order it shows them
+TARGET = "Target server"
+LOAD = "Load"
+STEPS = "Steps and timing"
+REQUESTS = "Requests"
+VERDICT = "Verdict and gates"
+KNEE = "Knee search"
+OUTPUT = "Output"
+TELEMETRY = "Telemetry / GPU"
+TRANSPORT = "Transport and timeouts"
+GROUPS: tuple[str, ...] = (TARGET, LOAD, STEPS, REQUESTS, VERDICT, KNEE, OUTPUT, TELEMETRY, TRANSPORT)
+
+
 @dataclass(frozen=True, slots=True)
 class Flag:
     """One option. ``dest``: the ``RampOptions`` attribute (``timeouts.stall_s`` for a nested one;
     ``no_telemetry``, ``no_stream``: switches read by the builder). ``default``: the product's
     default (None: not given; a scenario or the builder decides). ``lg``: the Locust name without
-    ``--lg-`` when it is not ``name``."""
+    ``--lg-`` when it is not ``name``. ``group``: its title in ``GROUPS``. ``unset``: what the
+    command-line help says of the default where ``default`` cannot say it (None: what decides).
+    ``help`` never states the default: the command line adds it, the web form shows its own."""
 
     dest: str
     name: str
@@ -52,6 +70,8 @@ class Flag:
     choices: tuple[str, ...] = ()
     lg: str | None = None
     metavar: str | None = None
+    group: str = field(kw_only=True)
+    unset: str = field(default="", kw_only=True)
 
     def flag(self, surface: Surface) -> str:
         """The flag as a user types it on that surface."""
@@ -74,117 +94,134 @@ def _s(*names: Surface) -> frozenset[Surface]:
 
 
 FLAGS: tuple[Flag, ...] = (
-    Flag("url", "url", "str", "server base URL, e.g. http://127.0.0.1:30000", _s("ramp", "ui")),
-    Flag("model", "model", "str", "model name (default: the first one /v1/models lists)",
-         _s("ramp", "ui", "form", "campaign")),
+    Flag("url", "url", "str", "server base URL, e.g. http://127.0.0.1:30000", _s("ramp", "ui"), metavar="URL",
+         group=TARGET),
+    Flag("model", "model", "str", "model name", _s("ramp", "ui", "form", "campaign"), metavar="NAME", group=TARGET,
+         unset="the first model /v1/models lists"),
     Flag("scenario", "scenario", "str",
          "a scenario file (TOML): prompts, lengths, load pattern; flags override it",
-         _s("ramp", "ui", "form", "campaign")),
-    Flag("concurrency", "concurrency", "ints",
-         "comma-separated user counts per step, e.g. 1,8,32 (default 1,8,32,64,128; in the web UI, "
-         "empty: Locust's user count drives the load)",
-         _s("ramp", "ui", "form", "campaign"), default=[1, 8, 32, 64, 128], lg="steps"),
+         _s("ramp", "ui", "form", "campaign"), metavar="FILE", group=LOAD,
+         unset="none: the ramp's own prompts of --context-tokens tokens"),
+    Flag("concurrency", "concurrency", "ints", "closed loop: comma-separated user counts per step, e.g. 1,8,32",
+         _s("ramp", "ui", "form", "campaign"), default=[1, 8, 32, 64, 128], lg="steps", metavar="USERS", group=LOAD),
     Flag("rates", "rate", "floats", "open loop: comma-separated request rates per step (req/s), e.g. 1,2,4",
-         _s("ramp", "ui", "form", "campaign"), lg="rates"),
-    Flag("step_seconds", "step-seconds", "float", "steady window length per step (default 30)",
-         _s("ramp", "ui", "form", "campaign"), default=30.0),
-    Flag("warmup_seconds", "warmup-seconds", "float", "warm-up excluded from each step (default 5)",
-         _s("ramp", "ui", "form", "campaign"), default=5.0),
+         _s("ramp", "ui", "form", "campaign"), lg="rates", metavar="RATES", group=LOAD,
+         unset="none: closed loop at --concurrency, or the scenario's rates"),
+    Flag("step_seconds", "step-seconds", "float", "seconds each step measures (its steady window, after the warm-up)",
+         _s("ramp", "ui", "form", "campaign"), default=30.0, metavar="SECONDS", group=STEPS),
+    Flag("warmup_seconds", "warmup-seconds", "float", "seconds of warm-up at the start of each step, not measured",
+         _s("ramp", "ui", "form", "campaign"), default=5.0, metavar="SECONDS", group=STEPS),
     Flag("requests_per_step", "requests-per-step", "int",
-         "end a step once this many requests finished in its window", _s("ramp", "ui", "form", "campaign")),
+         "end a step once this many requests finished in its window", _s("ramp", "ui", "form", "campaign"),
+         metavar="N", group=STEPS, unset="none: a step ends after --step-seconds, or the scenario's count"),
     Flag("arrival", "arrival", "choice",
          "open loop: how requests arrive at each --rate: poisson (exponential gaps) or gamma (gaps with "
-         "coefficient of variation --burstiness; >1 bursty); default: the scenario's [load] arrival, else poisson",
-         _s("ramp", "ui", "form", "campaign"), choices=("poisson", "gamma")),
+         "coefficient of variation --burstiness; >1 bursty)",
+         _s("ramp", "ui", "form", "campaign"), choices=("poisson", "gamma"), group=LOAD,
+         unset="the scenario's [load] arrival, else poisson"),
     Flag("burstiness", "burstiness", "float",
          "--arrival gamma: the gaps' coefficient of variation (1 is Poisson's, 2 twice as bursty)",
-         _s("ramp", "ui", "form", "campaign")),
-    Flag("max_tokens", "max-tokens", "int", "max_tokens of each request (default 512)",
-         _s("ramp", "ui", "form", "campaign"), default=512),
+         _s("ramp", "ui", "form", "campaign"), metavar="CV", group=LOAD, unset="1"),
+    Flag("max_tokens", "max-tokens", "int", "max_tokens of each request",
+         _s("ramp", "ui", "form", "campaign"), default=512, metavar="N", group=REQUESTS),
     Flag("context_tokens", "context-tokens", "ints",
          "prompt lengths in tokens; several make a matrix with the steps, e.g. 60,4000,16000",
-         _s("ramp", "ui", "form")),
+         _s("ramp", "ui", "form"), metavar="TOKENS", group=REQUESTS, unset="60, or the scenario's prompt lengths"),
     Flag("endpoint", "endpoint", "choice",
          "the API to call: chat, completions, responses (streamed events), embeddings or rerank (one body "
          "each, no TTFT); a scenario's `endpoint` says it for a described workload",
-         _s("ramp", "ui", "form", "campaign"), default="chat", choices=ENDPOINTS),
-    Flag("no_stream", "no-stream", "switch", "non-streaming requests (no TTFT/ITL)", RAMP, default=False),
+         _s("ramp", "ui", "form", "campaign"), default="chat", choices=ENDPOINTS, group=REQUESTS),
+    Flag("no_stream", "no-stream", "switch", "non-streaming requests (no TTFT/ITL)", RAMP, default=False,
+         group=REQUESTS),
     Flag("extra_body", "extra-body", "body",
          "extra JSON body field, e.g. temperature=0, ignore_eos=true (repeatable; value parsed as JSON "
          "when it parses; or a whole JSON object)",
-         _s("ramp", "ui", "form"), metavar="KEY=VALUE"),
-    Flag("transport", "transport", "choice", "HTTP client", _s("ramp", "ui", "form"), default="fast",
-         choices=("fast", "openai")),
-    Flag("api_key", "api-key", "str",
-         "bearer token (default: $OPENAI_API_KEY); never written to the run dir", RAMP),
+         _s("ramp", "ui", "form"), metavar="KEY=VALUE", group=REQUESTS, unset="none"),
+    Flag("transport", "transport", "choice",
+         "HTTP client: fast (built in) or openai (the openai package: pip install 'llm-loadgen[openai]')",
+         _s("ramp", "ui", "form"), default="fast", choices=("fast", "openai"), group=TRANSPORT),
+    Flag("api_key", "api-key", "str", "bearer token; never written to the run dir", RAMP, metavar="KEY", group=TARGET,
+         unset="$OPENAI_API_KEY"),
     Flag("request_id_header", "request-id-header", "str",
          "the header that carries each request's id, a UUID (the records keep it as header_id beside their own "
-         "id); another name for servers that want one, or none to send no id (default X-Request-Id)",
-         _s("ramp", "ui", "lg"), default="X-Request-Id", metavar="NAME|none"),
+         "id); another name for servers that want one, or none to send no id",
+         _s("ramp", "ui", "lg"), default="X-Request-Id", metavar="NAME|none", group=TRANSPORT),
     Flag("timeouts.request_s", "request-timeout", "float", "seconds for a whole call",
-         _s("ramp", "ui", "lg"), default=600.0),
+         _s("ramp", "ui", "lg"), default=600.0, metavar="SECONDS", group=TRANSPORT),
     Flag("timeouts.stall_s", "stall-timeout", "float", "seconds without any byte before a call fails",
-         _s("ramp", "ui", "lg"), default=60.0),
-    Flag("timeouts.connect_s", "connect-timeout", "float", "seconds to open a connection", RAMP, default=10.0),
-    Flag("wait_ready_s", "wait-ready", "float", "poll the server until it answers (0: check once)", RAMP,
-         default=0.0, metavar="SECONDS"),
+         _s("ramp", "ui", "lg"), default=60.0, metavar="SECONDS", group=TRANSPORT),
+    Flag("timeouts.connect_s", "connect-timeout", "float", "seconds to open a connection", RAMP, default=10.0,
+         metavar="SECONDS", group=TRANSPORT),
+    Flag("wait_ready_s", "wait-ready", "float", "poll the server until it answers, up to this long (0: check once)",
+         RAMP, default=0.0, metavar="SECONDS", group=TARGET),
     Flag("workers", "workers", "int",
          "load-generating worker processes on this machine (Locust master/worker); 0: one process", RAMP,
-         default=0),
+         default=0, metavar="N", group=LOAD),
     Flag("on_server_down", "on-server-down", "choice",
          "when the server stops answering mid-ramp: end the ramp (stop), wait for it to come back and "
          "go on with the next step (wait, up to --wait-ready seconds or 300), or go on at once (skip-step)",
-         RAMP, default="stop", choices=("stop", "wait", "skip-step")),
+         RAMP, default="stop", choices=("stop", "wait", "skip-step"), group=TARGET),
     Flag("server_status", "server-status", "str",
          "a command printing the server's state, e.g. 'systemctl is-active sglang' (run without a shell); "
          "failed/inactive/exited/dead stops --wait-ready at once",
-         RAMP, metavar="COMMAND"),
-    Flag("seed", "seed", "int", "seed of every random choice (prompts, lengths, arrivals)", RAMP, default=0),
+         RAMP, metavar="COMMAND", group=TARGET, unset="none"),
+    Flag("seed", "seed", "int", "seed of every random choice (prompts, lengths, arrivals)", RAMP, default=0,
+         metavar="N", group=LOAD),
     Flag("drain_seconds", "drain-seconds", "float",
-         "after the last step, wait this long for requests in flight to finish", RAMP, default=60.0),
+         "after the last step, wait this long for requests in flight to finish", _s("ramp", "ui", "lg"), default=60.0,
+         metavar="SECONDS", group=STEPS),
     Flag("label", "label", "str", "a name for this run (shown in reports, part of the run id)",
-         _s("ramp", "ui", "form")),
-    Flag("out", "out", "str", "folder for run directories (default reports)", _s("ramp", "ui", "lg"),
-         default="reports"),
+         _s("ramp", "ui", "form"), metavar="TEXT", group=OUTPUT,
+         unset="none: the run id ends in run, demo-PROFILE or locust"),
+    Flag("out", "out", "str", "folder for run directories", _s("ramp", "ui", "lg"), default="reports",
+         metavar="DIR", group=OUTPUT),
     Flag("no_telemetry", "no-telemetry", "switch", "start no telemetry side process", _s("ramp", "ui", "lg"),
-         default=False),
+         default=False, group=TELEMETRY),
     Flag("prometheus_port", "prometheus-port", "int", "serve the load generator's own metrics on this port",
-         _s("ramp", "lg")),
+         _s("ramp", "lg"), metavar="PORT", group=OUTPUT, unset="none: not served"),
     Flag("tokenizer", "tokenizer", "str",
          "a local tokenizer.json or Hugging Face model folder: prompts of exactly the requested tokens by it, "
          "and output tokens counted when the server sends no usage (never downloaded; needs the tokenizers "
-         "package: pip install 'llm-loadgen[tokenizers]')", RAMP),
+         "package: pip install 'llm-loadgen[tokenizers]')", RAMP, metavar="PATH", group=REQUESTS,
+         unset="the scenario's, else none: prompt lengths estimated, output chunks counted"),
     Flag("slo", "slo", "slo", "latency limits for the knee verdict, e.g. ttft_p99=2s,tpot_p99=50ms",
-         _s("ramp", "ui", "form")),
+         _s("ramp", "ui", "form"), metavar="LIMITS", group=VERDICT,
+         unset="none: the knee is found without latency limits"),
     Flag("call_type", "call-type", "choice",
-         "the call type the knee verdict and plan are about, when a run mixes several (default: the one "
-         "that served the most tokens)", _s("ramp", "ui", "form", "campaign"), choices=ENDPOINTS),
+         "the call type the knee verdict and plan are about, when a run mixes several",
+         _s("ramp", "ui", "form", "campaign"), choices=ENDPOINTS, group=VERDICT,
+         unset="the one that served the most tokens"),
     Flag("gpu_count", "gpu-count", "int",
-         "GPUs serving the model, for per-GPU figures (throughput per GPU on the Pareto plot); default: the "
-         "count the GPU telemetry saw (--gpus selects which GPUs telemetry reads)",
-         _s("ramp", "ui", "form", "campaign")),
+         "GPUs serving the model, for per-GPU figures (throughput per GPU on the Pareto plot); --gpus selects "
+         "which GPUs telemetry reads",
+         _s("ramp", "ui", "form", "campaign"), metavar="N", group=VERDICT, unset="the count the GPU telemetry saw"),
     Flag("fail_on", "fail-on", "str",
-         "thresholds that fail the run (exit 5), e.g. 'ttft_p99>2s,tpot_p99>50ms,error_rate>1%,invalid_steps>0': "
-         "per step (any valid step breaching fails; run: for the whole run, e.g. run:error_rate>1%); metrics "
-         "ttft|itl|tpot|e2e_mean|p50|p90|p99 (ms, s, us), error_rate (%), output_tok_s, goodput_share (%), "
-         "invalid_steps; operators > >= < <=", _s("ramp", "ui", "form", "campaign"), metavar="THRESHOLDS"),
+         "thresholds that fail the run (exit 5), e.g. 'ttft_p99>2s,error_rate>1%,invalid_steps>0': per "
+         "step (any valid step breaching fails; run:error_rate>1% judges the whole run); metrics "
+         "ttft|itl|tpot|e2e_mean|p50|p90|p99, error_rate, output_tok_s, goodput_share, invalid_steps; "
+         "operators > >= < <= (docs/ci.md)", _s("ramp", "ui", "form", "campaign"), metavar="THRESHOLDS",
+         group=VERDICT, unset="none; in loadgen ramp the scenario's [gate] fail_on"),
     Flag("abort_on", "abort-on", "str",
          "thresholds (as --fail-on) judged after each step: the first breach stops the ramp within a step, "
-         "writes a partial report and exits 5", _s("ramp", "ui", "form", "campaign"), metavar="THRESHOLDS"),
+         "writes a partial report and exits 5", _s("ramp", "ui", "form", "campaign"), metavar="THRESHOLDS",
+         group=VERDICT, unset="none; in loadgen ramp the scenario's [gate] abort_on"),
     Flag("junit", "junit", "str",
          "write the thresholds' results as JUnit XML to this file (one testcase per step and threshold)", RAMP,
-         metavar="FILE"),
+         metavar="FILE", group=VERDICT, unset="none: not written"),
     Flag("repeat", "repeat", "int",
          "run each step N times in a row: every figure gets a 95% confidence interval over the repeats, and "
-         "the knee verdict says how stable it was (default 1)", _s("ramp"), default=1),
+         "the knee verdict says how stable it was", _s("ramp"), default=1, metavar="N", group=STEPS),
     Flag("find_knee", "find-knee", "switch",
          "search for the knee: raise the load geometrically from the first --concurrency/--rate value "
-         "until saturation shows, then bisect", _s("ramp", "campaign"), default=False),
-    Flag("search_max_steps", "max-steps", "int", "--find-knee: at most this many steps", RAMP, default=12),
-    Flag("search_max_seconds", "max-seconds", "float", "--find-knee: time budget for the whole search", RAMP),
-    Flag("search_factor", "factor", "float", "--find-knee: load multiplier while raising", RAMP, default=2.0),
+         "until saturation shows, then bisect", _s("ramp", "campaign"), default=False, group=KNEE),
+    Flag("search_max_steps", "max-steps", "int", "--find-knee: at most this many steps", RAMP, default=12,
+         metavar="N", group=KNEE),
+    Flag("search_max_seconds", "max-seconds", "float", "--find-knee: time budget for the whole search", RAMP,
+         metavar="SECONDS", group=KNEE, unset="none: no time limit"),
+    Flag("search_factor", "factor", "float", "--find-knee: load multiplier while raising", RAMP, default=2.0,
+         metavar="X", group=KNEE),
     Flag("search_max_load", "max-load", "float", "--find-knee: highest concurrency or rate to try", RAMP,
-         default=4096.0),
+         default=4096.0, metavar="LOAD", group=KNEE),
 )  # fmt: skip
 
 BY_DEST: dict[str, Flag] = {f.dest: f for f in FLAGS}
@@ -198,46 +235,66 @@ class _Adds(Protocol):
 
 
 def add_arguments(
-    parser: _Adds,
+    parser: argparse.ArgumentParser,
     surface: Literal["ramp", "ui"],
     *,
     skip: Iterable[str] = (),
     defaults: Mapping[str, Any] | None = None,
-) -> None:
-    """The options of ``loadgen ramp`` or ``loadgen ui`` (``skip``: dests a command defines itself;
-    ``defaults``: per-command defaults, e.g. the demo's shorter steps)."""
+) -> dict[str, argparse._ArgumentGroup]:
+    """The options of ``loadgen ramp`` or ``loadgen ui``, each in its group of ``GROUPS``; the groups
+    are returned by title, for a command's own options (an empty one is not shown). ``skip``: dests a
+    command defines itself; ``defaults``: per-command defaults, e.g. the demo's shorter steps."""
+    groups = {title: parser.add_argument_group(title) for title in GROUPS}
     skipped = set(skip)
+    command_defaults = defaults or {}
     for f in FLAGS:
         if surface not in f.surfaces or f.dest in skipped:
             continue
-        if defaults and f.dest in defaults:
-            default: Any = defaults[f.dest]
+        own = f.dest in command_defaults
+        if own:
+            default: Any = command_defaults[f.dest]
         elif surface == "ui" or f.dest in SCENARIO_SETS:
             default = None  # not given: the form's (or the scenario's) default stays
         else:
             default = f.default
-        help_text = f.help
-        if defaults and f.dest in defaults:  # this command's own default, not the ramp's
-            shown = ",".join(map(str, default)) if isinstance(default, list) else f"{default:g}"
-            help_text = f"{help_text.split(' (default')[0]} (default {shown})"
+        help_text = command_line_help(f, default if own else None)
         kw: dict[str, Any] = {"help": help_text.replace("%", "%%"), "dest": f.attr}  # argparse %-formats help
         if f.metavar:
             kw["metavar"] = f.metavar
+        group = groups[f.group]
         if f.kind == "switch":
-            parser.add_argument(f.flag(surface), action="store_true", **kw)
+            group.add_argument(f.flag(surface), action="store_true", **kw)
             continue
         if f.kind == "body":
-            parser.add_argument(f.flag(surface), action="append", default=[], **kw)
+            group.add_argument(f.flag(surface), action="append", default=[], **kw)
             continue
         if f.kind == "choice":
             kw["choices"] = list(f.choices)
         elif f.kind in ("int", "float"):
             kw["type"] = int if f.kind == "int" else float
-        if f.dest == "url" and surface in ("ramp", "ui"):
+        if f.dest == "url":
             kw["required"] = True
         if isinstance(default, list):
             default = ",".join(str(v) for v in default)
-        parser.add_argument(f.flag(surface), default=default, **kw)
+        group.add_argument(f.flag(surface), default=default, **kw)
+    return groups
+
+
+def command_line_help(f: Flag, default: Any = None) -> str:
+    """``f.help`` as ``--help`` shows it: ending in its default, "(default: 30)", or what decides when
+    there is none ("(default: the first model /v1/models lists)"); ``default``: a command's own (the
+    demo's). Switches are off unless given and say nothing more; --url is required."""
+    if f.dest == "url":
+        return f"{f.help} (required)"
+    if f.kind == "switch":
+        return f.help
+    if default is not None:
+        words = format_value(f, default)
+    elif f.unset:
+        words = f.unset
+    else:
+        words = format_value(f, f.default) + (", or the scenario's" if f.dest in SCENARIO_SETS else "")
+    return f"{f.help} (default: {words})"
 
 
 def add_locust_arguments(parser: _Adds, hidden: _Adds) -> None:

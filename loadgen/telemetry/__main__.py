@@ -13,22 +13,52 @@ from pathlib import Path
 from loadgen.telemetry.options import add_source_args
 from loadgen.telemetry.runner import config_from_args, run
 
+EPILOG = """\
+loadgen ramp starts this process itself; to sample by hand, use loadgen monitor.
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadgen.telemetry", description=__doc__)
+example:
+  python -m loadgen.telemetry run --run-dir /tmp/run --gpu-source none \\
+      --metrics-url http://127.0.0.1:30000/metrics --stop-file /tmp/run/stop"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m loadgen.telemetry", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("run", help="sample into a run directory until stopped")
-    p.add_argument("--run-dir", required=True, type=Path, help="the run directory to append to")
-    p.add_argument("--stop-file", type=Path, default=None, help="stop when this file appears")
-    p.add_argument("--parent-pid", type=int, default=None, help="stop when this parent process is gone")
+    p = sub.add_parser(
+        "run",
+        help="sample into a run directory until stopped",
+        description="Sample the telemetry sources into a run directory until stopped.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--run-dir", required=True, type=Path, metavar="DIR", help="the run directory to append to (required)"
+    )
+    p.add_argument(
+        "--stop-file", type=Path, default=None, metavar="FILE", help="stop when this file appears (default: none)"
+    )
+    p.add_argument(
+        "--parent-pid",
+        type=int,
+        default=None,
+        metavar="PID",
+        help="stop when this parent process is gone (default: none)",
+    )
     p.add_argument(
         "--nice",
         type=int,
         default=0,
-        help="lower this process's priority by this much (the load generator's reads come first)",
+        metavar="N",
+        help="lower this process's priority by this much (the load generator's reads come first; default: 0)",
     )
-    add_source_args(p)
-    args = parser.parse_args(argv)
+    add_source_args(p.add_argument_group("Telemetry sources"))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.nice > 0:
         try:
             os.nice(args.nice)

@@ -147,17 +147,60 @@ def serve(run_dir: Path, host: str, port: int, token: str | None) -> ThreadingHT
     return httpd
 
 
-def main(argv: list[str] | None = None) -> int:
+DESCRIPTION = """\
+The telemetry side process of loadgen ramp on its own, e.g. on the GPU host
+(docs/telemetry.md). With --run-dir it samples the sources below into that
+folder until Ctrl-C; with --serve it also serves the
+samples over HTTP, for a loadgen ramp --monitor-url elsewhere. It binds
+127.0.0.1 unless told otherwise; on any other address it needs a bearer token
+of 16 characters or more, from --token-file or $LOADGEN_MONITOR_TOKEN (never
+the command line), and refuses to start without one."""
+EPILOG = """\
+examples:
+  # sample this machine's GPUs and a server's /metrics into a folder, to Ctrl-C
+  loadgen monitor --run-dir /tmp/telemetry \\
+      --metrics-url http://127.0.0.1:30000/metrics
+  # serve samples on 127.0.0.1:9500 for a loadgen ramp elsewhere (an SSH tunnel)
+  loadgen monitor --serve 127.0.0.1:9500 --gpu-hz 5
+  # ... which that loadgen ramp pulls, sampling no GPU itself
+  loadgen ramp --url http://127.0.0.1:30000 --gpu-source none \\
+      --monitor-url http://127.0.0.1:9500"""
+
+
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="loadgen monitor", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="loadgen monitor",
+        usage="%(prog)s (--run-dir DIR | --serve [HOST:]PORT) [options]",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
-        "--run-dir", type=Path, default=None, help="where to write samples (default: a temp dir when serving)"
+        "--run-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="where to write samples (default: a new temporary folder when serving; required otherwise)",
     )
-    p.add_argument("--serve", default=None, metavar="[HOST:]PORT", help="serve samples over HTTP")
-    p.add_argument("--token-file", type=Path, default=None, help=f"file holding the bearer token (or set {TOKEN_ENV})")
-    p.add_argument("--stop-file", type=Path, default=None, help="stop when this file appears")
-    add_source_args(p)
+    p.add_argument(
+        "--serve", default=None, metavar="[HOST:]PORT", help="serve samples over HTTP (default: none, not served)"
+    )
+    p.add_argument(
+        "--token-file",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help=f"file holding the bearer token (default: ${TOKEN_ENV}; none on 127.0.0.1)",
+    )
+    p.add_argument(
+        "--stop-file", type=Path, default=None, metavar="FILE", help="stop when this file appears (default: none)"
+    )
+    add_source_args(p.add_argument_group("Telemetry sources"))
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = build_parser()
     args = p.parse_args(argv)
     token = (os.environ.get(TOKEN_ENV) or "").strip() or None
     if args.token_file is not None:

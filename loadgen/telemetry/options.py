@@ -90,30 +90,61 @@ def _mapping(text: str) -> tuple[str, str]:
     return fld.strip(), metric.strip()
 
 
-def add_source_args(p: argparse.ArgumentParser) -> None:
+def add_source_args(p: argparse._ActionsContainer) -> None:
+    """The telemetry source flags, on a parser or one of its groups."""
     p.add_argument(
         "--gpu-source",
         default="nvml",
-        help='nvml | none | "CMD ..." printing nvidia-smi CSV | http://host:9400/metrics (DCGM)',
+        metavar="SOURCE",
+        help='where GPU samples come from: nvml (this machine\'s NVIDIA GPUs), none, "CMD ..." printing '
+        "nvidia-smi CSV, or a DCGM exporter's http://host:9400/metrics (default: nvml)",
     )
-    p.add_argument("--gpu-hz", type=_positive, default=10.0, help="GPU samples per second (default 10)")
-    p.add_argument("--gpus", type=_gpus, default=None, help="GPU indices to read (default: all)")
-    p.add_argument("--metrics-url", default=None, help="the server's Prometheus /metrics URL")
-    p.add_argument("--metrics-hz", type=_positive, default=1.0, help="server scrapes per second (default 1)")
+    p.add_argument("--gpu-hz", type=_positive, default=10.0, metavar="HZ", help="GPU samples per second (default: 10)")
+    p.add_argument(
+        "--gpus",
+        type=_gpus,
+        default=None,
+        metavar="LIST",
+        help="GPU indices to read, e.g. 0,1 (default: every GPU the source sees)",
+    )
+    p.add_argument(
+        "--metrics-url",
+        default=None,
+        metavar="URL",
+        help="the server's Prometheus /metrics URL (default: loadgen ramp and ui use the server's own /metrics "
+        "when it answers; loadgen monitor none)",
+    )
+    p.add_argument(
+        "--metrics-hz", type=_positive, default=1.0, metavar="HZ", help="server scrapes per second (default: 1)"
+    )
     p.add_argument(
         "--metrics-map",
         type=_mapping,
         action="append",
         default=[],
-        help="FIELD=METRIC for servers other than SGLang/vLLM (repeatable)",
+        metavar="FIELD=METRIC",
+        help="a field's metric name, for servers other than SGLang/vLLM "
+        "(repeatable; default: SGLang's and vLLM's names)",
     )
     p.add_argument(
-        "--server-logs", default=None, help='a command printing the server log, e.g. "journalctl -u X -f -o cat"'
+        "--server-logs",
+        default=None,
+        metavar="COMMAND",
+        help='a command printing the server log, e.g. "journalctl -u X -f -o cat" (default: none)',
     )
-    p.add_argument("--server-log-file", default=None, help="a server log file to follow")
+    p.add_argument(
+        "--server-log-file", default=None, metavar="FILE", help="a server log file to follow (default: none)"
+    )
     p.add_argument("--log-from-start", action="store_true", help="read the log file from its start, not its end")
-    p.add_argument("--monitor-url", default=None, help="pull samples from a remote `loadgen monitor --serve`")
-    p.add_argument("--monitor-hz", type=_positive, default=2.0, help="remote pulls per second (default 2)")
+    p.add_argument(
+        "--monitor-url",
+        default=None,
+        metavar="URL",
+        help="pull samples from a remote `loadgen monitor --serve` (default: none)",
+    )
+    p.add_argument(
+        "--monitor-hz", type=_positive, default=2.0, metavar="HZ", help="remote pulls per second (default: 2)"
+    )
 
 
 def source_argv(ns: argparse.Namespace) -> list[str]:

@@ -25,6 +25,7 @@ from loadgen.analysis.load import Run, RunLoadError, load_run
 from loadgen.analysis.summary import manifest_value
 from loadgen.rundir.layout import read_manifest, write_manifest
 from loadgen.spec import flags
+from loadgen.twin.args import calibrate_parser, twin_parser
 from loadgen.twin.compare import compare_runs, markdown
 from loadgen.twin.emit import SET_ALIASES, TwinError, apply_sets, write_twin
 from loadgen.twin.fit import TwinFit, fit
@@ -62,22 +63,7 @@ def _summary(result: TwinFit) -> list[str]:
 
 
 def calibrate_main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="loadgen calibrate", description="Fit a simulator profile to run directories.")
-    ap.add_argument("runs", nargs="+", metavar="RUN_DIR")
-    ap.add_argument(
-        "-o",
-        "--output",
-        default="twin.toml",
-        help="profile to write (default twin.toml); the fit report goes beside it as NAME.fit.json",
-    )
-    ap.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="replace a fitted parameter (what-if), e.g. max_running_requests=256",
-    )
-    args = ap.parse_args(argv)
+    args = calibrate_parser().parse_args(argv)
     try:
         runs, result = calibrate(args.runs)
         apply_sets(result, _parse_sets(args.set))
@@ -293,37 +279,7 @@ def _plan_argv(args: argparse.Namespace, measured: Run, twin_run: Path) -> list[
 
 
 def twin_main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="loadgen twin", description="Calibrate a twin and replay the run against it.")
-    ap.add_argument("run", metavar="RUN_DIR")
-    ap.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="what-if: replace a fitted parameter (max_running_requests=256, kv_pool_tokens=...) "
-        "or any simulator field as SECTION.FIELD=VALUE",
-    )
-    ap.add_argument("--concurrency", help="replay these concurrencies instead of the run's (what-if)")
-    ap.add_argument("--context-tokens", help="replay these context lengths instead of the run's (what-if)")
-    ap.add_argument("--max-tokens", type=int, help="replay with this max_tokens instead of the run's (what-if)")
-    ap.add_argument("--out", help="folder for twin.toml, twin.md, twin.json and the twin's run (default RUN_DIR/twin)")
-    ap.add_argument(
-        "--plan",
-        action="store_true",
-        help="also plan capacity from the twin's predicted curve (loadgen plan of the replay, marked predicted); "
-        "SLO from --slo, else the run's own",
-    )
-    ap.add_argument("--slo", help="limits for --plan, e.g. ttft_p99=2s,tpot_p99=50ms (default: the run's --slo)")
-    ap.add_argument("--target-rps", type=float, help="with --plan: requests/s the service must carry")
-    ap.add_argument("--target-users", type=float, help="with --plan: concurrent users the service must carry")
-    ap.add_argument(
-        "--seed",
-        type=int,
-        default=0,
-        help="the twin simulator's random seed (acceptance and natural-length draws; default 0): replays under "
-        "several seeds show the twin's own spread, which a short step at low load makes a few %%",
-    )
-    args = ap.parse_args(argv)
+    args = twin_parser().parse_args(argv)
     out = Path(args.out) if args.out else Path(args.run) / "twin"
     try:
         what_if = WhatIf(
