@@ -1,7 +1,7 @@
 """The report's tables for runs that mix call types, stream kinds of output, run agent loops or
 send images (``analysis.calltypes``): built once as plain text cells, rendered by report.md
-(:func:`markdown_sections`) and report.html (``html``). Each table exists only when the summary
-has its figures, so a plain chat run's reports are unchanged.
+(:func:`markdown_sections`) and report.html (``html``). Each table exists only when the run used
+what it shows (a plain chat run has none of them), and a column the run left empty is left out.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from loadgen.analysis.contracts import LatencyStats, RunSummary, StepSummary
-from loadgen.analysis.values import as_dict, as_list, number, steps_of
+from loadgen.analysis.values import as_dict, as_list, number, stat, steps_of
 from loadgen.report.markdown import Section, escape_cell
 
 
@@ -114,10 +114,30 @@ def call_type_table(summary: RunSummary) -> Table | None:
     )
 
 
+EMPTY_CELLS = frozenset({"–", "0", "0.0%"})
+
+
+def drop_empty_columns(head: list[str], rows: list[list[str]], keep: int = 2) -> tuple[list[str], list[list[str]]]:
+    """``head`` and ``rows`` without the columns (after the first ``keep``) that are empty or zero in
+    every row: a feature the run did not use is not a column of dashes."""
+    cols = [i for i in range(len(head)) if i < keep or any(row[i] not in EMPTY_CELLS for row in rows)]
+    return [head[i] for i in cols], [[row[i] for i in cols] for row in rows]
+
+
+def _used_kinds(s: StepSummary) -> bool:
+    """Whether a step saw output other than a plain answer: reasoning or tool calls."""
+    first = (stat(s, "ttft_reasoning_ms", "p50"), stat(s, "ttft_tool_ms", "p50"))
+    return any(v is not None for v in first) or bool(
+        number(s.get("reasoning_tokens_mean")) or number(s.get("tool_calls"))
+    )
+
+
 def output_kinds_table(summary: RunSummary) -> Table | None:
-    """Per step: time to the first reasoning, answer and tool-call output; reasoning and tools."""
+    """Per step: time to the first reasoning, answer and tool-call output; reasoning and tools. None
+    for a run whose answers were all plain text (the answer's TTFT is then the TTFT of the step
+    table); columns of a kind the run never saw are left out."""
     steps = [s for s in steps_of(summary) if "ttft_reasoning_ms" in s]
-    if not steps:
+    if not any(_used_kinds(s) for s in steps):
         return None
     rows = [
         [
@@ -134,14 +154,7 @@ def output_kinds_table(summary: RunSummary) -> Table | None:
         ]
         for s in steps
     ]
-    note = (
-        "From the intended send time to the first output of each kind (over the requests that had one); TTFT is "
-        "the first output of any kind. Reasoning share: the server's reasoning tokens / output tokens of the "
-        "requests that reported them. Tool args: characters of the calls' arguments per request that made one."
-    )
-    return Table(
-        "Kinds of output",
-        "kinds",
+    head, rows = drop_empty_columns(
         [
             "Step",
             "Load",
@@ -155,8 +168,13 @@ def output_kinds_table(summary: RunSummary) -> Table | None:
             "Tool args chars",
         ],
         rows,
-        note,
     )
+    note = (
+        "From the intended send time to the first output of each kind (over the requests that had one); TTFT is "
+        "the first output of any kind. Reasoning share: the server's reasoning tokens / output tokens of the "
+        "requests that reported them. Tool args: characters of the calls' arguments per request that made one."
+    )
+    return Table("Kinds of output", "kinds", head, rows, note)
 
 
 def agent_table(summary: RunSummary) -> Table | None:
@@ -365,6 +383,7 @@ __all__ = [
     "Table",
     "agent_table",
     "call_type_table",
+    "drop_empty_columns",
     "images_lines",
     "markdown_sections",
     "output_kinds_table",

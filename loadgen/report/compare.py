@@ -6,8 +6,18 @@ and each later run's ratio to the first (the baseline): e.g. speculative / autor
 tok/s at every concurrency. A ratio is None when either step is invalid or a value is missing;
 steps found in only some runs are listed under ``unmatched``.
 
-``render_compare_page`` is compare.html: the main plots with every run overlaid (one colour per
-run), then the table.
+The comparison opens with a *headline* (``Comparison["headline"]``): for each later run against the
+baseline, which is better on the primary figures, peak valid output tok/s and TTFT p50 at the
+highest load both ran validly, by what ratio, and whether the difference is beyond the noise. The
+noise is the one the runs measured: with ``--repeat`` on both sides, the ratio's 95 % interval over
+the repeats (``analysis.repeats.ratio_ci``); otherwise it is unknown and the headline says so (one
+run each has no spread to judge by; the analysis has no per-step interval), never claiming a
+difference it cannot show: a run is "better" only beyond the noise, else "ahead". A peak each run
+found at a load the other did not measure is not like for like ("higher", ``like_for_like``
+false); the page's title is then the figure at a load both ran.
+
+``render_compare_page`` is compare.html: the headline, the main plots with every run overlaid (one
+colour per run; INVALID steps as open markers, never joined), then the table.
 """
 
 from __future__ import annotations
@@ -63,15 +73,47 @@ class CompareRow(_RowRequired, AxisLoad, total=False):
     noise: dict[str, dict[str, dict[str, Any]]]
 
 
-class Comparison(TypedDict):
-    """What ``compare_runs`` returns (compare.json)."""
+class Headline(TypedDict):
+    """One primary figure of one later run against the baseline (``Comparison["headline"]``).
 
+    ``better``: the label of the better run, None when equal; ``ratio``: run / baseline;
+    ``noise``: "repeats" (``low``/``high``: the ratio's 95 % interval, ``beyond_noise``) or "unknown"
+    (``beyond_noise`` None, ``noise_note`` says why); ``where``: [context_tokens, load] of the
+    figure in each run; ``text``: the finding in one sentence."""
+
+    metric: str  # "peak_output_tok_s" | "ttft_p50_ms"
+    title: str
+    run: str
+    baseline: str
+    value: float
+    baseline_value: float
+    where: dict[str, list[Any]]
+    ratio: float
+    higher_is_better: bool
+    better: str | None
+    noise: str
+    low: float | None
+    high: float | None
+    beyond_noise: bool | None
+    noise_note: str
+    like_for_like: bool  # False: a peak each run found at a load the other did not measure
+    text: str
+
+
+class _ComparisonRequired(TypedDict):
     labels: list[str]
     baseline: str
     axis: LoadAxis
     metrics: list[Metric]
     rows: list[CompareRow]
     unmatched: dict[str, list[list[Any]]]  # label -> [context_tokens, load] of its steps no other run has
+
+
+class Comparison(_ComparisonRequired, total=False):
+    """What ``compare_runs`` returns (compare.json); ``headline`` (see :class:`Headline`) is absent
+    from comparisons written before it existed."""
+
+    headline: list[Headline]
 
 
 def load_summary(run_dir: str | os.PathLike[str]) -> RunSummary:
@@ -201,6 +243,7 @@ def compare_runs(
         if noise:
             row["noise"] = noise
         rows.append(row)
+    repeated = {label: has_repeats(run) for label, run in zip(labels, raw_runs, strict=True)}
     return {
         "labels": list(labels),
         "baseline": base,
@@ -208,7 +251,184 @@ def compare_runs(
         "metrics": [{"key": m, "stat": sub, "title": t, "higher_is_better": h} for m, sub, t, h in METRICS],
         "rows": rows,
         "unmatched": unmatched,
+        "headline": _headline(labels, indexed, samples, repeated, rows, axis),
     }
+
+
+_Key = tuple[int | None, float]
+_Samples = dict[_Key, dict[str, list[float]]]
+
+
+def where_label(axis: LoadAxis, load: float, ctx: object) -> str:
+    """A matched step in words: ``C=64``, ``C=64, 8,192 ctx``, ``2.5 req/s`` (never ``64@None``)."""
+    at = f"C={_load(load)}" if axis == "concurrency" else f"{_load(load)} req/s"
+    if ctx is None:
+        return at
+    return f"{at}, {ctx:,} ctx" if isinstance(ctx, int) else f"{at}, {ctx} ctx"
+
+
+def _noise(
+    label: str, base: str, run_samples: list[float], base_samples: list[float], repeated: dict[str, bool]
+) -> tuple[str, dict[str, Any] | None, str]:
+    """("repeats", ratio_ci, "") when both sides have two valid repeats or more, else ("unknown",
+    None, why)."""
+    if len(run_samples) >= 2 and len(base_samples) >= 2:
+        return "repeats", ratio_ci(run_samples, base_samples), ""
+    if not repeated[label] and not repeated[base]:
+        return "unknown", None, "one run each (no --repeat), so no spread to judge it by"
+    if repeated[label] != repeated[base]:
+        only = label if repeated[label] else base
+        return "unknown", None, f"only {only} was repeated, so the other's spread is not known"
+    return "unknown", None, "fewer than two valid repeats of that step on one side"
+
+
+def _headline_one(
+    metric: str,
+    title: str,
+    higher: bool,
+    label: str,
+    base: str,
+    found: tuple[tuple[float, _Key], tuple[float, _Key]],
+    noise: tuple[str, dict[str, Any] | None, str],
+    axis: LoadAxis,
+    unit: str,
+    reach: tuple[float, float] | None = None,
+) -> Headline:
+    """``reach``: the highest load each side measured validly (label's, base's), for a peak: peaks
+    found at different loads by runs that did not measure the same loads are not like for like."""
+    (value, at), (base_value, base_at) = found
+    ratio = value / base_value
+    better = None if ratio == 1.0 else (label if (ratio > 1.0) == higher else base)
+    kind, ci, why = noise
+    low = high = None
+    beyond: bool | None = None
+    if ci is not None and ci.get("low") is not None:
+        low, high, beyond = float(ci["low"]), float(ci["high"]), bool(ci["beyond_noise"])
+    same_load = at == base_at
+
+    def fig(v: float, k: _Key) -> str:
+        return f"{_fmt(v)} {unit}" + ("" if same_load else f" ({where_label(axis, k[1], k[0])})")
+
+    head = f"{title}: {label} {fig(value, at)} vs {base} {fig(base_value, base_at)}"
+    pct = (ratio - 1) * 100
+    change = f"{pct:+.0f}%" if abs(pct) >= 1 else f"{pct:+.1f}%"
+    change += f", {'higher' if higher else 'lower'} is better"
+    # "better" only beyond the noise; within it, or with the noise unknown, a run is only ahead
+    better_word = "better" if beyond else "ahead"
+    unlike = reach is not None and not same_load and reach[0] != reach[1]
+    if unlike:
+        better_word = "higher"  # a peak the other run never had the chance to reach: no winner either
+    if better is None:
+        verdict = "the same"
+    elif better == label:
+        verdict = f"{label} is {better_word}, {ratio:.2f}x {base}'s ({change})"
+    else:
+        verdict = f"{base} is {better_word}: {label} at {ratio:.2f}x {base}'s ({change})"
+    if beyond is None:
+        tail = f"noise unknown: {why}; the difference is not shown to be beyond the noise"
+        if kind == "repeats":  # two samples but no interval (a zero mean)
+            tail = "noise unknown: the repeats give no interval"
+    elif beyond:
+        tail = f"beyond the noise (95% CI {low:.2f}-{high:.2f}x over the repeats)"
+    else:
+        tail = f"within the noise (95% CI {low:.2f}-{high:.2f}x over the repeats): no clear winner"
+    if unlike and reach is not None:
+        tail += (
+            f"; the runs measured different loads ({label} up to {where_label(axis, reach[0], None)}, {base} up to "
+            f"{where_label(axis, reach[1], None)}): compare at a load both ran (below)"
+        )
+    return {
+        "metric": metric,
+        "title": title,
+        "run": label,
+        "baseline": base,
+        "value": value,
+        "baseline_value": base_value,
+        "where": {label: [at[0], at[1]], base: [base_at[0], base_at[1]]},
+        "ratio": ratio,
+        "higher_is_better": higher,
+        "better": better,
+        "noise": kind if beyond is not None else "unknown",
+        "low": low,
+        "high": high,
+        "beyond_noise": beyond,
+        "noise_note": why,
+        "like_for_like": not unlike,
+        "text": f"{head}: {verdict}" + ("." if better is None and beyond is None else f"; {tail}."),
+    }
+
+
+def _peak(idx: Mapping[_Key, StepSummary]) -> tuple[float, _Key] | None:
+    rated = [
+        (v, k) for k, s in idx.items() if s.get("valid", True) is not False and (v := number(s.get("output_tok_s")))
+    ]
+    return max(rated, key=lambda r: (r[0], r[1][1]), default=None)
+
+
+def _reach(idx: Mapping[_Key, StepSummary]) -> float:
+    """The highest load a run measured validly (0 when none)."""
+    return max((float(k[1]) for k, s in idx.items() if s.get("valid", True) is not False), default=0.0)
+
+
+def _headline(
+    labels: Sequence[str],
+    indexed: Sequence[Mapping[_Key, StepSummary]],
+    samples: Sequence[_Samples],
+    repeated: dict[str, bool],
+    rows: Sequence[CompareRow],
+    axis: LoadAxis,
+) -> list[Headline]:
+    """Each later run against the baseline on the primary figures (see the module doc)."""
+    base = labels[0]
+    out: list[Headline] = []
+    base_peak = _peak(indexed[0])
+    for i, label in enumerate(labels[1:], start=1):
+        peak = _peak(indexed[i])
+        if peak is not None and base_peak is not None:
+            noise = _noise(
+                label,
+                base,
+                samples[i].get(peak[1], {}).get("output_tok_s", []),
+                samples[0].get(base_peak[1], {}).get("output_tok_s", []),
+                repeated,
+            )
+            found = (peak, base_peak)
+            reach = (_reach(indexed[i]), _reach(indexed[0]))
+            out.append(
+                _headline_one(
+                    "peak_output_tok_s",
+                    "Peak valid output throughput",
+                    True,
+                    label,
+                    base,
+                    found,
+                    noise,
+                    axis,
+                    "tok/s",
+                    reach,
+                )
+            )
+        both = [
+            r
+            for r in rows
+            if r["valid"][label] and r["valid"][base] and r["values"][label]["ttft_ms"] and r["values"][base]["ttft_ms"]
+        ]
+        if both:
+            r = max(both, key=lambda r: (r[axis] or 0.0, r["context_tokens"] or 0))
+            load = float(r[axis] or 0.0)
+            k: _Key = (r["context_tokens"], int(load) if load.is_integer() else load)
+            v, bv = r["values"][label]["ttft_ms"], r["values"][base]["ttft_ms"]
+            assert v is not None and bv is not None
+            noise = _noise(
+                label,
+                base,
+                samples[i].get(k, {}).get("ttft_ms", []),
+                samples[0].get(k, {}).get("ttft_ms", []),
+                repeated,
+            )
+            title = f"TTFT p50 at {where_label(axis, load, k[0])}, the highest load both ran validly"
+            out.append(_headline_one("ttft_p50_ms", title, False, label, base, ((v, k), (bv, k)), noise, axis, "ms"))
+    return out
 
 
 def _fmt(v: float | None, ratio: bool = False) -> str:
@@ -233,7 +453,9 @@ def render_compare_md(cmp: Comparison, metrics: Sequence[str] = ("output_tok_s",
     for m in metrics:
         header += [f"{label} {titles[m]}" for label in labels]
         header += [f"{label}/{base} {titles[m]}" for label in labels[1:]]
-    lines = ["| " + " | ".join(_esc(h) for h in header) + " |", "|" + "---|" * len(header)]
+    lines = [f"**{_esc(' vs '.join(labels))}** (baseline {_esc(base)}):", ""]
+    lines += [f"- {_esc(t)}" for t in headline_lines(cmp)]
+    lines += ["", "| " + " | ".join(_esc(h) for h in header) + " |", "|" + "---|" * len(header)]
     invalid_seen = False
     for row in cmp["rows"]:
         cells = [str(row["context_tokens"]) if row["context_tokens"] is not None else "—", _load(row[cmp["axis"]])]
@@ -267,9 +489,19 @@ def render_compare_md(cmp: Comparison, metrics: Sequence[str] = ("output_tok_s",
                     out += f"- {_esc(label)} vs {_esc(base)} at {where}: " + "; ".join(parts) + "\n"
     missing = {label: ks for label, ks in cmp["unmatched"].items() if ks}
     if missing:
-        parts = [f"{_esc(label)}: " + ", ".join(f"{_load(k[1])}@{k[0]}" for k in ks) for label, ks in missing.items()]
-        out += "\nSteps in only some runs (load@context): " + "; ".join(parts) + "\n"
+        parts = [_esc(f"{label}: {_unmatched(cmp, ks)}") for label, ks in missing.items()]
+        out += "\nSteps in only some runs: " + "; ".join(parts) + "\n"
     return out
+
+
+def _unmatched(cmp: Comparison, keys: Sequence[Sequence[Any]]) -> str:
+    return ", ".join(where_label(cmp["axis"], float(k[1]), k[0]) for k in keys)
+
+
+def headline_lines(cmp: Comparison) -> list[str]:
+    """The headline's sentences (``Comparison["headline"]``), or one saying why there is none."""
+    found = [h["text"] for h in cmp.get("headline", [])]
+    return found or ["No headline: no run has a valid step with output throughput to compare."]
 
 
 def _esc(text: str) -> str:
@@ -305,6 +537,7 @@ def render_compare_page(
         f"<style>{PAGE_CSS}{_COMPARE_CSS}</style></head><body><main>",
         f"<h1>{e(title)}</h1>",
         f"<ul class=runs id=runs>{legend}</ul>",
+        _headline_html(cmp),
         "<h2 id=plots>Plots</h2><p class=note>Every run on the same axes: one colour per run (circle, square, "
         "diamond markers in turn), one dash per context length; open grey markers are INVALID steps. Hover a "
         "point for its run, step and value.</p>",
@@ -315,13 +548,41 @@ def render_compare_page(
     ]
     missing = {label: ks for label, ks in cmp["unmatched"].items() if ks}
     if missing:
-        items = "".join(
-            f"<li>{e(label)}: " + e(", ".join(f"{_load(k[1])}@{k[0]}" for k in ks)) + "</li>"
-            for label, ks in missing.items()
-        )
-        parts.append(f"<p class=note>Steps in only some runs (load@context):</p><ul class=note>{items}</ul>")
+        items = "".join(f"<li>{e(label)}: {e(_unmatched(cmp, ks))}</li>" for label, ks in missing.items())
+        parts.append(f"<p class=note>Steps in only some runs:</p><ul class=note>{items}</ul>")
     parts.append("</main></body></html>\n")
     return "\n".join(parts)
+
+
+def _headline_html(cmp: Comparison) -> str:
+    """The headline as the page's verdict box: the first finding's winner as its title, every
+    finding as a line, each marked beyond / within the noise or noise unknown."""
+    e = html.escape
+    found = cmp.get("headline", [])
+    if not found:
+        return f'<section class="verdict none" id="headline"><p class=head>{e(headline_lines(cmp)[0])}</p></section>'
+    # the title is the first like-for-like finding (a peak each run found at a load the other did not
+    # measure names no winner)
+    first = next((h for h in found if h.get("like_for_like", True)), found[0])
+    if first["better"] is None:
+        head = f"{first['title']}: the same"
+    else:
+        word = "better" if first["beyond_noise"] else "ahead"
+        if not first.get("like_for_like", True):
+            word = "higher"
+        head = f"{first['title']}: {first['better']} is {word}"
+        head += (
+            f", {first['ratio']:.2f}x"
+            if first["better"] == first["run"]
+            else f" ({first['run']} {first['ratio']:.2f}x)"
+        )
+    noise = {True: "beyond the noise", False: "within the noise", None: "noise unknown"}
+    head += f" ({noise[first['beyond_noise']]})"
+    items = "".join(
+        f'<li data-metric="{e(h["metric"])}" data-noise="{e(h["noise"])}">{e(h["text"])}</li>' for h in found
+    )
+    css = "" if first["beyond_noise"] else " none"
+    return f'<section class="verdict{css}" id="headline"><p class=head>{e(head)}</p><ul>{items}</ul></section>'
 
 
 _COMPARE_CSS = """

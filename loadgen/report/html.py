@@ -1,10 +1,13 @@
 """report.html: one self-contained page per run, readable by someone who was not there.
 
-Order: the knee verdict and headline figures first; the detectors side by side; the capacity plan
-when the summary has one; throughput per GPU against per-user tok/s (the Pareto plot); the plots
-(``loadgen.report.plots``, inline SVG); the step table (every step VALID or INVALID with its
-reason); errors by class with a sample message each; the server log lines the telemetry captured;
-the scenario and the environment from ``manifest.json``.
+Order, for a 1280x800 window first: the knee verdict (with how it weighs its detectors) and the
+headline figures, then the step table (every step VALID or INVALID with its reason; grouped columns,
+none that the run left empty, so it fits the window's width), all three above the fold; the
+detectors side by side; the capacity plan when the summary has one; throughput per GPU against
+per-user tok/s (the Pareto plot); the plots (``loadgen.report.plots``, inline SVG); the tables of
+the call types, kinds of output, agents, images, goodput and repeats the run used; errors by class
+with a sample message each; the server log lines the telemetry captured; the scenario (the options
+the run set) and the environment from ``manifest.json``.
 
 The page needs nothing from outside: styles inline, no scripts, no fonts, no network. Every text
 that came from a server, a prompt, a log or a manifest is escaped (``svg.esc``). ``write_html``
@@ -20,13 +23,15 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from loadgen.analysis.contracts import LatencyKey, RunSummary, StepSummary
+from loadgen.analysis.contracts import LatencyKey, LoadAxis, RunSummary, StepSummary
+from loadgen.analysis.knee import deciding_detectors, rule_text
 from loadgen.analysis.load import MISSING, Run, RunLoadError
 from loadgen.analysis.pareto import UNKNOWN_NOTE
 from loadgen.analysis.steps import failure_class_names, ok_mask
@@ -61,7 +66,7 @@ padding:18px 22px;margin:0 0 16px}
 .verdict .head{font-size:22px;font-weight:650;margin:0 0 6px}
 .verdict .reason{font-size:16px;margin:0}
 .verdict .rule{color:var(--muted);font-size:13px;margin:8px 0 0}
-.figures{display:grid;grid-template-columns:repeat(auto-fit,minmax(170px,1fr));gap:10px;margin:0 0 8px}
+.figures{display:grid;grid-template-columns:repeat(auto-fit,minmax(140px,1fr));gap:10px;margin:0 0 8px}
 .figure{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:10px 14px}
 .figure b{display:block;font-size:20px;font-variant-numeric:tabular-nums}
 .figure small{color:var(--muted);font-size:12.5px}
@@ -77,10 +82,17 @@ th,td{padding:5px 8px;border-bottom:1px solid var(--line);text-align:left;vertic
 th{font-weight:600;color:var(--muted);background:#fafbfc;position:sticky;top:0}
 td.n,th.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 tr.invalid td{background:var(--bad-bg)}
+table.steps{font-size:12.5px}table.steps th,table.steps td{padding:4px 6px}
+table.steps thead{position:sticky;top:0;z-index:1}table.steps thead th{position:static}
+table.steps th.group{text-align:center;color:var(--ink);border-bottom:none;padding-bottom:0}
+table.steps th.group+th.group{border-left:1px solid var(--line)}
+table.steps td.status{min-width:0;max-width:190px}
 .scroll{overflow-x:auto;border:1px solid var(--line);border-radius:8px;max-height:640px}
 .tag{display:inline-block;font-size:11.5px;font-weight:650;padding:1px 7px;border-radius:10px;white-space:nowrap}
 .tag.ok{background:var(--good-bg);color:var(--good)}.tag.bad{background:var(--bad-bg);color:var(--bad)}
 .tag.off{background:#eef0f3;color:var(--muted)}.tag.warn{background:var(--warn-bg);color:var(--warn)}
+.tag.decide{background:var(--accent);color:#fff}.tag.decide.hard{background:var(--bad)}
+.tag.flag{background:#fff;color:var(--ink);border:1px solid var(--faint);font-weight:600}
 code,pre{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12.5px}
 pre{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:12px;overflow:auto;max-height:480px;
 white-space:pre-wrap;word-break:break-word;margin:6px 0}
@@ -91,6 +103,10 @@ td.status small{display:block;color:var(--bad);font-size:12px}
 table.kv{width:auto;min-width:420px;border:1px solid var(--line);border-radius:8px}
 table.kv th{position:static;background:none;padding-right:24px}
 .verdict ul{margin:4px 0 0;padding-left:20px}.verdict li{margin:1px 0}
+.verdict .weigh{font-size:15px;margin:6px 0 0}
+.verdict ul.evidence{list-style:none;padding:0;margin:8px 0 0;font-size:13.5px;color:var(--muted)}
+.verdict ul.evidence li{display:inline;margin:0}.verdict ul.evidence li.label{font-style:italic;margin-right:5px}
+.verdict ul.evidence li:not(.label):not(:last-child):after{content:" · ";color:var(--faint)}
 .note{color:var(--muted);font-size:13.5px}
 details>summary{cursor:pointer;color:var(--accent);margin:6px 0}
 footer{color:var(--faint);font-size:12px;margin-top:40px}
@@ -219,28 +235,40 @@ def _verdict(summary: RunSummary) -> str:
     else:
         head = "No knee in the measured range"
     css = "hard" if rule == "hard limit" else ("none" if k is None else "")
-    rule_txt = {
-        "hard limit": "Decided by a hard limit (SLO breach, errors, KV cache full or preemption).",
-        "throughput curve": "Decided by the throughput curve: the step before the first doubling that buys too little.",
-        "none": "No detector found saturation.",
-    }.get(rule, f"Rule: {rule}.")
+    # the rule in words, from the verdict's own detectors and thresholds (analysis.knee.rule_text)
+    rule_txt = rule_text(knee)
     call = summary.get("knee_call_type")
     if isinstance(call, str):
         rule_txt += f" About the {call} calls (their throughput and latencies)."
     stability = as_dict(as_dict(summary.get("repeats")).get("knee"))
     if stability.get("text"):
         rule_txt += f" Judged on the means of the repeats; each repeat on its own: {stability['text']}."
-    clauses = [c.strip() for c in reason.split("; ") if c.strip()]
-    if len(clauses) > 2:  # a long verdict reads better as a list of its findings
-        body = (
-            f"<p class=reason>{esc(clauses[0])}</p><ul>" + "".join(f"<li>{esc(c)}</li>" for c in clauses[1:]) + "</ul>"
-        )
-    else:
-        body = f"<p class=reason>{esc(reason)}</p>"
     return (
         f'<section class="verdict {css}" id="verdict"><p class=head>{esc(head)}</p>'
-        f"{body}<p class=rule>{esc(rule_txt)}</p></section>"
+        f"{_reason_html(knee, reason)}<p class=rule>{esc(rule_txt)}</p></section>"
     )
+
+
+def _reason_html(knee: Mapping[str, Any], reason: str) -> str:
+    """The verdict's sentence, its clauses in two kinds: what decides and how the others are weighed
+    (paragraphs), then the other detectors' own phrases and the ignored steps (one compact line of
+    evidence). The words are the summary's ``reason``, clause by clause."""
+    clauses = [c.strip() for c in reason.split("; ") if c.strip()]
+    dets = as_dict(knee.get("detectors"))
+    deciding = set(deciding_detectors(knee))
+    evidence_phrases = {
+        d.get("phrase") for n, d in dets.items() if isinstance(d, dict) and n not in deciding and d.get("phrase")
+    }
+    main = [c for c in clauses if c not in evidence_phrases and not c.startswith("ignored ")]
+    other = [c for c in clauses if c not in main]
+    if not main:
+        main, other = other[:1], other[1:]
+    main = [c[:1].upper() + c[1:] for c in main]  # each its own sentence on the page
+    out = f"<p class=reason>{esc(main[0])}</p>" if main else ""
+    out += "".join(f"<p class=weigh>{esc(c)}</p>" for c in main[1:])
+    if other:
+        out += "<ul class=evidence><li class=label>also:</li>" + "".join(f"<li>{esc(c)}</li>" for c in other) + "</ul>"
+    return out
 
 
 def _thresholds(summary: RunSummary) -> str:
@@ -257,54 +285,67 @@ def _thresholds(summary: RunSummary) -> str:
 
 
 def _figures(summary: RunSummary) -> str:
+    """The headline cards. Each is ``div.figure`` with a ``data-figure`` name; the request counts
+    also carry ``data-count="ok"`` / ``data-count="failed"`` (tests read them: keep them stable)."""
     totals = as_dict(summary.get("totals"))
     steps = steps_of(summary)
     axis = summary_axis(summary)
-    items: list[tuple[str, str]] = []
+    items: list[tuple[str, str, str]] = []  # (name, value, label)
     if _n(totals.get("peak_output_tok_s")) is not None:
         at = totals.get("peak_concurrency")
         where = f"at C={at}" if at is not None else f"at step {totals.get('peak_step')}"
-        items.append((f"{_num(totals['peak_output_tok_s'], 0)} tok/s", f"peak output throughput {where}"))
-    items.append((_num(totals.get("requests_ok", 0)), "successful requests"))
+        items.append(("peak", f"{_num(totals['peak_output_tok_s'], 0)} tok/s", f"peak throughput {where}"))
+    items.append(("ok", _num(totals.get("requests_ok", 0)), "successful requests"))
     failed = totals.get("requests_failed", 0)
-    items.append((_num(failed), "failed requests"))
-    items.append((f"{_num(totals.get('valid_steps', 0))} / {_num(totals.get('steps', len(steps)))}", "valid steps"))
+    items.append(("failed", _num(failed), "failed requests"))
+    valid = f"{_num(totals.get('valid_steps', 0))} / {_num(totals.get('steps', len(steps)))}"
+    items.append(("valid-steps", valid, "valid steps"))
     if (duration_s := _n(totals.get("duration_s"))) is not None:
-        items.append((f"{duration_s:,.0f} s", "duration"))
+        items.append(("duration", f"{duration_s:,.0f} s", "duration"))
     energies = [e for s in steps if (e := _n(s.get("energy_j"))) is not None]
     if energies:
-        items.append((f"{sum(energies) / 3.6e6 * 1000:,.1f} Wh", "GPU energy in steady windows"))
+        items.append(("energy", f"{sum(energies) / 3.6e6 * 1000:,.1f} Wh", "GPU energy, steady windows"))
     tpj = [(t, s) for s in steps if (t := _n(s.get("tokens_per_joule"))) is not None and s.get("power_valid", True)]
     if tpj:
         best, s = max(tpj, key=lambda p: p[0])
-        items.append((f"{best:.2f} tok/J", f"best energy efficiency, {load_label(_n(s.get(axis)), axis)}"))
-    body = "".join(
-        f"<div class='figure{' bad' if label == 'failed requests' and _n(failed) else ''}'><b>{v}</b>"
-        f"<small>{esc(label)}</small></div>"
-        for v, label in items
-    )
-    return f'<div class=figures id="figures">{body}</div>'
+        items.append(("tokens-per-joule", f"{best:.2f} tok/J", f"best efficiency, {load_label(_n(s.get(axis)), axis)}"))
+    cards = []
+    for name, value, label in items:
+        bad = " bad" if name == "failed" and _n(failed) else ""
+        count = f' data-count="{name}"' if name in ("ok", "failed") else ""
+        cards.append(
+            f"<div class='figure{bad}' data-figure=\"{name}\"{count}><b>{value}</b><small>{esc(label)}</small></div>"
+        )
+    return f'<div class=figures id="figures">{"".join(cards)}</div>'
 
 
 def _detectors(summary: RunSummary) -> str:
+    """Each detector's finding. Only the detectors that decide the verdict are styled as the verdict
+    ("decides", coloured); one that fired without deciding is evidence ("flagged C=64", neutral)."""
     knee = summary.get("knee")
     if not isinstance(knee, dict) or not isinstance(knee.get("detectors"), dict) or not knee["detectors"]:
         return ""
     axis = summary_axis(summary)
+    deciding = set(deciding_detectors(knee))
+    hard = knee.get("rule") == "hard limit"
     rows = []
     for name, d in knee["detectors"].items():
         if not isinstance(d, dict):
             continue
-        if not d.get("has_data", True):
-            tag = "<span class='tag off'>no data</span>"
-        elif d.get("triggered"):
-            tag = "<span class='tag bad'>triggered</span>"
-        else:
-            tag = "<span class='tag ok'>not triggered</span>"
         load = _n(d.get("load")) if d.get("load") is not None else _n(d.get(axis))
         knee_at = _n(d.get("knee"))
+        where = f" {load_label(load, axis)}" if load is not None else ""
+        if not d.get("has_data", True):
+            finding, tag = "no-data", "<span class='tag off'>no data</span>"
+        elif name in deciding:
+            finding, tag = "decides", f"<span class='tag decide{' hard' if hard else ''}'>decides</span>"
+        elif d.get("triggered"):
+            finding, tag = "flagged", f"<span class='tag flag'>flagged{esc(where)}</span>"
+        else:
+            finding, tag = "clear", "<span class='tag ok'>not triggered</span>"
         rows.append(
-            f"<tr><td class=name><code>{esc(name)}</code></td><td>{tag}</td>"
+            f'<tr data-detector="{esc(name)}" data-finding="{finding}"><td class=name><code>{esc(name)}</code></td>'
+            f"<td>{tag}</td>"
             f"<td class=n>{esc(load_label(load, axis)) if load is not None else '–'}</td>"
             f"<td class=n>{esc(load_label(knee_at, axis)) if knee_at is not None else '–'}</td>"
             f"<td>{esc(d.get('evidence') or '')}</td></tr>"
@@ -321,7 +362,8 @@ def _detectors(summary: RunSummary) -> str:
         note = f"<p class=note>Left out as INVALID: {esc('; '.join(parts))}</p>" if parts else ""
     return (
         "<h2 id=detectors>Detectors</h2><p class=note>Each detector reads the step table on its own; "
-        "<i>at</i> is where its signal appears, <i>proposes</i> the knee it votes for.</p>"
+        "<i>at</i> is where its signal appears, <i>proposes</i> the knee it votes for. Only the ones marked "
+        "<i>decides</i> make the verdict; a <i>flagged</i> one is evidence, weighed in the verdict's words.</p>"
         "<div class=scroll><table><thead><tr><th>detector</th><th>finding</th><th class=n>at</th>"
         f"<th class=n>proposes</th><th>evidence</th></tr></thead><tbody>{''.join(rows)}</tbody></table></div>{note}"
     )
@@ -438,77 +480,137 @@ def _pareto(summary: RunSummary, plots: Sequence[Plot]) -> str:
     return "".join(out)
 
 
+@dataclass(frozen=True)
+class _Column:
+    """One column of the step table: its group (the header's first row), its title, its cell."""
+
+    group: str
+    title: str
+    cell: Callable[[StepSummary], str]  # the inner HTML of the cell
+    text: bool = False  # left-aligned text, not a number
+    tip: str = ""
+
+
+def _pair(s: StepSummary, key: LatencyKey) -> str:
+    return f"{_num(stat(s, key, 'p50'))} / {_num(stat(s, key, 'p99'))}"
+
+
+def _latency(key: LatencyKey) -> Callable[[StepSummary], str]:
+    return lambda s: _pair(s, key)
+
+
+def _status(s: StepSummary) -> str:
+    valid = s.get("valid", True) is not False
+    status = (
+        "<span class='tag ok'>VALID</span>"
+        if valid
+        else f"<span class='tag bad'>INVALID</span><small>{esc(s.get('invalid_reason') or 'no reason given')}</small>"
+    )
+    timing = as_dict(s.get("timing"))
+    if timing.get("uncertain"):
+        status += f"<span class='tag bad'>TIMING</span><small>{esc(timing.get('reason') or '')}</small>"
+    return status
+
+
+def _power_cell(s: StepSummary) -> str:
+    w = _num(stat(s, "gpu_power_w", "mean"), 0)
+    if s.get("power_valid") is False:
+        why = esc(s.get("power_invalid_reason") or "invalid")
+        w = f"<span title=\"{why}\">{w} <span class='tag warn'>invalid</span></span>"
+    return w
+
+
+def _step_columns(steps: Sequence[StepSummary], axis: LoadAxis) -> tuple[list[_Column], list[str]]:
+    """The step table's columns, and a note for each left out because every step has the same
+    nothing in it (a run without GPU telemetry has no power columns, one without server metrics no
+    KV or queue column; no preemption anywhere is said in words, not as a column of zeros)."""
+
+    def has(get: Callable[[StepSummary], float | None]) -> bool:
+        return any(get(s) is not None for s in steps)
+
+    cols = [_Column("Load", "step", lambda s: esc(s.get("step", "?")))]
+    if any(s.get("context_tokens") is not None for s in steps):
+        cols.append(_Column("Load", "context", lambda s: _num(s.get("context_tokens"))))
+    cols.append(_Column("Load", "C" if axis == "concurrency" else "req/s", lambda s: _num(s.get(axis))))
+    cols.append(_Column("", "status", _status, text=True))
+    cols += [
+        _Column("Output tok/s", "total", lambda s: _num(s.get("output_tok_s"), 0), tip="output tok/s of the step"),
+        _Column("Output tok/s", "per req", lambda s: _num(s.get("per_request_tok_s"), 1)),
+    ]
+    latencies: tuple[tuple[LatencyKey, str], ...] = (
+        ("ttft_ms", "TTFT"),
+        ("itl_ms", "ITL"),
+        ("tpot_ms", "TPOT"),
+        ("e2e_ms", "E2E"),
+    )
+    for key, title in latencies:
+        # TTFT and E2E always (a run where nothing succeeded shows dashes); ITL and TPOT when measured
+        if key in ("ttft_ms", "e2e_ms") or any(stat(s, key, "p50") is not None for s in steps):
+            cols.append(_Column("Latency p50 / p99, ms", title, _latency(key)))
+    cols += [
+        _Column("Requests", "ok", lambda s: _num(s.get("requests_ok"))),
+        _Column("Requests", "failed", lambda s: _num(s.get("requests_failed"))),
+    ]
+    notes: list[str] = []
+    if has(lambda s: stat(s, "kv_usage", "max")):
+        cols.append(_Column("Server", "KV max", lambda s: _pct(stat(s, "kv_usage", "max"))))
+    if has(lambda s: stat(s, "queue_len", "mean")):
+        cols.append(_Column("Server", "queue", lambda s: _num(stat(s, "queue_len", "mean"), 1), tip="mean waiting"))
+    preempt = [v for s in steps if (v := _n(s.get("preemptions"))) is not None]
+    if any(preempt):
+        cols.append(_Column("Server", "preempt.", lambda s: _num(s.get("preemptions"))))
+    elif preempt:
+        notes.append("No step had a retraction or preemption.")
+    if any(isinstance(s.get("log_events"), dict) and s["log_events"] for s in steps):
+
+        def events(s: StepSummary) -> str:
+            return esc(", ".join(f"{k} ×{v}" for k, v in as_dict(s.get("log_events")).items()))
+
+        cols.append(_Column("Server", "log events", events, text=True))
+    if has(lambda s: stat(s, "gpu_power_w", "mean")):
+        cols.append(_Column("Power", "GPU W", _power_cell, tip="all GPUs, steady-window mean"))
+    else:
+        notes.append("No GPU telemetry: no power columns.")
+    if has(lambda s: _n(s.get("tokens_per_joule"))):
+        cols.append(_Column("Power", "tok/J", lambda s: _num(s.get("tokens_per_joule"), 2)))
+    return cols, notes
+
+
+def _title_attr(tip: str) -> str:
+    return f' title="{esc(tip)}"' if tip else ""
+
+
 def _steps_table(summary: RunSummary) -> str:
+    """Every step, VALID or INVALID with its reason, in columns grouped under a two-row header
+    (Load | status | Throughput | Latency p50 / p99 | Requests | Server | Power); a column no step has
+    a figure for is left out, so the table fits a 1280 px window without scrolling sideways."""
     steps = steps_of(summary)
     if not steps:
         return "<h2 id=steps>Steps</h2><p>No steps were recorded.</p>"
     axis = summary_axis(summary)
-    has_ctx = any(s.get("context_tokens") is not None for s in steps)
-    power = any(_n(stat(s, "gpu_power_w", "mean")) is not None for s in steps)
-    tpj = any(_n(s.get("tokens_per_joule")) is not None for s in steps)
-    kv = any(_n(stat(s, "kv_usage", "max")) is not None for s in steps)
-    queue = any(_n(stat(s, "queue_len", "mean")) is not None for s in steps)
-    pre = any(_n(s.get("preemptions")) is not None for s in steps)
-    logs = any(isinstance(s.get("log_events"), dict) and s["log_events"] for s in steps)
-    head = ["step"] + (["context"] if has_ctx else []) + ["concurrency" if axis == "concurrency" else "rate, req/s"]
-    head += ["status", "output tok/s", "tok/s per req", "TTFT p50/p99 ms", "TPOT p50/p99 ms", "E2E p50/p99 ms"]
-    head += ["ok", "failed"]
-    head += (["GPU W mean"] if power else []) + (["tok/J"] if tpj else []) + (["KV max"] if kv else [])
-    head += (["queue mean"] if queue else []) + (["preempt."] if pre else []) + (["log events"] if logs else [])
-    text_cols = {"status", "log events"}
-    ths = "".join(f"<th{'' if h in text_cols else ' class=n'}>{esc(h)}</th>" for h in head)
-
-    def pair(s: StepSummary, key: LatencyKey) -> str:
-        return f"{_num(stat(s, key, 'p50'))} / {_num(stat(s, key, 'p99'))}"
-
+    cols, notes = _step_columns(steps, axis)
+    groups: list[tuple[str, int]] = []
+    for c in cols:
+        if groups and groups[-1][0] == c.group and c.group:
+            groups[-1] = (c.group, groups[-1][1] + 1)
+        else:
+            groups.append((c.group, 1))
+    top = "".join(f"<th colspan={n} class=group>{esc(g)}</th>" if g else "<th class=group></th>" for g, n in groups)
+    sub = "".join(f"<th{'' if c.text else ' class=n'}{_title_attr(c.tip)}>{esc(c.title)}</th>" for c in cols)
     rows = []
     for s in steps:
         valid = s.get("valid", True) is not False
-        status = (
-            "<span class='tag ok'>VALID</span>"
-            if valid
-            else "<span class='tag bad'>INVALID</span>"
-            f"<small>{esc(s.get('invalid_reason') or 'no reason given')}</small>"
+        cells = "".join(
+            f"<td class={'status' if c.title == 'status' else 'txt' if c.text else 'n'}>{c.cell(s)}</td>" for c in cols
         )
-        timing = as_dict(s.get("timing"))
-        if timing.get("uncertain"):
-            status += f"<span class='tag bad'>TIMING</span><small>{esc(timing.get('reason') or '')}</small>"
-        cells = [f"<td class=n>{esc(s.get('step', '?'))}</td>"]
-        if has_ctx:
-            cells.append(f"<td class=n>{_num(s.get('context_tokens'))}</td>")
-        cells.append(f"<td class=n>{_num(s.get(axis))}</td>")
-        cells.append(f"<td class=status>{status}</td>")
-        cells += [
-            f"<td class=n>{_num(s.get('output_tok_s'), 0)}</td>",
-            f"<td class=n>{_num(s.get('per_request_tok_s'), 1)}</td>",
-            f"<td class=n>{pair(s, 'ttft_ms')}</td>",
-            f"<td class=n>{pair(s, 'tpot_ms')}</td>",
-            f"<td class=n>{pair(s, 'e2e_ms')}</td>",
-            f"<td class=n>{_num(s.get('requests_ok'))}</td>",
-            f"<td class=n>{_num(s.get('requests_failed'))}</td>",
-        ]
-        if power:
-            w = _num(stat(s, "gpu_power_w", "mean"), 0)
-            if s.get("power_valid") is False:
-                why = esc(s.get("power_invalid_reason") or "invalid")
-                w = f"<span title=\"{why}\">{w} <span class='tag warn'>invalid</span></span>"
-            cells.append(f"<td class=n>{w}</td>")
-        if tpj:
-            cells.append(f"<td class=n>{_num(s.get('tokens_per_joule'), 2)}</td>")
-        if kv:
-            cells.append(f"<td class=n>{_pct(stat(s, 'kv_usage', 'max'))}</td>")
-        if queue:
-            cells.append(f"<td class=n>{_num(stat(s, 'queue_len', 'mean'), 1)}</td>")
-        if pre:
-            cells.append(f"<td class=n>{_num(s.get('preemptions'))}</td>")
-        if logs:
-            ev = as_dict(s.get("log_events"))
-            cells.append(f"<td>{esc(', '.join(f'{k} ×{v}' for k, v in ev.items()))}</td>")
-        rows.append(f"<tr class={'valid' if valid else 'invalid'}>{''.join(cells)}</tr>")
+        rows.append(f"<tr class={'valid' if valid else 'invalid'}>{cells}</tr>")
+    note = " ".join(notes)
     return (
         "<h2 id=steps>Steps</h2><p class=note>Latencies over the successful requests sent in each step's steady "
-        "window; a step is INVALID when its numbers cannot be trusted (the reason is given).</p>"
-        f"<div class=scroll><table><thead><tr>{ths}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
+        "window (ITL: the gap between successive chunks that carry text); a step is INVALID when its numbers "
+        f"cannot be trusted (the reason is given).{' ' + esc(note) if note else ''}</p>"
+        f"<div class=scroll id=steps-table><table class=steps><thead><tr class=groups>{top}</tr><tr>{sub}</tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table></div>"
     )
 
 
@@ -627,6 +729,20 @@ def _json_block(title: str, data: object, anchor: str, open_: bool = False) -> s
     return f"<details {attrs}><summary>{esc(title)}</summary><pre>{esc(text)}</pre></details>"
 
 
+# options whose value turns their feature off: the row would only say "not used"
+_OFF_VALUES: dict[str, object] = {"repeat": 1, "workers": 0, "wait_ready_s": 0}
+
+
+def _unused_option(key: str, value: object, options: dict[str, Any]) -> bool:
+    """Whether a scenario or option row says nothing about this run: empty (None, "", [], false),
+    a feature's off value, or a knee-search setting of a run without ``--find-knee``."""
+    if value is None or value is False or value == "" or value == [] or value == {}:
+        return True
+    if key in _OFF_VALUES and value == _OFF_VALUES[key]:
+        return True
+    return key.startswith("search_") and not options.get("find_knee")
+
+
 def _scenario_env(manifest: dict[str, Any]) -> str:
     out = ["<h2 id=scenario>Scenario</h2>"]
     if not manifest:
@@ -639,6 +755,7 @@ def _scenario_env(manifest: dict[str, Any]) -> str:
     if isinstance(argv, list) and argv:
         out.append(f"<p>Command: <code>loadgen {esc(' '.join(str(a) for a in argv))}</code></p>")
     facts: dict[str, str] = {}
+    left_out = 0
     for section in ("scenario", "options"):
         part = manifest.get(section)
         if not isinstance(part, dict):
@@ -646,13 +763,20 @@ def _scenario_env(manifest: dict[str, Any]) -> str:
         for key, value in part.items():
             if key == "argv" or key in facts:
                 continue
-            if isinstance(value, (str, int, float, bool)) or value is None:
-                facts[key] = "–" if value is None else str(value)
+            if _unused_option(key, value, opts if isinstance(opts, dict) else {}):
+                left_out += 1
+            elif isinstance(value, (str, int, float)):
+                facts[key] = str(value)
             elif isinstance(value, list) and len(value) <= 32 and all(isinstance(v, (str, int, float)) for v in value):
                 facts[key] = ", ".join(str(v) for v in value)
     if facts:
         rows = "".join(f"<tr><th>{esc(k)}</th><td>{esc(_clip(v, 300))}</td></tr>" for k, v in facts.items())
         out.append(f"<table class=kv><tbody>{rows}</tbody></table>")
+    if left_out:
+        out.append(
+            f"<p class=note>{left_out} options the run left empty or off (none, false, a feature not used) are not "
+            "listed; manifest.json below has them all.</p>"
+        )
     out.append(_json_block("everything in manifest.json (scenario, options, step plan)", scenario, "scenario-json"))
     out.append("<h2 id=environment>Environment</h2>")
     env: dict[str, Any] = {}
@@ -695,11 +819,11 @@ def _page(
         _thresholds(summary),
         _verdict(summary),
         _figures(summary),
+        _steps_table(summary),
         _detectors(summary),
         _plan(summary),
         _pareto(summary, plots),
         _plots(plots),
-        _steps_table(summary),
         *(_table(t) for t in tables_of(summary)),
         _errors(summary),
         _logs(summary, events),

@@ -22,16 +22,17 @@ _ENTITY = re.compile(r"&(?=#?\w+;)")
 _TAG_START = re.compile(r"<(?=[A-Za-z/!?])")
 
 
-def escape_cell(text: object) -> str:
+def escape_cell(text: object, limit: int | None = MAX_MESSAGE_CHARS) -> str:
     """One-line text safe inside a Markdown table cell: pipes escaped, newlines and runs of white
-    space made one space, HTML tags and entities neutralised, cut at MAX_MESSAGE_CHARS."""
+    space made one space, HTML tags and entities neutralised, cut at ``limit`` characters (None:
+    never, for the report's own sentences such as the verdict)."""
     s = str(text)
     s = s.replace("\\", "\\\\").replace("|", "\\|")
     s = _ENTITY.sub("&amp;", s)
     s = _TAG_START.sub("&lt;", s)  # "<b", "</", "<!": would be read as HTML; "3 < 5" stays
     s = " ".join(s.split())  # newlines, tabs and runs of spaces -> one space
-    if len(s) > MAX_MESSAGE_CHARS:
-        s = s[: MAX_MESSAGE_CHARS - 1] + "…"
+    if limit is not None and len(s) > limit:
+        s = s[: limit - 1] + "…"
     return s
 
 

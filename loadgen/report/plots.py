@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -155,6 +155,41 @@ def _step_tip(step: StepSummary, axis: LoadAxis, metric: str, value: float | Non
     return f"step {step.get('step', '?')} · {where} · {metric} {shown} · {status}"
 
 
+def unjoined_invalid(series: Series) -> list[Series]:
+    """``series`` with its hollow (INVALID) points taken off the line: the line joins the valid
+    points only, and the invalid ones follow as open markers of their own, not joined to anything
+    (a figure that cannot be trusted must not bend the curve)."""
+    hollow = list(series.hollow or [])
+    if not any(hollow):
+        return [series]
+    keep = [i for i, h in enumerate(hollow) if not h]
+    bad = [i for i, h in enumerate(hollow) if h]
+
+    def pick(seq: Sequence[Any] | None, idx: list[int]) -> list[Any] | None:
+        return None if seq is None else [seq[i] for i in idx]
+
+    xs, ys = list(series.x), list(series.y)
+    line = replace(
+        series,
+        x=[xs[i] for i in keep],
+        y=[ys[i] for i in keep],
+        hollow=None,
+        tips=pick(series.tips, keep),
+        labels=pick(series.labels, keep),
+    )
+    marks = replace(
+        series,
+        x=[xs[i] for i in bad],
+        y=[ys[i] for i in bad],
+        hollow=[True] * len(bad),
+        tips=pick(series.tips, bad),
+        labels=pick(series.labels, bad),
+        line=False,
+        legend=not keep,
+    )
+    return [line, marks] if keep else [marks]
+
+
 def _load_chart(
     summary: RunSummary,
     slug: str,
@@ -205,15 +240,17 @@ def _load_chart(
                 if valid_key != "valid" and s.get(valid_key) is False:
                     tip += f" · {reason_key}: {s.get(reason_key) or 'invalid'}"
                 tips.append(tip)
-            chart.series.append(
-                Series(
-                    _group_name(ctx, len(groups), name),
-                    xs,
-                    ys,
-                    color=PALETTE[colour % len(PALETTE)],
-                    dash=dash,
-                    hollow=hollow,
-                    tips=tips,
+            chart.series.extend(
+                unjoined_invalid(
+                    Series(
+                        _group_name(ctx, len(groups), name),
+                        xs,
+                        ys,
+                        color=PALETTE[colour % len(PALETTE)],
+                        dash=dash,
+                        hollow=hollow,
+                        tips=tips,
+                    )
                 )
             )
         colour += 1
@@ -542,8 +579,10 @@ def pareto_plot(summary: RunSummary) -> Plot:
             if per == "per GPU"
             else f"per node ({pareto.get('note') or 'GPU count unknown'})"
         )
-        + " against the median request's decode speed (1000 / TPOT p50, so faster than the per-request tok/s, "
-        "whose time includes TTFT). The line joins the frontier: the steps no other valid step beats on both "
+        + " against the median request's decode speed (1000 / TPOT p50; the per-request tok/s, output tokens / "
+        "E2E, also counts the wait for the first token). "
+        + per_user_vs_per_request(summary, points, axis)
+        + " The line joins the frontier: the steps no other valid step beats on both "
         "axes. Squares are dominated steps, open grey markers INVALID steps (never on the frontier)."
     )
     if knee_pt is not None:
@@ -553,6 +592,31 @@ def pareto_plot(summary: RunSummary) -> Plot:
     if off:
         caption += " Off the scale (over 3x the fastest step): " + "; ".join(off) + "."
     return Plot(slug, title, render(chart), caption)
+
+
+def per_user_vs_per_request(summary: RunSummary, points: Sequence[ParetoPoint], axis: LoadAxis) -> str:
+    """How the plot's per-user tok/s (1000 / TPOT p50) stands against the step table's per-request
+    tok/s (the mean of output tokens / E2E), in words from the figures: above at every valid step,
+    below at every one, or above except at the steps named (with both figures). "" without a pair."""
+    per_request = {str(s.get("step")): number(s.get("per_request_tok_s")) for s in steps_of(summary)}
+    pairs = [
+        (p, u, r)
+        for p in points
+        if p.get("valid") and (u := number(p.get("per_user_tok_s"))) is not None
+        if (r := per_request.get(str(p.get("step")))) is not None
+    ]
+    if not pairs:
+        return ""
+    below = [(p, u, r) for p, u, r in pairs if u < r]
+    why = "a median request's decode speed against a mean over requests: they part where requests' speeds spread"
+    if not below:
+        return "Here it is above the per-request tok/s at every valid step."
+    if len(below) == len(pairs):
+        return f"Here it is below the per-request tok/s at every valid step ({why})."
+    where = "; ".join(
+        f"{load_label(_point_load(p, axis), axis)}: {format_value(u)} vs {format_value(r)}" for p, u, r in below
+    )
+    return f"Here it is above the per-request tok/s except at {where} tok/s ({why})."
 
 
 def _knee_point(summary: RunSummary, points: Sequence[ParetoPoint], axis: LoadAxis) -> ParetoPoint | None:
@@ -646,16 +710,18 @@ def _overlay_load_plot(
             if all(v is None for v in ys):
                 continue
             hollow = [s.get("valid", True) is False or s.get(valid_key, True) is False for s in group]
-            chart.series.append(
-                Series(
-                    _group_name(ctx, len(groups), label),
-                    [_load_of(s, axis) for s in group],
-                    ys,
-                    _run_color(i),
-                    dash=_CTX_DASHES[g % len(_CTX_DASHES)],
-                    marker=_RUN_MARKERS[i % len(_RUN_MARKERS)],
-                    hollow=hollow,
-                    tips=[f"{label} · " + _step_tip(s, axis, y_label, v) for s, v in zip(group, ys, strict=True)],
+            chart.series.extend(
+                unjoined_invalid(
+                    Series(
+                        _group_name(ctx, len(groups), label),
+                        [_load_of(s, axis) for s in group],
+                        ys,
+                        _run_color(i),
+                        dash=_CTX_DASHES[g % len(_CTX_DASHES)],
+                        marker=_RUN_MARKERS[i % len(_RUN_MARKERS)],
+                        hollow=hollow,
+                        tips=[f"{label} · " + _step_tip(s, axis, y_label, v) for s, v in zip(group, ys, strict=True)],
+                    )
                 )
             )
     if not chart.series:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 from loadgen.analysis.contracts import CapacityPlan, RunSummary, StepSummary
+from loadgen.analysis.knee import deciding_detectors, rule_text
 from loadgen.analysis.values import as_dict
 from loadgen.report.calltables import markdown_sections
 from loadgen.report.markdown import escape_cell
@@ -43,7 +44,7 @@ def knee_section(summary: RunSummary) -> str | None:
         if where is not None
         else ("**No knee in the measured range.**" if knee.get("rule") == "none" else "**No knee located.**")
     )
-    lines = ["## Saturation verdict", "", f"{head} {escape_cell(knee.get('reason', ''))}", ""]
+    lines = ["## Saturation verdict", "", f"{head} {escape_cell(knee.get('reason', ''), limit=None)}", ""]
     stability = (summary.get("repeats") or {}).get("knee") or {}
     if stability.get("text"):
         lines += [
@@ -59,15 +60,22 @@ def knee_section(summary: RunSummary) -> str | None:
         lines += ["SLO: " + ", ".join(f"{k} ≤ {v:g}" for k, v in slo.items()), ""]
     detectors = knee.get("detectors") or {}
     if detectors:
+        deciding = deciding_detectors(knee)
         lines += [
-            f"Rule: {escape_cell(knee.get('rule', ''))}. Each detector on its own:",
+            f"{escape_cell(rule_text(knee), limit=None)} Each detector on its own (only *decides* makes the verdict; "
+            "*flagged* is evidence):",
             "",
-            "| Detector | Triggered | At | Evidence |",
+            "| Detector | Finding | At | Evidence |",
             "|---|---|---:|---|",
         ]
         for name, d in detectors.items():
-            trig = "yes" if d.get("triggered") else ("no data" if not d.get("has_data", True) else "no")
-            lines.append(f"| {name} | {trig} | {_f(d.get('load'))} | {escape_cell(d.get('evidence', ''))} |")
+            if not d.get("has_data", True):
+                finding = "no data"
+            elif name in deciding:
+                finding = "**decides**"
+            else:
+                finding = "flagged" if d.get("triggered") else "no"
+            lines.append(f"| {name} | {finding} | {_f(d.get('load'))} | {escape_cell(d.get('evidence', ''))} |")
         lines.append("")
     return "\n".join(lines)
 
@@ -102,12 +110,35 @@ def telemetry_section(summary: RunSummary) -> str | None:
         )
     lines += [
         "",
-        "Power: all GPUs summed. Energy from the GPUs' energy counters where available, else the "
-        "integral of power. A step that served no successful request has its power marked invalid "
-        "(idle), never read as load.",
+        "Power: all GPUs summed at each reading; the mean is time-weighted over the steady window, p95 is over "
+        "the readings. Energy from the GPUs' energy counters where available, else the integral of power. A "
+        "step that served no successful request has its power marked invalid (idle), never read as load.",
         "",
     ]
+    skewed = power_p95_below_mean(steps)
+    if skewed:
+        lines += [skewed, ""]
     return "\n".join(lines)
+
+
+def power_p95_below_mean(steps: list[StepSummary]) -> str:
+    """A word for the steps whose GPU power p95 is below their mean, which is true of a skewed
+    series, not an error: fewer than one reading in twenty is above the mean (else the p95 would be
+    too), and those few spikes lift the mean past the bulk. "" when no step shows it."""
+    parts = []
+    for s in steps:
+        pw = as_dict(s.get("gpu_power_w"))
+        mean, p95, top = (pw.get(k) for k in ("mean", "p95", "max"))
+        if isinstance(mean, (int, float)) and isinstance(p95, (int, float)) and p95 < mean:
+            spike = f" (max {_f(top, 0)} W)" if isinstance(top, (int, float)) else ""
+            parts.append(f"step {s.get('step')} ({_load(s)}): p95 {_f(p95, 0)} W < mean {_f(mean, 0)} W{spike}")
+    if not parts:
+        return ""
+    return (
+        "GPU W p95 below the mean at " + "; ".join(parts) + ". Not an error: fewer than one reading in twenty "
+        "is above the mean there, so the p95 sits in the bulk, while those few short spikes are high enough to "
+        "lift the mean above it."
+    )
 
 
 def render_plan_md(plan: CapacityPlan) -> str:

@@ -2,12 +2,16 @@
 
 A copy of the page gets a small probe script (the report itself has none) that measures every
 plot as Chromium laid it out and looks for injected elements; ``--dump-dom`` hands the result back.
-A screenshot checks that the page paints. Skipped when no Chromium binary is installed
-(Debian: ``apt-get install chromium``; or set LOADGEN_CHROMIUM to the binary).
+A screenshot checks that the page paints. At 1280x800 (over the DevTools protocol) the report's
+verdict and step table are above the fold and the step table fits without scrolling sideways, and
+the comparison's headline is above the fold; both screenshots are kept (``report-1280.png``,
+``compare-1280.png``). Skipped when no Chromium binary is installed (Debian: ``apt-get install
+chromium``; or set LOADGEN_CHROMIUM to the binary).
 """
 
 from __future__ import annotations
 
+import copy
 import html
 import json
 import os
@@ -21,10 +25,12 @@ from typing import Any
 
 import pytest
 
+from loadgen.analysis.pareto import pareto_summary
+from loadgen.report.compare import compare_runs, render_compare_page
 from loadgen.report.html import write_html
 from loadgen.report.plots import PLOT_SLUGS
 from loadgen.report.plots_demo import MARKUP_ERROR, MARKUP_LOG, write_demo_run
-from tests.browser import CHROMIUM
+from tests.browser import CHROMIUM, Tab, chromium, keep_artifact, needs_browser
 
 pytestmark = pytest.mark.slow
 
@@ -137,3 +143,58 @@ def test_report_paints_offline(report: Path, tmp_path: Path) -> None:
     assert (width, height) == (1280, 2400)
     # a painted page: many distinct byte values (text, lines, fills), not one flat background
     assert len(set(raw)) > 100
+
+
+FOLD = """(() => {
+  const box = (sel) => { const el = document.querySelector(sel); return el && el.getBoundingClientRect(); };
+  const table = document.querySelector("#steps-table");
+  return {
+    page: [document.documentElement.scrollWidth, innerWidth, innerHeight],
+    table: table && [table.scrollWidth, table.clientWidth],
+    verdict: box("#verdict") && box("#verdict").top,
+    tableHead: box("#steps-table thead") && box("#steps-table thead").bottom,
+    headline: box("#headline") && box("#headline").bottom,
+  };
+})()"""
+
+
+def _at_1280(tab: Tab, page: Path, shot: Path) -> dict[str, Any]:
+    """Open ``page`` in a 1280x800 viewport; its layout figures; a screenshot kept as an artifact."""
+    for domain in ("Page", "Runtime", "Log"):
+        tab.call(f"{domain}.enable")
+    tab.call("Emulation.setDeviceMetricsOverride", width=1280, height=800, deviceScaleFactor=1, mobile=False)
+    assert tab.open(page.as_uri()) == []
+    found: dict[str, Any] = tab.js(FOLD)
+    tab.screenshot(shot)
+    keep_artifact(shot)
+    return found
+
+
+@needs_browser
+def test_report_and_comparison_fit_1280x800(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    summary: dict[str, Any] = dict(write_demo_run(run_dir))
+    write_html(run_dir, summary)  # type: ignore[arg-type]
+    other = copy.deepcopy(summary)
+    other["label"] = "speculative"
+    for s in other["steps"]:
+        if s["output_tok_s"] is not None:
+            s["output_tok_s"] *= 1.4
+            s["tpot_ms"] = {k: v / 1.5 for k, v in s["tpot_ms"].items()}
+    other["steps"][4].update(valid=False, invalid_reason="too few requests")
+    other["pareto"] = pareto_summary(other["steps"])
+    runs = [summary, other]
+    compare = tmp_path / "compare.html"
+    compare.write_text(render_compare_page(compare_runs(runs, ["autoregressive", "speculative"]), runs))  # type: ignore[arg-type]
+    with chromium(tmp_path, size="1280,800") as tab:
+        report = _at_1280(tab, run_dir / "report.html", tmp_path / "report-1280.png")
+        cmp = _at_1280(tab, compare, tmp_path / "compare-1280.png")
+    width, inner_w, inner_h = report["page"]
+    assert (inner_w, inner_h) == (1280, 800) and width <= inner_w, report  # no sideways scroll of the page
+    scroll_w, client_w = report["table"]
+    assert scroll_w <= client_w, report  # every step column fits: tok/J, KV, queue, preemptions included
+    assert report["verdict"] < 800 and report["tableHead"] < 800, report  # verdict and step table start in view
+    assert cmp["page"][0] <= 1280 and cmp["headline"] < 800, cmp
+    for name in ("report-1280.png", "compare-1280.png"):
+        width, height, raw = _png_pixels(tmp_path / name)
+        assert (width, height) == (1280, 800) and len(set(raw)) > 100

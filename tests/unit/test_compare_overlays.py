@@ -14,7 +14,7 @@ from loadgen.analysis.pareto import pareto_summary
 from loadgen.report.compare import compare_runs, render_compare_page
 from loadgen.report.plots import OVERLAY_SLUGS
 from loadgen.report.plots_demo import write_demo_run
-from loadgen.report.svg import PALETTE
+from loadgen.report.svg import PALETTE, PAPER
 
 NS = "{http://www.w3.org/2000/svg}"
 LABELS = ["ar", "spec <b>x</b>", "tp4"]
@@ -108,3 +108,33 @@ def test_older_summaries_without_pareto_still_overlay(runs: list[dict[str, Any]]
         del r["pareto"]
     page = render_compare_page(compare_runs(old, LABELS[:2]), old)  # type: ignore[arg-type]
     assert 'data-plot="pareto" data-has-data="true"' in page
+
+
+def test_an_invalid_step_is_an_open_marker_off_the_line(runs: list[dict[str, Any]]) -> None:
+    """A step that cannot be trusted keeps its figure as an open grey marker, but no run's line bends
+    through it: the line joins the valid steps on either side (as the report's own plots do)."""
+    chosen = [copy.deepcopy(r) for r in runs[:2]]
+    bad = chosen[1]["steps"][4]  # C=16, with figures
+    bad["valid"], bad["invalid_reason"] = False, "too few requests"
+    page = render_compare_page(compare_runs(chosen, LABELS[:2]), chosen)  # type: ignore[arg-type]
+    root = _svgs(page)["cmp-throughput"]
+    line = next(
+        el for el in root.iter(f"{NS}polyline") if el.get("class") == "series" and el.get("stroke") == PALETTE[1]
+    )
+    # 8 steps with figures, C=256 has none: 7 on the line, not the INVALID C=16
+    assert len((line.get("points") or "").split()) == 7
+    hollow = [
+        el
+        for el in root.iter()
+        if (t := el.find(f"{NS}title")) is not None and (t.text or "").startswith(f"{LABELS[1]} · step 4 ")
+    ]
+    assert (
+        len(hollow) == 1
+        and hollow[0].get("fill") == PAPER
+        and "INVALID: too few requests"
+        in (
+            hollow[0].find(f"{NS}title").text or ""  # type: ignore[union-attr]
+        )
+    )
+    x_of_marker = float(hollow[0].get("x") or 0) + float(hollow[0].get("width") or 0) / 2  # a square: run 2
+    assert all(abs(float(p.split(",")[0]) - x_of_marker) > 1 for p in (line.get("points") or "").split())

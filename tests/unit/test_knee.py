@@ -11,6 +11,7 @@ import pytest
 
 from loadgen.analysis.knee import (
     KneeOptions,
+    deciding_detectors,
     detect_error_onset,
     detect_kleinrock,
     detect_kneedle,
@@ -25,6 +26,7 @@ from loadgen.analysis.knee import (
     knee_verdict,
     kneedle,
     make_curve,
+    rule_text,
 )
 
 LOADS = [1, 2, 4, 8, 16, 32, 64, 128, 256]
@@ -387,3 +389,82 @@ def test_the_storys_own_figures_have_no_knee_below_c128(c64: float) -> None:
     # a C=256 step that gains only +6% puts the knee at C=128
     v = knee_verdict([*steps, step(3, 256, 4723.2 * 1.06)])
     assert v["knee"] == 128 and v["rule"] == "throughput curve"
+
+
+# ------------------------------------------------------------------------- how the verdict weighs
+
+
+def demo_steps() -> list[dict[str, Any]]:
+    """The demo's measured ramp (C=1, 8, 64, 128 on the simulated B300 server): Kneedle and Kleinrock
+    fire at C=64, GPU power is flat from C=8 at a third of its limit, and C=64 -> 128 still buys +18%."""
+    tput = {1: 290.1, 8: 1417.8, 64: 4040.9, 128: 4770.5}
+    watts = {1: 2014.5, 8: 2992.8, 64: 3231.5, 128: 3208.9}
+    return [
+        step(i, c, x, gpu_power_w={"mean": watts[c]}, power_valid=True, gpu_power_frac_of_limit=watts[c] / 8800)
+        for i, (c, x) in enumerate(tput.items())
+    ]
+
+
+def test_no_knee_beside_detectors_that_fired_says_why_they_do_not_decide() -> None:
+    v = knee_verdict(demo_steps())
+    assert v["knee"] is None and v["rule"] == "none"
+    fired = {n for n, d in v["detectors"].items() if d["triggered"]}
+    assert fired == {"kneedle", "kleinrock", "power_plateau"}
+    gain = 4770.5 / 4040.9 - 1  # the weakest doubling, from the figures
+    assert f"{gain:+.0%}" == "+18%"
+    assert v["reason"].split("; ")[1] == (
+        "Kneedle and Kleinrock flag C=64 and the power plateau C=8, but throughput still gained at least +18% "
+        "per doubling of concurrency (the least from C=64 to C=128), above the rule's 10% floor: no knee"
+    )
+    assert v["reason"].startswith("no saturation up to C=128: throughput +18%")
+    assert deciding_detectors(v) == []
+    # the floor is the rule's own, not a fixed 10%
+    strict = knee_verdict(demo_steps(), options=KneeOptions(min_gain_per_doubling=0.15))
+    assert "above the rule's 15% floor: no knee" in strict["reason"]
+    assert "buys under 15% more throughput" in rule_text(strict)
+
+
+def test_no_detector_fired_means_nothing_to_weigh() -> None:
+    v = knee_verdict(ramp(linear))
+    assert " flag" not in v["reason"] and "floor" not in v["reason"]
+    assert rule_text(v).startswith("No rule was met: a knee needs a hard limit")
+
+
+def test_a_knee_names_the_evidence_that_disagrees_or_stays_quiet() -> None:
+    # the curve decides C=64; Kleinrock's best point is lower, GPU power keeps rising
+    steps = ramp(usl_peak, gpu_power_w=lambda c: {"mean": 100.0 + 10.0 * c}, power_valid=lambda c: True)
+    v = knee_verdict(steps)
+    assert (v["rule"], v["knee"]) == ("throughput curve", 64)
+    assert deciding_detectors(v) == ["marginal_gain", "kneedle", "usl"]
+    assert (
+        "Kleinrock flags C=16, but it adds evidence only: the knee is the last load before a doubling that "
+        "bought under 10%" in v["reason"]
+    )
+    assert (
+        "the power plateau does not fire, but it adds evidence only: one doubling under 10% is enough" in (v["reason"])
+    )
+    text = rule_text(v)
+    assert text.startswith("Decided by the throughput curve (the gain per doubling, Kneedle and the USL fit)")
+    assert "buys under 10% more throughput" in text
+
+
+def test_a_hard_limit_weighs_the_throughput_that_still_scales() -> None:
+    # errors from C=64 on, while every doubling still gains +100%
+    steps = ramp(linear, requests_failed=lambda c: 50 if c >= 64 else 0)
+    v = knee_verdict(steps)
+    assert (v["rule"], v["knee"]) == ("hard limit", 32)
+    assert deciding_detectors(v) == ["error_onset"]
+    assert (
+        "throughput still gained at least +100% per doubling of concurrency (the least from C=1 to C=2), but a "
+        "hard limit decides whatever the throughput does" in v["reason"]
+    )
+    assert rule_text(v).startswith("Decided by a hard limit (the error rate)")
+
+
+def test_deciding_detectors_of_the_story_and_an_older_summary() -> None:
+    v = knee_verdict(story_steps())
+    assert deciding_detectors(v) == ["kv_saturation", "preemption"]
+    assert "Kneedle flags C=64 and Kleinrock C=16, but the lowest hard limit decides" in v["reason"]
+    assert deciding_detectors({"rule": "none", "knee": None}) == []  # no detectors: nothing decides
+    old = json.loads(json.dumps(v))  # as read back from summary.json
+    assert deciding_detectors(old) == ["kv_saturation", "preemption"]

@@ -62,8 +62,9 @@ def test_full_report_has_verdict_first_then_every_plot(demo: tuple[Path, dict[st
     assert f"Knee: C={knee['concurrency']}" in text
     first_clause = knee["reason"].split("; ")[0]
     assert first_clause in text
-    assert page.index('id="verdict"') < page.index("id=plots") < page.index("id=steps")
-    assert page.index("id=steps") < page.index("id=errors") < page.index("id=logs") < page.index("id=scenario")
+    # at 1280x800 the verdict, the headline cards and the step table come first
+    assert page.index('id="verdict"') < page.index('id="figures"') < page.index("id=steps") < page.index("id=plots")
+    assert page.index("id=plots") < page.index("id=errors") < page.index("id=logs") < page.index("id=scenario")
     assert parsed.figures() == {slug: "true" for slug in PLOT_SLUGS}
     # each plot is an inline SVG with its drawn elements
     svgs = [a for t, a in parsed.tags if t == "svg"]
@@ -82,7 +83,7 @@ def test_step_table_labels_every_step(demo: tuple[Path, dict[str, Any]]) -> None
     page = render_html(run_dir, summary)
     rows = [a.get("class") for t, a in Page(page).tags if t == "tr" and a.get("class") in ("valid", "invalid")]
     assert rows == ["valid" if s["valid"] else "invalid" for s in summary["steps"]]
-    table = page[page.index("id=steps") : page.index("id=errors")]
+    table = page[page.index("id=steps") : page.index("id=detectors")]
     assert table.count(">VALID<") == 8 and table.count(">INVALID<") == 1
     assert "server served nothing" in table
 

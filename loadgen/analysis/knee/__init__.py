@@ -2,8 +2,8 @@
 the knee search of ``--find-knee``.
 
 ``curve`` what they share (options, findings, the curve of one context length); ``detectors`` one
-function per signal, each explained in its module; ``verdict`` the knee and its one-sentence reason;
-``search`` the next load to measure.
+function per signal, each explained in its module; ``verdict`` the knee, its one-sentence reason and
+how it weighs the detectors; ``search`` the next load to measure.
 """
 
 from __future__ import annotations
@@ -34,10 +34,19 @@ from loadgen.analysis.knee.detectors import (
     run_detectors,
 )
 from loadgen.analysis.knee.search import SearchBudget, SearchState, saturation_reasons, search_next, search_state
-from loadgen.analysis.knee.verdict import CURVE_DETECTORS, DETECTOR_ORDER, HARD_DETECTORS, knee_verdict
+from loadgen.analysis.knee.verdict import (
+    CURVE_DETECTORS,
+    DETECTOR_NAMES,
+    DETECTOR_ORDER,
+    HARD_DETECTORS,
+    deciding_detectors,
+    knee_verdict,
+    rule_text,
+)
 
 __all__ = [
     "CURVE_DETECTORS",
+    "DETECTOR_NAMES",
     "DETECTOR_ORDER",
     "HARD_DETECTORS",
     "SLO_KEY",
@@ -47,6 +56,7 @@ __all__ = [
     "SearchBudget",
     "SearchState",
     "as_number",
+    "deciding_detectors",
     "detect_error_onset",
     "detect_kleinrock",
     "detect_kneedle",
@@ -63,6 +73,7 @@ __all__ = [
     "kneedle",
     "make_curve",
     "parse_slo_key",
+    "rule_text",
     "run_detectors",
     "saturation_reasons",
     "search_next",
