@@ -83,7 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--hardware", help="hardware part to use instead of the profile's, e.g. b200x8 (default: the profile's)"
     )
     g.add_argument(
-        "--model-config", help="model part to use instead of the profile's, e.g. kimi-k2.6 (default: the profile's)"
+        "--model-config",
+        help="model part to use instead of the profile's: a models.toml entry (kimi-k2.6), the name of a "
+        "config.json shipped in loadgen/sim/profiles/configs/ (qwen3-32b, deepseek-v3, gpt-oss-120b, ...) or "
+        "the path of a Hugging Face config.json, read and never downloaded (default: the profile's)",
     )
     g.add_argument(
         "--spec",

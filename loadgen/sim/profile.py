@@ -317,6 +317,30 @@ def load_part(part: str, name: str) -> Any:
     return _build(SECTION_TYPES[part], values, f"{path.name}[{name}]")
 
 
+def load_model_part(ref: str) -> ModelConfig:
+    """The model part ``ref`` names, tried in this order: an entry of ``models.toml``, a config shipped
+    as ``profiles/configs/<ref>.json``, the path of a Hugging Face ``config.json`` (or of the folder
+    holding one), read and never downloaded; the last two are derived by ``hfconfig.py``. Raises
+    ProfileError naming what was tried, or the file and its missing fields."""
+    from loadgen.sim import hfconfig  # imports this module for ModelConfig and ProfileError
+
+    entries = part_names("model")
+    if ref in entries:
+        mc: ModelConfig = load_part("model", ref)
+        return mc
+    shipped = hfconfig.shipped_config_names()
+    if ref in shipped:
+        return hfconfig.model_from_file(hfconfig.CONFIG_DIR / f"{ref}.json", name=ref)
+    path = Path(ref).expanduser()
+    if ref and (path.is_file() or (path / "config.json").is_file()):
+        return hfconfig.model_from_file(path, name=ref)
+    raise ProfileError(
+        f"no model part {ref!r}: not an entry of {PART_FILES['model']} ({', '.join(entries)}), not a shipped "
+        f"config ({', '.join(shipped)}) and no such file; give one of those names or the path of a "
+        "Hugging Face config.json"
+    )
+
+
 def profile_names() -> list[str]:
     """Named profiles shipped in ``profiles/`` (every ``*.toml`` that is not a parts file)."""
     parts = set(PART_FILES.values())
@@ -334,7 +358,8 @@ def load_profile(
     model: str | None = None,
     spec: str | None = None,
 ) -> Profile:
-    """Load the named profile, optionally swapping its hardware, model or spec part."""
+    """Load the named profile, optionally swapping its hardware, model or spec part (``model``: a
+    models.toml entry, a shipped config.json name or a config.json path, see :func:`load_model_part`)."""
     path = PROFILE_DIR / f"{name}.toml"
     if not path.exists():
         raise ProfileError(f"unknown profile {name!r}; choose one of: {', '.join(profile_names())}")
@@ -357,7 +382,7 @@ def load_profile_file(
     name = name or path.stem
     data = _read_toml(path)
     hw = load_part("hardware", hardware or str(data.get("hardware", "")))
-    mc = load_part("model", model or str(data.get("model", "")))
+    mc = load_model_part(model or str(data.get("model", "")))
     sp = load_part("spec", spec or str(data.get("spec", "none")))
     for section, part_obj in (("hardware", hw), ("model", mc), ("spec", sp)):
         extra = data.get(f"{section}_overrides")
