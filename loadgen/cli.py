@@ -424,6 +424,12 @@ def cmd_report(ns: argparse.Namespace, argv: list[str]) -> int:
     return code
 
 
+def cmd_predict(ns: argparse.Namespace, argv: list[str]) -> int:
+    from loadgen.predict.deploy import main as predict_main
+
+    return predict_main(ns.predict_args)
+
+
 def cmd_sim(ns: argparse.Namespace, argv: list[str]) -> int:
     from loadgen.sim.cli import main as sim_main
 
@@ -680,6 +686,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_report)
 
+    p = sub.add_parser(
+        "predict",
+        help="the ramp a deployment would give, on the simulator's virtual clock (loadgen predict --help)",
+        add_help=False,
+    )
+    p.add_argument("predict_args", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_predict)
+
     p = sub.add_parser("sim", help="the simulated server on its own (loadgen sim --help)", add_help=False)
     p.add_argument("sim_args", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_sim)
@@ -805,6 +819,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     if argv and argv[0] == "sim":
         return cmd_sim(argparse.Namespace(sim_args=argv[1:]), argv)
+    if argv and argv[0] == "predict":
+        return cmd_predict(argparse.Namespace(predict_args=argv[1:]), argv)
     if argv and argv[0] == "campaign":
         return cmd_campaign(argparse.Namespace(campaign_args=argv[1:]), argv)
     if argv and argv[0] == "monitor":

@@ -90,9 +90,9 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, NoReturn
 
-from loadgen.sim.profile import PROFILE_DIR, ModelConfig, ProfileError
+from loadgen.sim.shapes import ModelConfig, ProfileError
 
-CONFIG_DIR = PROFILE_DIR / "configs"
+CONFIG_DIR = Path(__file__).parent / "profiles" / "configs"
 
 WEIGHT_BYTES = 2
 """ASSUMPTION: every weight ``quantization_config`` does not size is BF16 (2 B), the dtype the

@@ -21,12 +21,12 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
+# the part types shared with hfconfig live in shapes; re-exported here
+from loadgen.sim.shapes import ModelConfig as ModelConfig
+from loadgen.sim.shapes import ProfileError as ProfileError
+
 PROFILE_DIR = Path(__file__).parent / "profiles"
 PART_FILES = {"hardware": "hardware.toml", "model": "models.toml", "spec": "spec.toml"}
-
-
-class ProfileError(ValueError):
-    """A profile file, part name or override is wrong; the message says which and what to do."""
 
 
 @dataclass(frozen=True)
@@ -51,31 +51,6 @@ class Hardware:
     sm_clock_idle_mhz: int = 345
     mem_clock_mhz: int = 2619
     cuda_context_gb: float = 0.6  # per GPU before any weight: CUDA context, cuBLAS/NCCL handles
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """A model's shape as the step model needs it. Byte counts are for the whole (unsharded) model."""
-
-    name: str = "custom"
-    served_name: str = "custom"
-    layers: int = 32
-    moe_layers: int = 0
-    hidden: int = 4096
-    vocab: int = 128256
-    experts: int = 0  # routed experts per MoE layer (0 = dense)
-    experts_active: int = 0  # routed experts per token
-    expert_bytes: float = 0.0  # bytes of one routed expert
-    streamed_dense_bytes: float = 16.06e9  # non-expert weights read by every forward step
-    weight_bytes: float = 16.06e9  # whole checkpoint resident in HBM (node total)
-    active_params: float = 8.03e9  # parameters used per token (2 FLOPs each)
-    kv_bytes_per_token: int = 131072  # KV cache bytes per token, all layers, whole model
-    kv_replicated: bool = False  # True for MLA under TP: each rank keeps the whole latent cache
-    attn_flops_per_ctx: float = 16384.0  # attention FLOPs per (query token, context token, layer)
-    context_length: int = 131072
-    replicated_weight_bytes: float = 0.0  # part of weight_bytes every TP rank holds whole
-    intermediate: int = 14336  # dense MLP intermediate size (0 = no dense layer)
-    moe_intermediate: int = 0  # intermediate size of one routed expert
 
 
 @dataclass(frozen=True)
@@ -322,7 +297,7 @@ def load_model_part(ref: str) -> ModelConfig:
     as ``profiles/configs/<ref>.json``, the path of a Hugging Face ``config.json`` (or of the folder
     holding one), read and never downloaded; the last two are derived by ``hfconfig.py``. Raises
     ProfileError naming what was tried, or the file and its missing fields."""
-    from loadgen.sim import hfconfig  # imports this module for ModelConfig and ProfileError
+    from loadgen.sim import hfconfig
 
     entries = part_names("model")
     if ref in entries:
