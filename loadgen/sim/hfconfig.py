@@ -46,8 +46,10 @@ every layer. The others carry the dense MLP. From the counts, for ``ModelConfig`
     active_params        total - V*h (input table) - moe_layers*(E-k)*expert     (ACTIVE_PARAMS)
     streamed params      attention + norms + dense MLP + shared experts + routers + V*h (lm_head)
     expert_bytes         3*h*Ie * bits/8 (+ biases * 2 B); bits from quantization_config (below)
-    streamed_dense_bytes streamed params * 2 B                                    (WEIGHT_BYTES)
-    weight_bytes         (total - moe_layers*E*expert) * 2 B + moe_layers*E*expert_bytes
+    linear params        attention + dense MLP + shared experts (what a weight format quantizes)
+    streamed_dense_bytes streamed params * 2 B - linear * (2 B - linear bits/8)   (WEIGHT_BYTES)
+    weight_bytes         (total - moe_layers*E*expert) * 2 B - linear * (2 B - linear bits/8)
+                         + moe_layers*E*expert_bytes
     replicated_weight_bytes  2 B * (MLA: L*h*(q+c+dr), or L*h*(c+dr) without q_lora_rank;
                          MoE: + moe_layers*h*E)                               (REPLICATED_WEIGHTS)
     kv_bytes_per_token   GQA: 2*K*d*L*2 B; MLA: (c+dr)*L*2 B and kv_replicated (KV_BYTES; Llama-3.1-8B
@@ -61,13 +63,16 @@ every layer. The others carry the dense MLP. From the counts, for ``ModelConfig`
     context_length       max_position_embeddings
     served_name          _name_or_path, else the file's stem (its folder's name for config.json)
 
-Quantization: ``quantization_config`` sizes the routed experts, everything else is BF16
-(``WEIGHT_BYTES``). Bits per expert weight, scales included: ``fp8`` with ``weight_block_size``
-[a, b]: 8 + 32/(a*b) (one FP32 scale per block; DeepSeek-V3, Kimi-K2-Instruct); ``compressed-tensors``
-(its first config group's ``weights``): num_bits + scale bits/group_size, scale BF16 for integers
-(Kimi K2.5 INT4, group 32: 4.5 bits, 24.77 MB an expert) and FP8 for 4-bit floats, plus a zero
-point per group when not symmetric (``GROUP_SCALE_BITS``); ``mxfp4``: 4 + 8/32 = 4.25 (E2M1 values,
-one E8M0 scale per 32; gpt-oss). Any other method: BF16 (``UNKNOWN_QUANT``).
+Quantization: ``quantization_config`` sizes the routed experts, and the linear weights (attention,
+dense MLP, shared experts) unless its ``ignore``/``modules_to_not_convert`` list skips attention
+(``CHECKPOINT_LINEAR``); everything else is BF16 (``WEIGHT_BYTES``). ``loadgen sim --set
+server.quantization=FORMAT`` serves the model in another format (``sim/quant.py``). Bits per
+weight, scales included: ``fp8`` with ``weight_block_size`` [a, b]: 8 + 32/(a*b) (one FP32 scale
+per block; DeepSeek-V3, Kimi-K2-Instruct); ``compressed-tensors`` (its first config group's
+``weights``): num_bits + scale bits/group_size, scale BF16 for integers (Kimi K2.5 INT4, group 32:
+4.5 bits, 24.77 MB an expert) and FP8 for 4-bit floats, plus a zero point per group when not
+symmetric (``GROUP_SCALE_BITS``); ``mxfp4``: 4 + 8/32 = 4.25 (E2M1 values, one E8M0 scale per 32;
+gpt-oss). Any other method: BF16 (``UNKNOWN_QUANT``).
 
 Sliding-window attention: ``windowed_layers`` of the L layers keep only the last ``sliding_window``
 tokens. From ``layer_types`` (entries ``sliding_attention``; gpt-oss: 18 of 36, window 128), else,
@@ -97,9 +102,14 @@ CONFIG_DIR = Path(__file__).parent / "profiles" / "configs"
 WEIGHT_BYTES = 2
 """ASSUMPTION: every weight ``quantization_config`` does not size is BF16 (2 B), the dtype the
 published checkpoints declare (``torch_dtype``/``dtype`` bfloat16) and SGLang serves unquantized
-layers in. FP8 checkpoints (DeepSeek-V3, Kimi-K2-Instruct) also keep attention, dense and shared-expert
-projections in FP8, so their ``streamed_dense_bytes`` and ``weight_bytes`` are high by about 1 B per
-such parameter (DeepSeek-V3: ~15 GB of 688 GB); sizing those is the quantization task's."""
+layers in."""
+
+CHECKPOINT_LINEAR = (
+    "ASSUMPTION: a checkpoint's quantization_config covers its attention, dense-MLP and shared-expert "
+    "projections too unless its ignore (compressed-tensors) or modules_to_not_convert (mxfp4) list names "
+    "attention: DeepSeek-V3's and Kimi-K2-Instruct's FP8 has no such list and stores them in FP8; Kimi "
+    "K2.5's INT4 and gpt-oss's MXFP4 skip them."
+)
 
 KV_BYTES = 2
 """Bytes of one cached K or V element: BF16, SGLang's ``--kv-cache-dtype auto`` for a BF16 model."""
@@ -209,6 +219,7 @@ class ExpertFormat:
 
     name: str
     bits_per_weight: float
+    key: str = "bf16"  # the format's name in sim/quant.py (what it computes in), or a name of its own
 
 
 BF16 = ExpertFormat("bf16", 16.0)
@@ -251,6 +262,17 @@ class HFModel:
     attn_flops_per_ctx: float
     windowed_layers: int = 0
     sliding_window: int = 0
+    linear_format: ExpertFormat = BF16  # attention, dense MLP and shared-expert weights (CHECKPOINT_LINEAR)
+
+    @property
+    def linear_params(self) -> int:
+        """The non-expert weights a format quantizes: attention projections, dense MLPs, shared experts."""
+        return self.attention_params + self.dense_mlp_params + self.shared_expert_params
+
+    @property
+    def _linear_saving(self) -> float:
+        """Bytes the linear weights' format saves against BF16."""
+        return self.linear_params * (WEIGHT_BYTES - self.linear_format.bits_per_weight / 8)
 
     @property
     def routed_params(self) -> int:
@@ -291,7 +313,11 @@ class HFModel:
 
     @property
     def weight_bytes(self) -> float:
-        return self.non_expert_params * WEIGHT_BYTES + self.moe_layers * self.experts * self.expert_bytes
+        return (
+            self.non_expert_params * WEIGHT_BYTES
+            - self._linear_saving
+            + self.moe_layers * self.experts * self.expert_bytes
+        )
 
     @property
     def kv_replicated(self) -> bool:
@@ -321,7 +347,7 @@ class HFModel:
             experts=self.experts,
             experts_active=self.experts_active,
             expert_bytes=self.expert_bytes,
-            streamed_dense_bytes=float(self.streamed_params * WEIGHT_BYTES),
+            streamed_dense_bytes=float(self.streamed_params * WEIGHT_BYTES - self._linear_saving),
             weight_bytes=self.weight_bytes,
             active_params=float(self.active_params),
             kv_bytes_per_token=self.kv_bytes_per_token,
@@ -331,6 +357,12 @@ class HFModel:
             replicated_weight_bytes=float(self.replicated_params * WEIGHT_BYTES),
             intermediate=self.intermediate,
             moe_intermediate=self.moe_intermediate,
+            linear_params=float(self.linear_params),
+            expert_params=float(self.expert_params) if self.experts else 0.0,
+            linear_format=self.linear_format.key,
+            linear_bits=self.linear_format.bits_per_weight,
+            expert_format=self.expert_format.key if self.experts else "bf16",
+            expert_bits=self.expert_format.bits_per_weight if self.experts else 16.0,
         )
 
 
@@ -391,6 +423,7 @@ def derive(cfg: Mapping[str, Any], *, where: str, served_name: str) -> HFModel:
     router_bias = experts if family.expert_biases or text.get("topk_method") == "noaux_tc" else 0
     windowed, window = _windowed_layers(text, family, layers)
     quant = text.get("quantization_config") or cfg.get("quantization_config")
+    fmt = _expert_format(quant)
     return HFModel(
         source=where,
         architecture=arch,
@@ -416,7 +449,8 @@ def derive(cfg: Mapping[str, Any], *, where: str, served_name: str) -> HFModel:
         embedding_params=vocab * h,
         lm_head_params=0 if tied else vocab * h,
         replicated_params=layers * attn_replicated + moe_layers * (h * experts + shared_replicated),
-        expert_format=_expert_format(quant) if moe else BF16,
+        expert_format=fmt if moe else BF16,
+        linear_format=fmt if _quantizes_linear(quant) else BF16,
         kv_bytes_per_layer_token=kv_per_layer,
         attn_flops_per_ctx=attn_flops,
         windowed_layers=windowed,
@@ -570,10 +604,12 @@ def _expert_format(quant: Any) -> ExpertFormat:
     if method == "fp8":
         block = quant.get("weight_block_size")
         if isinstance(block, list) and len(block) == 2 and all(isinstance(b, int) and b > 0 for b in block):
-            return ExpertFormat(f"fp8, fp32 scale per {block[0]}x{block[1]} block", 8 + 32 / (block[0] * block[1]))
-        return ExpertFormat("fp8, per-tensor scale", 8.0)
+            return ExpertFormat(
+                f"fp8, fp32 scale per {block[0]}x{block[1]} block", 8 + 32 / (block[0] * block[1]), "fp8"
+            )
+        return ExpertFormat("fp8, per-tensor scale", 8.0, "fp8")
     if method == "mxfp4":
-        return ExpertFormat("mxfp4 (e2m1, e8m0 scale per 32)", 4 + 8 / 32)
+        return ExpertFormat("mxfp4 (e2m1, e8m0 scale per 32)", 4 + 8 / 32, "mxfp4")
     if method == "compressed-tensors":
         groups = quant.get("config_groups") or {}
         for group in groups.values() if isinstance(groups, dict) else []:
@@ -581,11 +617,26 @@ def _expert_format(quant: Any) -> ExpertFormat:
             if isinstance(weights, dict) and isinstance(weights.get("num_bits"), int):
                 bits, kind = weights["num_bits"], str(weights.get("type", "int"))
                 size = weights.get("group_size")
+                known: dict[tuple[str, int, Any], str] = {
+                    ("int", 4, 32): "int4-g32",
+                    ("int", 4, 128): "int4",
+                    ("float", 4, 16): "nvfp4",
+                }
+                key = known.get((kind, bits, size), f"{kind}{bits}")
                 if not isinstance(size, int) or size <= 0:
-                    return ExpertFormat(f"{kind}{bits} (compressed-tensors)", float(bits))
+                    return ExpertFormat(f"{kind}{bits} (compressed-tensors)", float(bits), key)
                 scale = GROUP_SCALE_BITS.get(kind, 16) * (1 if weights.get("symmetric", True) else 2)
-                return ExpertFormat(f"{kind}{bits}, group {size} (compressed-tensors)", bits + scale / size)
+                return ExpertFormat(f"{kind}{bits}, group {size} (compressed-tensors)", bits + scale / size, key)
     return BF16
+
+
+def _quantizes_linear(quant: Any) -> bool:
+    """Does the checkpoint store attention, dense and shared-expert weights in its format too
+    (``CHECKPOINT_LINEAR``)?"""
+    if not isinstance(quant, dict) or not quant:
+        return False
+    skipped = quant.get("ignore") or quant.get("modules_to_not_convert") or []
+    return not any("attn" in str(pattern) for pattern in (skipped if isinstance(skipped, list) else []))
 
 
 def _unreachable(value: NoReturn) -> NoReturn:

@@ -7,7 +7,10 @@ speculative decoding), processes ``N = C * n_v`` tokens:
     W_gpu  = [dense + moe_layers * E*(1-(1-k/E)**n_eff) * expert_bytes (+ drafter)] / TP
     KV_gpu = sum(ctx) * kv_bytes_per_token        (/ TP unless the cache is replicated, as MLA is)
     t_mem  = W_gpu / (eta_bw * BW) + KV_gpu / (eta_attn * BW)
-    t_cmp  = [2 * P_active * N + attn_flops * layers * sum(n_v * ctx) + pad] / TP / (eta_c * F)
+    t_cmp  = [2*P_lin*N / F_lin + (2*P_exp*N + pad) / F_exp + (2*P_rest*N + attn_flops * layers *
+              sum(n_v * ctx)) / F] / TP / eta_c
+             P_lin: linear_params, P_exp: moe_layers*k*expert_params, P_rest: active - both; F the
+             BF16 peak, F_lin/F_exp their formats' (sim/quant.py: FP8/FP4 peaks, weight-only rate)
     pad    = 2 * 3*hidden*moe_intermediate * moe_layers * E*(1-(1-k/E)**n_eff) * moe_block_tokens/2
     t_ar   = 2 * layers * N * hidden * 2 B / allreduce_bw   (ring or NVLS; 0 below the small-message size)
     t_ag   = N * vocab * 2 B * (TP-1)/TP / (0.78 * NVLink)  (logits all-gather)
@@ -30,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from loadgen.sim.profile import Profile
+from loadgen.sim.quant import math_of, peak_tflops
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +64,14 @@ class StepModel:
         self.kv_div = 1 if m.kv_replicated else self.tp
         self.drafter_bytes = sp.drafter_bytes if sp.enabled else 0.0
         self.miss = 1.0 - m.experts_active / m.experts if m.experts > 0 else 1.0
+        # FLOPs per token by the peak they run at (sim/quant.py): the linear layers and the routed
+        # experts in their formats, the rest (lm_head, routers, biases) and attention in BF16
+        wo = s.weight_only_eff
+        self.peak_lin = peak_tflops(hw, math_of(m.linear_format), wo) * 1e12
+        self.peak_exp = peak_tflops(hw, math_of(m.expert_format), wo) * 1e12
+        self.flops_lin = 2.0 * m.linear_params
+        self.flops_exp = 2.0 * m.moe_layers * m.experts_active * m.expert_params
+        self.flops_rest = max(0.0, 2.0 * m.active_params - self.flops_lin - self.flops_exp)
 
     # -- step durations -------------------------------------------------------------------------
 
@@ -90,10 +102,16 @@ class StepModel:
         t_ag = n_tokens * m.vocab * 2.0 * (self.tp - 1) / self.tp / (0.78 * hw.nvlink_uni_gb_s * 1e9)
         return t_ar, t_ag
 
-    def _finish(self, t_core: float, t_ar: float, t_ag: float, bytes_gpu: float, flops_gpu: float) -> StepCost:
+    def _tensor_seconds(self, n_tokens: float, attn_flops: float, pad_flops: float) -> float:
+        """Seconds per GPU the forward's matmuls take at peak, each class at its own (before eta_c)."""
+        lin = self.flops_lin * n_tokens / self.tp / self.peak_lin
+        exp = (self.flops_exp * n_tokens / self.tp + pad_flops) / self.peak_exp
+        return lin + exp + (self.flops_rest * n_tokens + attn_flops) / self.tp / self.flops
+
+    def _finish(self, t_core: float, t_ar: float, t_ag: float, bytes_gpu: float, tensor_s: float) -> StepCost:
         duration = t_core + t_ar + t_ag
         u_bw = min(1.0, bytes_gpu / duration / self.bw)
-        u_tc = min(1.0, flops_gpu / duration / self.flops)
+        u_tc = min(1.0, tensor_s / duration)
         u_nvl = min(1.0, (t_ar + t_ag) / duration)
         return StepCost(duration, u_bw, u_tc, u_nvl, self.power_w(u_bw, u_tc, u_nvl))
 
@@ -107,12 +125,13 @@ class StepModel:
         w = self._weights_read(n_eff)
         kv = ctx_sum * m.kv_bytes_per_token / self.kv_div
         t_mem = w / (s.eta_bw * self.bw) + kv / (s.eta_attn * self.bw)
-        flops = (2.0 * m.active_params * n_tokens + m.attn_flops_per_ctx * m.layers * n_v * ctx_sum) / self.tp
-        flops += self._moe_pad_flops(n_eff)
-        t_cmp = flops / (s.eta_c * self.flops)
+        tensor_s = self._tensor_seconds(
+            n_tokens, m.attn_flops_per_ctx * m.layers * n_v * ctx_sum, self._moe_pad_flops(n_eff)
+        )
+        t_cmp = tensor_s / s.eta_c
         t_ar, t_ag = self._collectives(n_tokens)
         core = self.t_fix + max(t_mem, t_cmp) + self.drafter_s
-        return self._finish(core, t_ar, t_ag, w + kv, flops)
+        return self._finish(core, t_ar, t_ag, w + kv, tensor_s)
 
     def prefill(self, n_tokens: int, attn_pairs: float) -> StepCost:
         """One prefill step over ``n_tokens`` new prompt tokens; ``attn_pairs`` is the number of
@@ -120,12 +139,13 @@ class StepModel:
         s, m = self.p.server, self.p.model
         w = self._weights_read(float(n_tokens))
         t_mem = w / (s.eta_bw * self.bw)
-        flops = (2.0 * m.active_params * n_tokens + m.attn_flops_per_ctx * m.layers * attn_pairs) / self.tp
-        flops += self._moe_pad_flops(float(n_tokens))
-        t_cmp = flops / (s.eta_c * self.flops)
+        tensor_s = self._tensor_seconds(
+            n_tokens, m.attn_flops_per_ctx * m.layers * attn_pairs, self._moe_pad_flops(float(n_tokens))
+        )
+        t_cmp = tensor_s / s.eta_c
         t_ar, t_ag = self._collectives(n_tokens)
         core = self.t_fix + self.t_fix_prefill + max(t_mem, t_cmp) + self.drafter_s
-        return self._finish(core, t_ar, t_ag, w, flops)
+        return self._finish(core, t_ar, t_ag, w, tensor_s)
 
     # -- power ----------------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 # the part types shared with hfconfig live in shapes; re-exported here
+from loadgen.sim.quant import serve_as
 from loadgen.sim.shapes import ModelConfig as ModelConfig
 from loadgen.sim.shapes import ProfileError as ProfileError
 
@@ -51,6 +52,14 @@ class Hardware:
     sm_clock_idle_mhz: int = 345
     mem_clock_mhz: int = 2619
     cuda_context_gb: float = 0.6  # per GPU before any weight: CUDA context, cuBLAS/NCCL handles
+    fp8_tflops: float = 0.0  # dense FP8 tensor FLOP/s per GPU, in 1e12 (0 = no FP8 tensor math)
+    fp4_tflops: float = 0.0  # dense FP4 (NVFP4/MXFP4) tensor FLOP/s per GPU, in 1e12 (0 = none)
+    interconnect: str = "nvlink"  # GPU-to-GPU link: nvlink, xgmi (AMD Infinity Fabric), pcie5, pcie4, none
+    p2p: bool = True  # GPUs reach each other peer-to-peer (False: through host memory, PCIe only)
+    scaleup_gpus: int = 0  # GPUs one scale-up link domain joins (NVL72: 72); 0 = ``gpus``
+    pcie_gb_s: float = 64.0  # host PCIe link per GPU, one direction (Gen5 x16: 64, Gen4 x16: 32)
+    alltoall_gb_s: float = 0.0  # all-to-all bandwidth per GPU inside the node (0 = 0.8 x link)
+    nic_gb_s: float = 50.0  # scale-out NIC per GPU, one direction (400 Gb/s = 50 GB/s)
 
 
 @dataclass(frozen=True)
@@ -141,6 +150,9 @@ class ServerConfig:
     chars_per_token: float = 4.0  # prompt token estimator
     disable_radix_cache: bool = False  # SGLang's flag: no prefix cache, every prompt prefilled whole
     prefix_block_tokens: int = 64  # prefix cache granularity, in estimated prompt tokens
+    quantization: str = ""  # weight format served (sim/quant.py); "" = the checkpoint's own
+    kv_cache_dtype: str = "auto"  # auto (the model's BF16) or fp8 (fp8_e4m3, fp8_e5m2)
+    weight_only_eff: float = 0.85  # share of the BF16 GEMM rate a weight-only format keeps (quant.WEIGHT_ONLY)
 
 
 @dataclass(frozen=True)
@@ -372,6 +384,7 @@ def load_profile_file(
             else:
                 sp = part_obj
     server = _build(ServerConfig, dict(data.get("server", {})), f"{path.name}[server]")
+    mc = serve_as(mc, server.quantization, server.kv_cache_dtype)
     timing = _build(FixedTiming, dict(data["timing"]), f"{path.name}[timing]") if "timing" in data else None
     return Profile(
         name=name,
@@ -404,4 +417,6 @@ def apply_overrides(profile: Profile, overrides: dict[str, Any]) -> Profile:
         base = {f.name: getattr(current, f.name) for f in fields(current)}
         base.update(values)
         changes[section] = _build(SECTION_TYPES[section], base, f"override {section}")
+    server = changes.get("server", profile.server)
+    changes["model"] = serve_as(changes.get("model", profile.model), server.quantization, server.kv_cache_dtype)
     return replace(profile, **changes)

@@ -34,3 +34,11 @@ class ModelConfig:
     replicated_weight_bytes: float = 0.0  # part of weight_bytes every TP rank holds whole
     intermediate: int = 14336  # dense MLP intermediate size (0 = no dense layer)
     moe_intermediate: int = 0  # intermediate size of one routed expert
+    # what a weight format quantizes, and the formats the byte counts above are in (sim/quant.py)
+    linear_params: float = 0.0  # attention projections, dense MLPs, shared experts (whole model)
+    expert_params: float = 0.0  # one routed expert
+    linear_format: str = "bf16"
+    linear_bits: float = 16.0  # per weight, scales included
+    expert_format: str = "bf16"
+    expert_bits: float = 16.0
+    kv_bits: float = 16.0  # bits of one cached K or V element behind kv_bytes_per_token
