@@ -21,7 +21,7 @@ a warm-up and a measured window, with requests of ``--input-tokens`` asking ``--
 requests sent in the window (every one runs to its end), as the analysis takes them. The knee is
 ``analysis.knee.knee_verdict`` over a deployment's rows, as a report judges a run.
 
-GPUs of a deployment: ``server.tp`` (tok/s per GPU and power are over those GPUs).
+GPUs of a deployment: ``server.tp`` x ``server.pp`` (tok/s per GPU and power are over those GPUs).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ import numpy as np
 
 from loadgen.sim.forecast import PointResult, run_point
 from loadgen.sim.memory import FAIL_DEVICES, FAIL_GRAPHS, FAIL_KV_POOL, FAIL_WEIGHTS, MemoryPlan, memory_plan
+from loadgen.sim.parallel import layout_of
 from loadgen.sim.profile import Profile, ProfileError, apply_overrides, load_profile
 
 DEFAULT_PROFILE = "h200-llama-8b"
@@ -52,7 +53,8 @@ class Deployment:
 
     @property
     def gpus(self) -> int:
-        return max(1, self.profile.server.tp)
+        s = self.profile.server
+        return max(1, s.tp) * max(1, s.pp)
 
 
 def parse_deployment(text: str, index: int = 0) -> Deployment:
@@ -92,7 +94,7 @@ def parse_deployment(text: str, index: int = 0) -> Deployment:
 
 def _auto_label(p: Profile, index: int) -> str:
     spec = "" if not p.spec.enabled else f", {p.spec.name}"
-    return f"{p.model.served_name.split('/')[-1]} on {p.hardware.name}, TP{max(1, p.server.tp)}{spec}"
+    return f"{p.model.served_name.split('/')[-1]} on {p.hardware.name}, {layout_of(p).describe()}{spec}"
 
 
 def _dist(values: list[float]) -> dict[str, float | None]:
@@ -164,13 +166,15 @@ def failure_words(plan: MemoryPlan) -> str | None:
     gb = 1e9
     failure = plan.failure
     if failure == FAIL_DEVICES:
-        return f"tensor parallelism {plan.tp} needs {plan.tp} GPUs, the hardware part has {plan.gpus}"
+        layout = f"tensor parallelism {plan.tp}" + (f" x pipeline {plan.pp}" if plan.pp > 1 else "")
+        return f"{layout} needs {plan.tp * plan.pp} GPUs, the hardware part has {plan.gpus}"
     if failure == FAIL_WEIGHTS:
         need = plan.runtime_bytes + plan.weight_bytes + plan.drafter_bytes
         return (
             f"weights: {plan.weight_bytes / gb:,.1f} GB per GPU (+ {plan.drafter_bytes / gb:,.1f} GB drafter, "
             f"{plan.runtime_bytes / gb:,.1f} GB runtime) exceed the GPU's {plan.total_bytes / gb:,.1f} GB by "
-            f"{(need - plan.total_bytes) / gb:,.1f} GB: more GPUs (server.tp=N) or a larger GPU"
+            f"{(need - plan.total_bytes) / gb:,.1f} GB: more GPUs (server.tp=N, server.pp=N), a smaller format "
+            "(server.quantization) or a larger GPU"
         )
     if failure == FAIL_KV_POOL:
         short = plan.runtime_bytes + plan.weight_bytes + plan.drafter_bytes - plan.static_bytes

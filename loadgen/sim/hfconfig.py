@@ -358,6 +358,7 @@ class HFModel:
             intermediate=self.intermediate,
             moe_intermediate=self.moe_intermediate,
             linear_params=float(self.linear_params),
+            attention_params=float(self.attention_params),
             expert_params=float(self.expert_params) if self.experts else 0.0,
             linear_format=self.linear_format.key,
             linear_bits=self.linear_format.bits_per_weight,

@@ -4,11 +4,14 @@ SGLang splits each GPU's memory ``T`` in two at start-up [S22][S23]. The *static
 ``mem_fraction_static * T`` holds what exists before the KV pool is sized and the pool itself, which
 takes all the rest of the fraction:
 
-    W     = (weight_bytes - replicated) / TP + replicated      target weights per GPU
+    W     = [(weight_bytes - replicated) / TP + replicated      target weights per GPU
+             + attention * (1/(TP/DP) - 1/TP)] / PP             (DP attention replicates attention;
+                                                                PP stages hold L/PP layers each)
     W_d   = drafter_bytes / TP                                  drafter weights (counted in the
                                                                 fraction, as newer SGLang does)
     R     = cuda_context_gb + NCCL_BUFFER_BYTES (TP > 1)       runtime allocated before the pool
-    cell  = kv_bytes_per_token / (1 for MLA, else TP) + drafter_kv_bytes_per_token / TP
+    cell  = kv_bytes_per_token / (DP for MLA, else TP) / PP + drafter_kv_bytes_per_token / TP
+            (the pool in tokens is then the deployment's: every DP rank's pool together)
     pool  = floor((mfs * T - W - W_d - R) / cell)               KV pool, tokens
 
 The *headroom* ``(1 - mfs) * T`` holds what is allocated after the pool: the request table, the
@@ -34,7 +37,7 @@ failed: CUDA out of memory``) when ``table + attn + act + moe + draft`` exceeds 
 is left is the runtime's, for prefill activations (a chunk of ``chunked_prefill_size`` tokens,
 reported as ``prefill_activation_bytes``; SGLang does not check it at start-up, neither do we).
 
-Failures, in the order a start-up meets them: TP larger than the node's GPUs; weights that do not
+Failures, in the order a start-up meets them: TP x PP larger than the node's GPUs; weights that do not
 fit next to the runtime (out of memory while loading); no room left for a KV pool (``Not enough
 memory``); graphs larger than the headroom. Bytes are per GPU; sources are in the TOML parts.
 """
@@ -43,11 +46,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from loadgen.sim.parallel import layout_of
 from loadgen.sim.profile import Profile
 
 NCCL_BUFFER_BYTES = 1.0e9
 """ASSUMPTION: NCCL communicators (4 MiB per channel and peer on NVLink, NVLS multicast buffers)
 and SGLang's custom all-reduce IPC buffers, allocated per GPU when TP > 1, before the pool."""
+
+DEEPEP_BUFFER_BYTES = 1.0e9
+"""ASSUMPTION: the all-to-all buffers of expert parallelism with DP attention (DeepEP's NVLink and RDMA
+buffers, SGLang's default config), allocated per GPU before the pool."""
 
 FLASHINFER_WORKSPACE_BYTES = 384 * 2**20
 """SGLang's attention float workspace (``global_config.flashinfer_workspace_size``, 384 MiB),
@@ -77,6 +85,7 @@ class MemoryPlan:
 
     gpus: int
     tp: int
+    pp: int  # pipeline stages: tp * pp GPUs
     total_bytes: float
     runtime_bytes: float  # CUDA context + communication buffers, before the weights
     weight_bytes: float  # target weights: sharded part / TP + replicated part
@@ -111,7 +120,7 @@ class MemoryPlan:
     @property
     def failure(self) -> str | None:
         """Where start-up fails (``FAIL_*``), None when it starts."""
-        if self.tp > self.gpus:
+        if self.tp * self.pp > self.gpus:
             return FAIL_DEVICES
         if self.runtime_bytes + self.weight_bytes + self.drafter_bytes > self.total_bytes:
             return FAIL_WEIGHTS
@@ -125,16 +134,19 @@ class MemoryPlan:
 def memory_plan(profile: Profile) -> MemoryPlan:
     """The start-up memory plan of ``profile`` (see the module docstring for the terms)."""
     p, hw, m, s, sp = profile, profile.hardware, profile.model, profile.server, profile.spec
-    tp = max(1, s.tp)
+    lay = layout_of(profile)
+    tp, pp = lay.tp, lay.pp
     total = hw.hbm_gb * 1e9
-    runtime = hw.cuda_context_gb * 1e9 + (NCCL_BUFFER_BYTES if tp > 1 else 0.0)
+    runtime = hw.cuda_context_gb * 1e9 + (NCCL_BUFFER_BYTES if lay.gpus > 1 else 0.0)
+    runtime += DEEPEP_BUFFER_BYTES if lay.all_to_all else 0.0
     replicated = min(m.replicated_weight_bytes, m.weight_bytes)
-    weights = (m.weight_bytes - replicated) / tp + replicated
+    attn_extra = m.attention_params * m.linear_bits / 8.0 * (1.0 / lay.attn_tp - 1.0 / tp)
+    weights = ((m.weight_bytes - replicated) / tp + replicated + attn_extra) / pp
     spec_on = sp.enabled
     drafter = sp.drafter_bytes / tp if spec_on else 0.0
     static = s.mem_fraction_static * total
-    kv_div = 1 if m.kv_replicated else tp
-    cell = m.kv_bytes_per_token / kv_div + (sp.drafter_kv_bytes_per_token / tp if spec_on else 0.0)
+    kv_div = lay.dp if m.kv_replicated else tp
+    cell = m.kv_bytes_per_token / kv_div / pp + (sp.drafter_kv_bytes_per_token / tp if spec_on else 0.0)
     pool = static - runtime - weights - drafter
     tokens = int(pool // cell) if pool > 0 and cell > 0 else 0
 
@@ -155,6 +167,7 @@ def memory_plan(profile: Profile) -> MemoryPlan:
     return MemoryPlan(
         gpus=hw.gpus,
         tp=tp,
+        pp=pp,
         total_bytes=total,
         runtime_bytes=runtime,
         weight_bytes=weights,

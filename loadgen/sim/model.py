@@ -32,6 +32,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from loadgen.sim.parallel import (
+    A2A_LATENCY_US,
+    alltoall_gb_s,
+    ep_imbalance,
+    folds_small_collectives,
+    layout_of,
+    link_gb_s,
+)
 from loadgen.sim.profile import Profile
 from loadgen.sim.quant import math_of, peak_tflops
 
@@ -53,17 +61,29 @@ class StepModel:
     def __init__(self, profile: Profile) -> None:
         self.p = profile
         hw, m, s, sp = profile.hardware, profile.model, profile.server, profile.spec
-        self.tp = max(1, s.tp)
+        self.layout = layout_of(profile)
+        lay = self.layout
+        self.tp, self.pp = lay.tp, lay.pp
         self.bw = hw.hbm_bw_tb_s * 1e12
         self.flops = hw.bf16_tflops * 1e12
         nvls = s.nvls and hw.allreduce_nvls_gb_s > 0
         self.ar_bw = (hw.allreduce_nvls_gb_s if nvls else hw.allreduce_ring_gb_s) * 1e9
+        self.link_bw = link_gb_s(hw) * 1e9
+        self.a2a_bw = alltoall_gb_s(hw) * 1e9
+        self.fold = folds_small_collectives(hw)
+        self.latency = hw.collective_latency_us / 1e6
+        self.a2a_latency = self.latency if self.latency > 0 else A2A_LATENCY_US / 1e6
         self.t_fix = s.t_fix_ms / 1e3
         self.t_fix_prefill = s.t_fix_prefill_ms / 1e3
         self.drafter_s = sp.drafter_ms / 1e3 if sp.enabled else 0.0
-        self.kv_div = 1 if m.kv_replicated else self.tp
+        # KV per GPU: a GQA cache splits by heads over the stage; an MLA cache is whole on every
+        # attention-TP rank, so only DP attention splits it (by requests)
+        self.kv_div = lay.dp if m.kv_replicated else lay.tp
         self.drafter_bytes = sp.drafter_bytes if sp.enabled else 0.0
         self.miss = 1.0 - m.experts_active / m.experts if m.experts > 0 else 1.0
+        # DP attention replicates the attention weights over the DP ranks: read per GPU / (tp/dp)
+        attn_bytes = m.attention_params * m.linear_bits / 8.0
+        self.attn_extra_bytes = attn_bytes * (1.0 / lay.attn_tp - 1.0 / lay.tp)
         # FLOPs per token by the peak they run at (sim/quant.py): the linear layers and the routed
         # experts in their formats, the rest (lm_head, routers, biases) and attention in BF16
         wo = s.weight_only_eff
@@ -80,72 +100,113 @@ class StepModel:
         m = self.p.model
         return m.experts * (1.0 - self.miss**n_eff) if m.experts > 0 and n_eff > 0 else 0.0
 
-    def _weights_read(self, n_eff: float) -> float:
+    def _imbalance(self, n_tokens: float, n_eff: float) -> tuple[float, float]:
+        """(routes, touched experts) on the busiest expert-parallel rank over the mean (1, 1 without EP)."""
+        ep = self.layout.ep
+        if ep <= 1:
+            return 1.0, 1.0
         m = self.p.model
-        moe = m.moe_layers * self._experts_touched(n_eff) * m.expert_bytes
-        return (m.streamed_dense_bytes + moe + self.drafter_bytes) / self.tp
+        touched = self._experts_touched(n_eff)
+        per_rank_cap = m.experts / ep / max(touched / ep, 1e-9)
+        return (
+            ep_imbalance(n_tokens * m.experts_active, ep),
+            min(per_rank_cap, ep_imbalance(touched, ep)),
+        )
 
-    def _moe_pad_flops(self, n_eff: float) -> float:
+    def _weights_read(self, n_eff: float, touched_imb: float = 1.0) -> float:
+        """Weight bytes one GPU reads for a forward of the whole model (divide by ``pp`` for a stage)."""
+        m = self.p.model
+        moe = m.moe_layers * self._experts_touched(n_eff) * m.expert_bytes * touched_imb
+        return (m.streamed_dense_bytes + moe + self.drafter_bytes) / self.tp + self.attn_extra_bytes
+
+    def _moe_pad_flops(self, n_eff: float, touched_imb: float = 1.0) -> float:
         """FLOPs per GPU spent on the fused-MoE kernel's padding rows (module docstring)."""
         m = self.p.model
         expert_params = 3.0 * m.hidden * m.moe_intermediate
-        rows = self._experts_touched(n_eff) * self.p.server.moe_block_tokens / 2.0
+        rows = self._experts_touched(n_eff) * touched_imb * self.p.server.moe_block_tokens / 2.0
         return 2.0 * expert_params * m.moe_layers * rows / self.tp
 
-    def _collectives(self, n_tokens: float) -> tuple[float, float]:
-        """All-reduce and logits all-gather seconds for a forward over ``n_tokens`` tokens."""
-        if self.tp <= 1:
-            return 0.0, 0.0
-        m, hw = self.p.model, self.p.hardware
-        msg = n_tokens * m.hidden * 2.0
-        t_ar = 2 * m.layers * msg / self.ar_bw if msg >= self.p.server.small_allreduce_bytes else 0.0
-        t_ag = n_tokens * m.vocab * 2.0 * (self.tp - 1) / self.tp / (0.78 * hw.nvlink_uni_gb_s * 1e9)
-        return t_ar, t_ag
+    def _all_reduce(self, msg: float) -> float:
+        """Seconds of one all-reduce of ``msg`` bytes over the stage (parallel.py: latency folding)."""
+        if self.fold:
+            return msg / self.ar_bw if msg >= self.p.server.small_allreduce_bytes else 0.0
+        return self.latency + msg / self.ar_bw
 
-    def _tensor_seconds(self, n_tokens: float, attn_flops: float, pad_flops: float) -> float:
-        """Seconds per GPU the forward's matmuls take at peak, each class at its own (before eta_c)."""
+    def _collectives(self, n_tokens: float) -> tuple[float, float]:
+        """Collective seconds of one stage forward over ``n_tokens`` tokens (its ``L/pp`` layers), and
+        the logits all-gather of the last stage."""
+        lay, m = self.layout, self.p.model
+        if lay.tp <= 1 and lay.pp <= 1:
+            return 0.0, 0.0
+        layers, moe_layers = m.layers / lay.pp, m.moe_layers / lay.pp
+        h2 = m.hidden * 2.0
+        t = 0.0
+        if lay.attn_tp > 1:
+            t += layers * self._all_reduce(n_tokens / lay.dp * h2)
+        if lay.all_to_all:
+            remote = (lay.ep - 1) / lay.ep
+            a2a = n_tokens / lay.dp * m.experts_active * m.hidden * 3.0 * remote / self.a2a_bw
+            t += moe_layers * (2 * self.a2a_latency + a2a) + (layers - moe_layers) * self._all_reduce(n_tokens * h2)
+        elif lay.tp > 1:
+            t += layers * self._all_reduce(n_tokens * h2)
+        if lay.pp > 1:
+            t += self.latency + n_tokens * h2 / self.link_bw  # hand the hidden states to the next stage
+        t_ag = n_tokens * m.vocab * 2.0 * (lay.tp - 1) / lay.tp / (0.78 * self.link_bw) if lay.tp > 1 else 0.0
+        return t, t_ag
+
+    def _tensor_seconds(self, n_tokens: float, attn_flops: float, pad_flops: float, routes_imb: float) -> float:
+        """Seconds per GPU the whole model's matmuls take at peak, each class at its own (before eta_c)."""
         lin = self.flops_lin * n_tokens / self.tp / self.peak_lin
-        exp = (self.flops_exp * n_tokens / self.tp + pad_flops) / self.peak_exp
+        exp = (self.flops_exp * n_tokens * routes_imb / self.tp + pad_flops) / self.peak_exp
         return lin + exp + (self.flops_rest * n_tokens + attn_flops) / self.tp / self.flops
 
-    def _finish(self, t_core: float, t_ar: float, t_ag: float, bytes_gpu: float, tensor_s: float) -> StepCost:
-        duration = t_core + t_ar + t_ag
-        u_bw = min(1.0, bytes_gpu / duration / self.bw)
-        u_tc = min(1.0, tensor_s / duration)
-        u_nvl = min(1.0, (t_ar + t_ag) / duration)
+    def _step(
+        self, n_tokens: float, n_eff: float, attn_flops: float, kv_bytes: float, batches: int, prefill: bool
+    ) -> StepCost:
+        """A step of ``batches`` micro-batches, each crossing the ``pp`` stages (parallel.py);
+        figures are per micro-batch and whole-model, a stage does ``1/pp`` of them."""
+        s, pp = self.p.server, self.pp
+        routes_imb, touched_imb = self._imbalance(n_tokens, n_eff)
+        w = self._weights_read(n_eff, touched_imb) / pp
+        kv = kv_bytes / pp
+        t_mem = w / (s.eta_bw * self.bw) + kv / (s.eta_attn * self.bw)
+        tensor_s = self._tensor_seconds(n_tokens, attn_flops, self._moe_pad_flops(n_eff, touched_imb), routes_imb) / pp
+        t_fix = (self.t_fix + (self.t_fix_prefill if prefill else 0.0)) / pp
+        comm, t_ag = self._collectives(n_tokens)
+        stage = t_fix + max(t_mem, tensor_s / s.eta_c)
+        duration = pp * (stage + comm) + t_ag + self.drafter_s
+        # a stage is busy for each of the micro-batches it sees
+        u_bw = min(1.0, batches * (w + kv) / duration / self.bw)
+        u_tc = min(1.0, batches * tensor_s / duration)
+        u_nvl = min(1.0, (batches * comm + t_ag) / duration)
         return StepCost(duration, u_bw, u_tc, u_nvl, self.power_w(u_bw, u_tc, u_nvl))
 
     def decode(self, n_reqs: int, ctx_sum: float) -> StepCost:
         """One decode step (a draft+verify cycle with speculative decoding) of ``n_reqs`` requests
-        whose KV lengths sum to ``ctx_sum`` tokens."""
-        s, m = self.p.server, self.p.model
+        whose KV lengths sum to ``ctx_sum`` tokens: every one advances; under pipeline parallelism
+        as ``min(pp, n_reqs)`` micro-batches."""
+        m = self.p.model
         n_v = self.p.verify_width
-        n_tokens = n_reqs * n_v
-        n_eff = n_reqs * (n_v**self.p.spec.beta if n_v > 1 else 1.0)
-        w = self._weights_read(n_eff)
-        kv = ctx_sum * m.kv_bytes_per_token / self.kv_div
-        t_mem = w / (s.eta_bw * self.bw) + kv / (s.eta_attn * self.bw)
-        tensor_s = self._tensor_seconds(
-            n_tokens, m.attn_flops_per_ctx * m.layers * n_v * ctx_sum, self._moe_pad_flops(n_eff)
+        batches = max(1, min(self.pp, n_reqs))
+        reqs = n_reqs / batches
+        ctx = ctx_sum / batches
+        n_eff = reqs * (n_v**self.p.spec.beta if n_v > 1 else 1.0)
+        return self._step(
+            reqs * n_v,
+            n_eff,
+            m.attn_flops_per_ctx * m.layers * n_v * ctx,
+            ctx * m.kv_bytes_per_token / self.kv_div,
+            batches,
+            prefill=False,
         )
-        t_cmp = tensor_s / s.eta_c
-        t_ar, t_ag = self._collectives(n_tokens)
-        core = self.t_fix + max(t_mem, t_cmp) + self.drafter_s
-        return self._finish(core, t_ar, t_ag, w + kv, tensor_s)
 
     def prefill(self, n_tokens: int, attn_pairs: float) -> StepCost:
         """One prefill step over ``n_tokens`` new prompt tokens; ``attn_pairs`` is the number of
         (query token, context token) pairs its attention computes."""
-        s, m = self.p.server, self.p.model
-        w = self._weights_read(float(n_tokens))
-        t_mem = w / (s.eta_bw * self.bw)
-        tensor_s = self._tensor_seconds(
-            n_tokens, m.attn_flops_per_ctx * m.layers * attn_pairs, self._moe_pad_flops(float(n_tokens))
+        m = self.p.model
+        return self._step(
+            float(n_tokens), float(n_tokens), m.attn_flops_per_ctx * m.layers * attn_pairs, 0.0, 1, prefill=True
         )
-        t_cmp = tensor_s / s.eta_c
-        t_ar, t_ag = self._collectives(n_tokens)
-        core = self.t_fix + self.t_fix_prefill + max(t_mem, t_cmp) + self.drafter_s
-        return self._finish(core, t_ar, t_ag, w, tensor_s)
 
     # -- power ----------------------------------------------------------------------------------
 

@@ -60,6 +60,7 @@ class Hardware:
     pcie_gb_s: float = 64.0  # host PCIe link per GPU, one direction (Gen5 x16: 64, Gen4 x16: 32)
     alltoall_gb_s: float = 0.0  # all-to-all bandwidth per GPU inside the node (0 = 0.8 x link)
     nic_gb_s: float = 50.0  # scale-out NIC per GPU, one direction (400 Gb/s = 50 GB/s)
+    collective_latency_us: float = 0.0  # fixed cost of one collective not folded into t_fix (PCIe: NCCL's)
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,9 @@ class ServerConfig:
     """Serving settings (SGLang names) and the engine constants fitted per deployment."""
 
     tp: int = 1
+    pp: int = 1  # pipeline stages (SGLang --pp-size): tp * pp GPUs
+    ep: int = 1  # expert-parallel groups within a stage (--ep-size; divides tp)
+    dp_attention: int = 1  # attention data-parallel ranks within a stage (--enable-dp-attention --dp-size)
     max_running_requests: int = 0  # 0 = SGLang's default (48 with speculative decoding)
     max_queued_requests: int = 0  # 0 = unbounded; beyond it new requests get 503
     mem_fraction_static: float = 0.88

@@ -57,7 +57,9 @@ async def start_up(
     say(
         log,
         "info",
-        f"server_args=ServerArgs(model_path='{name}', tp_size={s.tp}, "
+        f"server_args=ServerArgs(model_path='{name}', tp_size={s.tp}, pp_size={s.pp}, ep_size={s.ep}, "
+        f"enable_dp_attention={s.dp_attention > 1}, dp_size={s.dp_attention}, "
+        f"quantization={s.quantization or None!r}, kv_cache_dtype={s.kv_cache_dtype!r}, "
         f"mem_fraction_static={s.mem_fraction_static}, max_running_requests={p.max_running_requests}, "
         f"max_queued_requests={s.max_queued_requests or None}, chunked_prefill_size={s.chunked_prefill_size}, "
         f"cuda_graph_max_bs={s.cuda_graph_max_bs}, context_length={p.context_length}, "
@@ -75,8 +77,8 @@ async def start_up(
             log,
             "error",
             "Scheduler hit an exception: RuntimeError: CUDA error: invalid device ordinal "
-            f"(tp_size={plan.tp}, {plan.gpus} GPU(s) visible)",
-            f"ValueError: World size ({plan.tp}) is larger than the number of available GPUs ({plan.gpus}) "
+            f"(tp_size={plan.tp}, pp_size={plan.pp}, {plan.gpus} GPU(s) visible)",
+            f"ValueError: World size ({plan.tp * plan.pp}) is larger than the number of available GPUs ({plan.gpus}) "
             "in this node.",
         )
         return False

@@ -36,6 +36,7 @@ class ModelConfig:
     moe_intermediate: int = 0  # intermediate size of one routed expert
     # what a weight format quantizes, and the formats the byte counts above are in (sim/quant.py)
     linear_params: float = 0.0  # attention projections, dense MLPs, shared experts (whole model)
+    attention_params: float = 0.0  # the attention projections among them (replicated by DP attention)
     expert_params: float = 0.0  # one routed expert
     linear_format: str = "bf16"
     linear_bits: float = 16.0  # per weight, scales included
