@@ -28,8 +28,10 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,7 +44,7 @@ from loadgen.sim.parallel import layout_of
 from loadgen.sim.profile import Profile, ProfileError, apply_overrides, load_profile
 
 DEFAULT_PROFILE = "h200-llama-8b"
-PART_KEYS = ("profile", "model", "hardware", "spec", "label")
+PART_KEYS = ("profile", "model", "hardware", "spec", "label", "price")
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,7 @@ class Deployment:
     label: str
     profile: Profile
     spec_text: str  # as the user wrote it
+    price: float | None = None  # USD per GPU-hour (``price=``, else ``--gpu-price`` by hardware)
 
     @property
     def gpus(self) -> int:
@@ -89,7 +92,15 @@ def parse_deployment(text: str, index: int = 0) -> Deployment:
     if overrides:
         profile = apply_overrides(profile, overrides)
     label = items.get("label") or _auto_label(profile, index)
-    return Deployment(label, profile, text)
+    price = None
+    if "price" in items:
+        try:
+            price = float(items["price"])
+        except ValueError:
+            price = -1.0
+        if not price >= 0:
+            raise ProfileError(f"--deployment {text!r}: price {items['price']!r} is not a USD-per-GPU-hour number >= 0")
+    return Deployment(label, profile, text, price)
 
 
 def _auto_label(p: Profile, index: int) -> str:
@@ -272,6 +283,129 @@ def _knee(rows: list[dict[str, Any]], slo: Any) -> dict[str, Any] | None:
     return {"knee": verdict.get(axis), "axis": axis, "reason": verdict.get("reason")}
 
 
+def parse_prices(text: str) -> dict[str, float]:
+    """``--gpu-price`` ``"h200=3.5,b200=5.2"``: USD per GPU-hour by hardware entry (``h200`` also
+    prices ``h200x8``); ValueError naming the bad item."""
+    out: dict[str, float] = {}
+    for raw in text.split(","):
+        if not raw.strip():
+            continue
+        name, sep, value = raw.partition("=")
+        try:
+            price = float(value) if sep and name.strip() else -1.0
+        except ValueError:
+            price = -1.0
+        if not price >= 0:
+            raise ValueError(f"--gpu-price {raw.strip()!r}: give HARDWARE=USD_PER_GPU_HOUR, e.g. h200=3.5,b200=5.2")
+        out[name.strip()] = price
+    return out
+
+
+def price_of(dep: Deployment, prices: dict[str, float]) -> float | None:
+    if dep.price is not None:
+        return dep.price
+    name = dep.profile.hardware.name
+    return prices.get(name, prices.get(re.sub(r"x\d+$", "", name)))
+
+
+def choose(
+    deployments: list[Deployment],
+    result: dict[str, Any],
+    slo: dict[str, float],
+    *,
+    target_rps: float | None = None,
+    prices: dict[str, float] | None = None,
+    headroom: float = 0.2,
+) -> dict[str, Any]:
+    """Which deployment serves the target within the SLO for the least: ``analysis.plan.capacity_plan``
+    of each deployment's rows (the operating point is the highest load meeting every limit, replicas
+    for ``target_rps``, cost per million tokens at the GPU price), ranked by total cost per hour when
+    a target and prices are given, else by cost per million tokens, else by output tok/s per GPU at
+    the operating point. A deployment with no load within the SLO, or that does not start, is listed
+    last with the reason."""
+    from loadgen.analysis.plan import capacity_plan
+
+    plans: list[dict[str, Any]] = []
+    for dep, check in zip(deployments, result["deployments"], strict=True):
+        rows = [r for r in result["rows"] if r["deployment"] == dep.label]
+        price = price_of(dep, prices or {})
+        entry: dict[str, Any] = {"deployment": dep.label, "gpus_per_replica": dep.gpus, "gpu_hour_cost": price}
+        if not check["starts"]:
+            entry["reason"] = f"does not start: {check['failure']}"
+            plans.append(entry)
+            continue
+        plan = capacity_plan(
+            rows, slo, target_rps=target_rps, headroom=headroom, gpus_per_replica=dep.gpus, gpu_hour_cost=price
+        )
+        op = plan.get("operating_point")
+        if op is None:
+            entry["reason"] = plan.get("reason")
+            plans.append(entry)
+            continue
+        per: Mapping[str, Any] = plan["per_replica"] or {}
+        cost: Mapping[str, Any] = plan.get("cost") or {}
+        energy: Mapping[str, Any] = plan.get("energy") or {}
+        entry.update(
+            operating_point={k: op.get(k) for k in ("concurrency", "rate", "ok_req_s", "output_tok_s", "slo_values")},
+            per_replica_req_s=per.get("req_s"),
+            per_replica_tok_s=per.get("tok_s"),
+            tok_s_per_gpu=(per.get("tok_s") or 0.0) / dep.gpus,
+            replicas=plan.get("replicas"),
+            gpus=plan.get("gpus"),
+            cost_per_million_tokens=cost.get("per_million_tokens"),
+            total_hour_cost=cost.get("total_hour_cost"),
+            kwh_per_million_tokens=energy.get("kwh_per_million_tokens"),
+        )
+        plans.append(entry)
+    priced = target_rps is not None and all(p.get("total_hour_cost") is not None for p in plans if "reason" not in p)
+    by_cost = all(p.get("cost_per_million_tokens") is not None for p in plans if "reason" not in p)
+    if priced:
+        key, ranked_by = "total_hour_cost", "cost per hour of the replicas that serve the target"
+    elif by_cost:
+        key, ranked_by = "cost_per_million_tokens", "cost per million output tokens at the operating point"
+    else:
+        key, ranked_by = "tok_s_per_gpu", "output tok/s per GPU at the operating point (no GPU prices given)"
+    fit = [p for p in plans if "reason" not in p]
+    fit.sort(key=lambda p: p[key] if key != "tok_s_per_gpu" else -p[key])
+    ranked = fit + [p for p in plans if "reason" in p]
+    return {
+        "slo": slo,
+        "target_rps": target_rps,
+        "headroom": headroom,
+        "ranked_by": ranked_by,
+        "best": ranked[0]["deployment"] if fit else None,
+        "plans": ranked,
+    }
+
+
+def _choice_lines(choice: dict[str, Any]) -> list[str]:
+    slo = ", ".join(f"{k.removesuffix('_ms')} ≤ {v:g} ms" for k, v in choice["slo"].items())
+    target = f"{choice['target_rps']:g} req/s" if choice["target_rps"] is not None else "no target rate"
+    lines = [
+        "## Choice",
+        "",
+        f"Within {slo}, {target}, {choice['headroom']:.0%} headroom; ranked by {choice['ranked_by']}. "
+        + (f"**{choice['best']}** serves it for the least." if choice["best"] else "No deployment meets the SLO."),
+        "",
+        "| deployment | operating load | tok/s per GPU | replicas | GPUs | $/GPU-h | $/h | $ per M tokens "
+        "| kWh per M tokens |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for p in choice["plans"]:
+        if "reason" in p:
+            lines.append(f"| {p['deployment']} | {p['reason']} | | | | | | | |")
+            continue
+        op = p["operating_point"]
+        load = f"C={op['concurrency']:g}" if op.get("concurrency") is not None else f"{op['rate']:g} req/s"
+        lines.append(
+            f"| {p['deployment']} | {load} | {_n(p['tok_s_per_gpu'])} | {_n(p['replicas'])} | {_n(p['gpus'])} | "
+            f"{_n(p['gpu_hour_cost'], 2)} | {_n(p['total_hour_cost'], 2)} | {_n(p['cost_per_million_tokens'], 3)} | "
+            f"{_n(p['kwh_per_million_tokens'], 3)} |"
+        )
+    lines.append("")
+    return lines
+
+
 # -- output -----------------------------------------------------------------------------------------
 
 
@@ -321,6 +455,8 @@ def markdown(result: dict[str, Any]) -> str:
                 f"{_n(r['gpu_power_w']['mean'])} | {_n(r['tokens_per_joule'], 2)} |"
             )
         lines.append("")
+    if result.get("choice"):
+        lines += _choice_lines(result["choice"])
     return "\n".join(lines)
 
 
@@ -341,7 +477,12 @@ examples:
       --deployment "label=B200 TP8,model=llama-3.3-70b-instruct,hardware=b200x8,server.tp=8" \\
       --concurrency 1,16,64 --json predict.json
   # open loop: Poisson arrivals at 2, 4 and 8 requests/s, long prompts
-  loadgen predict --deployment profile=h200-llama-8b --rate 2,4,8 --input-tokens 8000 --output-tokens 256"""
+  loadgen predict --deployment profile=h200-llama-8b --rate 2,4,8 --input-tokens 8000 --output-tokens 256
+  # which serves 20 req/s within the SLO for the least: Llama-3.3-70B in FP8, 8x H200 or 4x B200
+  loadgen predict --deployment "model=llama-3.3-70b-instruct,hardware=h200x8,server.tp=8,server.quantization=fp8" \
+      --deployment "model=llama-3.3-70b-instruct,hardware=b200x8,server.tp=4,server.quantization=fp8" \
+      --concurrency 8,16,32,64,128 --slo ttft_p99=2s,tpot_p99=50ms --target-rps 20 \
+      --gpu-price h200=3.5,b200=5.2 --html predict.html"""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -390,7 +531,33 @@ def build_parser() -> argparse.ArgumentParser:
         help="closed loop: a user's time between a response's end and its next request (default: 1)",
     )
     p.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the arrivals (default: 0)")
+    choice = p.add_argument_group(
+        "choosing a deployment",
+        "With --slo: each deployment's operating point (the highest load meeting every limit), the replicas a "
+        "target rate needs and what they cost; the deployments ranked.",
+    )
+    choice.add_argument(
+        "--target-rps", type=float, metavar="REQ_S", help="request rate to serve, for replicas and cost (default: none)"
+    )
+    choice.add_argument(
+        "--gpu-price",
+        metavar="HW=USD,...",
+        help="USD per GPU-hour by hardware entry, e.g. h200=3.5,b200=5.2 (h200 also prices h200x8); a "
+        "deployment's price=USD comes first (default: none)",
+    )
+    choice.add_argument(
+        "--headroom",
+        type=float,
+        default=0.2,
+        metavar="FRACTION",
+        help="plan each replica at this much below its operating point (default: 0.2)",
+    )
     p.add_argument("--json", metavar="FILE", help="write the start-up checks and rows as JSON (default: none)")
+    p.add_argument(
+        "--html",
+        metavar="FILE",
+        help="write an HTML page: every deployment on the same plots and one Pareto plot (default: none)",
+    )
     return p
 
 
@@ -406,6 +573,13 @@ def main(argv: list[str] | None = None) -> int:
         concurrencies = parse_int_list("--concurrency", ns.concurrency) if ns.concurrency else None
         rates = parse_float_list("--rate", ns.rate) if ns.rate else None
         slo = parse_slo(ns.slo) if ns.slo else None
+        prices = parse_prices(ns.gpu_price) if ns.gpu_price else {}
+        if ns.target_rps is not None and not ns.target_rps > 0:
+            raise ValueError(f"--target-rps {ns.target_rps:g}: give the request rate to serve, > 0")
+        if not 0 <= ns.headroom < 1:
+            raise ValueError(f"--headroom {ns.headroom:g}: give a fraction in [0, 1), e.g. 0.2")
+        if slo is None and (ns.target_rps is not None or prices):
+            raise ValueError("--target-rps and --gpu-price choose among deployments within an SLO: give --slo too")
     except (ProfileError, OptionError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -424,8 +598,16 @@ def main(argv: list[str] | None = None) -> int:
         slo=slo,
         client_gap_s=ns.client_gap_ms / 1e3,
     )
+    if slo:
+        result["choice"] = choose(
+            deployments, result, slo, target_rps=ns.target_rps, prices=prices, headroom=ns.headroom
+        )
     print(markdown(result))
     print(f"({len(result['rows'])} loads predicted in {time.perf_counter() - t0:.1f} s)", file=sys.stderr)
     if ns.json:
         Path(ns.json).write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    if ns.html:
+        from loadgen.predict.page import render_page
+
+        Path(ns.html).write_text(render_page(result, slo), encoding="utf-8")
     return 0
