@@ -19,7 +19,7 @@ import pytest
 from sim_testutil import SimProc
 
 from loadgen.sim.memory import FAIL_DEVICES, FAIL_GRAPHS, FAIL_KV_POOL, FAIL_WEIGHTS, MemoryPlan, memory_plan
-from loadgen.sim.profile import Profile, apply_overrides, load_profile, part_names
+from loadgen.sim.profile import Profile, apply_overrides, load_part, load_profile, part_names
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "simulator.md"
 BASE = {"kimi-k2.6": "b300x8-kimi-k2.6-ddtree", "llama-8b": "h200-llama-8b", "tiny": "tiny"}
@@ -36,13 +36,17 @@ def cell(hardware: str, model: str, spec: str, max_running: int) -> Profile:
 
 def expected(hardware: str, model: str, spec: str, max_running: int) -> tuple[str | None, str]:
     """Where the deployment fails (a ``FAIL_*``) and why; (None, "") where it starts."""
-    node = hardware.endswith("x8")
+    node = load_part("hardware", hardware).gpus > 1
     heavy_drafter = spec in ("dflash", "ddtree")  # the Kimi DFlash drafter, 6.5 GB
     if model == "kimi-k2.6":
         if not node:
             return FAIL_WEIGHTS, "the 594 GB INT4 checkpoint on one GPU of at most 275 GB"
-        if hardware == "h100x8":
-            return FAIL_KV_POOL, "76 GB of weights per GPU fill 0.9 x 79.6 GB: no room for a KV pool"
+        if hardware in ("h100x8", "a100-sxmx8"):
+            return FAIL_KV_POOL, "76 GB of weights per GPU fill 0.9 x 80 GB: no room for a KV pool"
+        if hardware == "l40sx8":
+            return FAIL_WEIGHTS, "8 x 45 GB = 360 GB of GDDR for a 594 GB checkpoint"
+        if spec == "ddtree" and max_running == 128 and hardware == "rtx-pro-6000x8":
+            return FAIL_GRAPHS, "an 8,320-token verify graph in the 9.6 GB left beside 74 GB of weights per card"
         if spec == "ddtree" and max_running == 256:
             return FAIL_GRAPHS, "the story: a 256 x 65 = 16,640-token verify graph (~29 GB) > the 10 % headroom"
         if spec == "ddtree" and max_running == 128 and hardware == "h200x8":
@@ -53,6 +57,11 @@ def expected(hardware: str, model: str, spec: str, max_running: int) -> tuple[st
         hopper = hardware in ("h100", "h100x8", "h200", "h200x8")
         if spec == "ddtree" and max_running == 256 and hopper:
             return FAIL_GRAPHS, "16,640 tokens of 128,256-entry logits (12.8 GB) > 12 % of 80/141 GB"
+        small = ("a100-sxm", "a100-sxmx8", "l40s", "l40sx8")
+        if spec == "ddtree" and max_running == 256 and (hardware in small or hardware.startswith("rtx-pro-6000")):
+            return FAIL_GRAPHS, "16,640 tokens of logits (12.8 GB) > 12 % of 45-96 GB"
+        if spec == "ddtree" and max_running == 128 and hardware in small:
+            return FAIL_GRAPHS, "8,320 tokens of logits (6.4 GB) + the tree mask + drafter graphs > 12 % of 45/80 GB"
         if spec == "ddtree" and max_running == 128 and hardware in ("h100", "h100x8"):
             return FAIL_GRAPHS, "8,320 tokens of logits (6.4 GB) + the tree mask (1.1 GB) + drafter graphs > 9.6 GB"
     return None, ""
