@@ -3,9 +3,10 @@
 A deployment is a simulator profile with its parts swapped and fields overridden, written as one
 ``--deployment`` text of comma-separated ``key=value`` items::
 
-    label=8xH200 TP8,profile=h200-llama-8b,model=llama-3.3-70b-instruct,hardware=h200x8,server.tp=8
+    label=8xH200 TP8,model=llama-3.3-70b-instruct,hardware=h200x8,server.tp=8
 
-``profile`` (default ``h200-llama-8b``) gives the server settings; ``model`` (a models.toml entry, a
+``profile`` (default ``generic``: one set of engine constants for every deployment, measured once on a
+real H200 and frozen, profiles/generic.toml) gives the server settings; ``model`` (a models.toml entry, a
 shipped config.json name or a config.json path), ``hardware`` and ``spec`` swap parts as ``loadgen sim
 --model-config/--hardware/--spec`` do; any ``SECTION.FIELD=VALUE`` overrides a field as ``loadgen sim
 --set`` does. ``loadgen sim`` started with the same parts and overrides serves this deployment over
@@ -43,7 +44,7 @@ from loadgen.sim.memory import FAIL_DEVICES, FAIL_GRAPHS, FAIL_KV_POOL, FAIL_WEI
 from loadgen.sim.parallel import layout_of
 from loadgen.sim.profile import Profile, ProfileError, apply_overrides, load_profile
 
-DEFAULT_PROFILE = "h200-llama-8b"
+DEFAULT_PROFILE = "generic"
 PART_KEYS = ("profile", "model", "hardware", "spec", "label", "price")
 
 
@@ -470,14 +471,14 @@ what this prints."""
 
 EPILOG = """\
 examples:
-  # Llama-3.1-8B on one H200 at 1, 8, 32 and 64 users
-  loadgen predict --deployment profile=h200-llama-8b --concurrency 1,8,32,64
+  # Llama-3.1-8B on one H200 at 1, 8, 32 and 64 users (the generic engine constants)
+  loadgen predict --deployment model=llama-3.1-8b,hardware=h200 --concurrency 1,8,32,64
   # two deployments side by side, from shipped config.json files, rows to a JSON file
   loadgen predict --deployment "label=H200 TP8,model=llama-3.3-70b-instruct,hardware=h200x8,server.tp=8" \\
       --deployment "label=B200 TP8,model=llama-3.3-70b-instruct,hardware=b200x8,server.tp=8" \\
       --concurrency 1,16,64 --json predict.json
   # open loop: Poisson arrivals at 2, 4 and 8 requests/s, long prompts
-  loadgen predict --deployment profile=h200-llama-8b --rate 2,4,8 --input-tokens 8000 --output-tokens 256
+  loadgen predict --deployment model=llama-3.1-8b,hardware=h200 --rate 2,4,8 --input-tokens 8000 --output-tokens 256
   # which serves 20 req/s within the SLO for the least: Llama-3.3-70B in FP8, 8x H200 or 4x B200
   loadgen predict --deployment "model=llama-3.3-70b-instruct,hardware=h200x8,server.tp=8,server.quantization=fp8" \
       --deployment "model=llama-3.3-70b-instruct,hardware=b200x8,server.tp=4,server.quantization=fp8" \

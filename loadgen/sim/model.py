@@ -15,6 +15,7 @@ speculative decoding), processes ``N = C * n_v`` tokens:
     t_ar   = 2 * layers * N * hidden * 2 B / allreduce_bw   (ring or NVLS; 0 below the small-message size)
     t_ag   = N * vocab * 2 B * (TP-1)/TP / (0.78 * NVLink)  (logits all-gather)
     T      = t_fix + max(t_mem, t_cmp) + t_ar + t_ag + drafter_ms
+    t_fix  = t_fix_ms + layers * t_fix_per_layer_us   (0 per layer in the calibrated profiles)
 
 ``pad`` is the fused-MoE kernel's row padding: SGLang's ``fused_moe`` sorts the tokens by expert
 and pads each expert's rows to a multiple of ``BLOCK_SIZE_M`` (``moe_align_block_size``), so every
@@ -39,6 +40,7 @@ from loadgen.sim.parallel import (
     folds_small_collectives,
     layout_of,
     link_gb_s,
+    ring_latency_share,
 )
 from loadgen.sim.profile import Profile
 from loadgen.sim.quant import math_of, peak_tflops
@@ -73,7 +75,7 @@ class StepModel:
         self.fold = folds_small_collectives(hw)
         self.latency = hw.collective_latency_us / 1e6
         self.a2a_latency = self.latency if self.latency > 0 else A2A_LATENCY_US / 1e6
-        self.t_fix = s.t_fix_ms / 1e3
+        self.t_fix = s.t_fix_ms / 1e3 + m.layers * s.t_fix_per_layer_us / 1e6
         self.t_fix_prefill = s.t_fix_prefill_ms / 1e3
         self.drafter_s = sp.drafter_ms / 1e3 if sp.enabled else 0.0
         # KV per GPU: a GQA cache splits by heads over the stage; an MLA cache is whole on every
@@ -126,11 +128,12 @@ class StepModel:
         rows = self._experts_touched(n_eff) * touched_imb * self.p.server.moe_block_tokens / 2.0
         return 2.0 * expert_params * m.moe_layers * rows / self.tp
 
-    def _all_reduce(self, msg: float) -> float:
-        """Seconds of one all-reduce of ``msg`` bytes over the stage (parallel.py: latency folding)."""
+    def _all_reduce(self, msg: float, ranks: int) -> float:
+        """Seconds of one all-reduce of ``msg`` bytes over ``ranks`` GPUs of the stage (parallel.py:
+        latency folding, and a ring's latency by its steps)."""
         if self.fold:
             return msg / self.ar_bw if msg >= self.p.server.small_allreduce_bytes else 0.0
-        return self.latency + msg / self.ar_bw
+        return self.latency * ring_latency_share(ranks) + msg / self.ar_bw
 
     def _collectives(self, n_tokens: float) -> tuple[float, float]:
         """Collective seconds of one stage forward over ``n_tokens`` tokens (its ``L/pp`` layers), and
@@ -142,13 +145,14 @@ class StepModel:
         h2 = m.hidden * 2.0
         t = 0.0
         if lay.attn_tp > 1:
-            t += layers * self._all_reduce(n_tokens / lay.dp * h2)
+            t += layers * self._all_reduce(n_tokens / lay.dp * h2, lay.attn_tp)
         if lay.all_to_all:
             remote = (lay.ep - 1) / lay.ep
             a2a = n_tokens / lay.dp * m.experts_active * m.hidden * 3.0 * remote / self.a2a_bw
-            t += moe_layers * (2 * self.a2a_latency + a2a) + (layers - moe_layers) * self._all_reduce(n_tokens * h2)
+            dense = (layers - moe_layers) * self._all_reduce(n_tokens * h2, lay.tp)
+            t += moe_layers * (2 * self.a2a_latency + a2a) + dense
         elif lay.tp > 1:
-            t += layers * self._all_reduce(n_tokens * h2)
+            t += layers * self._all_reduce(n_tokens * h2, lay.tp)
         if lay.pp > 1:
             t += self.latency + n_tokens * h2 / self.link_bw  # hand the hidden states to the next stage
         t_ag = n_tokens * m.vocab * 2.0 * (lay.tp - 1) / lay.tp / (0.78 * self.link_bw) if lay.tp > 1 else 0.0

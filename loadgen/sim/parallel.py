@@ -26,7 +26,9 @@ Per stage forward of ``n`` tokens (``n/dp`` a DP rank), per GPU, on top of the s
 A collective costs ``latency + bytes / bandwidth``. NVLink and xGMI entries fold the latency of an
 all-reduce below ``server.small_allreduce_bytes`` into ``server.t_fix_ms`` (custom one-shot
 all-reduce kernels, calibrated with it); PCIe has no such kernel and pays
-``hardware.collective_latency_us`` on every one. The all-reduce bandwidth is the entry's measured
+``hardware.collective_latency_us`` on every one: the entry's figure is an all-reduce over 8 GPUs,
+and a ring over ``n`` takes ``2(n-1)`` steps to 8's 14 (``ring_latency_share``), so DP attention's
+all-reduce over 2 GPUs pays 1/7 of it. The all-reduce bandwidth is the entry's measured
 ring (or NVLS) algorithm bandwidth; all-to-all ``hardware.alltoall_gb_s`` (0: 0.8 x the link).
 
 Pipeline parallelism in the engine: a decode step advances every running request one token. With
@@ -121,6 +123,19 @@ def ep_imbalance(routes: float, ep: int) -> float:
     var = routes * (1.0 / ep) * (1.0 - 1.0 / ep)
     at_least = math.ceil(routes / ep) / mean  # the busiest rank holds a whole route at least
     return min(float(ep), max(at_least, 1.0 + math.sqrt(2.0 * math.log(ep) * var) / mean))
+
+
+def ring_latency_share(ranks: int) -> float:
+    """Latency of a ring all-reduce over ``ranks`` GPUs over that of 8 (the hardware entry's
+    ``collective_latency_us``): NCCL's ring takes ``2(n-1)`` steps of one hop each
+    (``RING_STEPS``)."""
+    return 2.0 * (max(ranks, 1) - 1) / 14.0
+
+
+RING_STEPS = (
+    "ASSUMPTION: a small all-reduce over PCIe costs one fixed latency per ring step, 2(n-1) steps over n GPUs; "
+    "hardware.collective_latency_us is the 8-GPU figure (NCCL ring on 8 PCIe cards, nccl issue 1530)."
+)
 
 
 def link_gb_s(hw: Hardware) -> float:

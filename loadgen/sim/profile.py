@@ -140,6 +140,9 @@ class ServerConfig:
     nvls: bool = True  # use NVLS all-reduce when the hardware has it
     t_fix_ms: float = 5.0  # fixed cost per forward step (launches, small all-reduces, sampling)
     t_fix_prefill_ms: float = 0.0  # extra fixed cost of a prefill step (no CUDA graph)
+    # fixed cost per layer of a forward on top of t_fix_ms (its kernels' launch and tail under a CUDA
+    # graph), so that one engine constant serves models of any depth (the generic profile)
+    t_fix_per_layer_us: float = 0.0
     eta_bw: float = 0.8  # share of peak HBM bandwidth reached streaming weights
     eta_attn: float = 0.32  # share of peak HBM bandwidth reached streaming KV
     eta_c: float = 0.5  # share of peak BF16 FLOP/s reached by the forward

@@ -9,7 +9,7 @@ from loadgen.sim.memory import memory_plan
 from loadgen.sim.model import StepModel
 from loadgen.sim.profile import ProfileError, apply_overrides, load_profile, part_names, profile_names
 
-NAMED = ["b300x8-kimi-k2.6-ar", "b300x8-kimi-k2.6-ddtree", "h100-llama-8b", "h200-llama-8b", "tiny"]
+NAMED = ["b300x8-kimi-k2.6-ar", "b300x8-kimi-k2.6-ddtree", "generic", "h100-llama-8b", "h200-llama-8b", "tiny"]
 
 
 def test_shipped_profiles_and_parts() -> None:
