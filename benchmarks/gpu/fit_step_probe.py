@@ -5,7 +5,8 @@ the step model beside every measured step.
 shapes on an H200: decode steps of 1-256 requests at 256-16,384 tokens of context under CUDA graphs,
 and prefills of 512-8,192 tokens. This fits the four constants of the step model
 (loadgen/sim/model.py) that are the GPU's and its kernels' rather than an engine's -- ``eta_bw``,
-``eta_attn``, ``eta_c`` and ``t_fix_per_layer_us`` -- by least squares on the log of the step
+``eta_attn``, ``eta_c``, ``t_fix_per_layer_us`` and ``roofline_k`` (how far memory and compute time
+overlap) -- by least squares on the log of the step
 times, through the step model itself (StepModel, the shipped model and hardware parts), and prints
 them with each step's error. The ``generic`` profile (loadgen/sim/profiles/generic.toml) holds the
 result, frozen; ``loadgen predict`` starts from it.
@@ -32,7 +33,7 @@ PARTS = {
     "llama-8b-bf16": ("llama-3.1-8b", {}),
     "llama-70b-fp8": ("llama-3.3-70b-instruct", {"server.quantization": "fp8"}),
 }
-NAMES = ("eta_bw", "eta_attn", "eta_c", "t_fix_per_layer_us")
+NAMES = ("eta_bw", "eta_attn", "eta_c", "t_fix_per_layer_us", "roofline_k")
 
 
 def profiles(hardware: str) -> dict[str, Profile]:
@@ -61,7 +62,9 @@ def fit(result: dict, hardware: str = "h200") -> tuple[np.ndarray, list[tuple[di
     def residuals(x: np.ndarray) -> list[float]:
         return [float(np.log(step_s(parts[p["model"]], x, p) / (p["ms_median"] / 1e3))) for p in points]
 
-    sol = least_squares(residuals, [0.8, 0.8, 0.5, 30.0], bounds=([0.3, 0.3, 0.2, 0.0], [1.0, 1.2, 1.0, 200.0]))
+    sol = least_squares(
+        residuals, [0.8, 0.8, 0.5, 30.0, 4.0], bounds=([0.3, 0.3, 0.2, 0.0, 1.0], [1.0, 1.2, 1.0, 200.0, 50.0])
+    )
     return sol.x, [(p, step_s(parts[p["model"]], sol.x, p)) for p in points]
 
 

@@ -32,7 +32,7 @@ import math
 import re
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -109,9 +109,9 @@ def _auto_label(p: Profile, index: int) -> str:
     return f"{p.model.served_name.split('/')[-1]} on {p.hardware.name}, {layout_of(p).describe()}{spec}"
 
 
-def _dist(values: list[float]) -> dict[str, float | None]:
+def _dist(values: Sequence[float]) -> dict[str, float | None]:
     """p50/p90/p99/mean in milliseconds of ``values`` (seconds), numpy's linear percentiles."""
-    if not values:
+    if not len(values):
         return {"mean": None, "p50": None, "p90": None, "p99": None}
     a = np.asarray(values, dtype=float) * 1e3
     p50, p90, p99 = np.percentile(a, [50, 90, 99]).tolist()
@@ -158,6 +158,7 @@ def point_row(
         "per_request_tok_s": per_request,
         "ttft_ms": _dist(r.ttft_s),
         "tpot_ms": _dist(r.tpot_s),
+        "itl_ms": _dist(r.itl_s),
         "e2e_ms": e2e,
         "kv_usage": _stat(r.kv_usage),
         "queue_len": _stat(r.queued),

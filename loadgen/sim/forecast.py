@@ -16,6 +16,7 @@ milliseconds to a few seconds of CPU, depending on how many engine steps it take
 from __future__ import annotations
 
 import heapq
+from array import array
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -36,6 +37,8 @@ class PointResult:
     retracted: int
     ttft_s: list[float] = field(default_factory=list)  # requests sent in the window that finished
     tpot_s: list[float] = field(default_factory=list)
+    # gaps between successive chunks of the requests sent in the window (ITL, DESIGN.md's definition)
+    itl_s: array = field(default_factory=lambda: array("d"))
     e2e_s: list[float] = field(default_factory=list)
     e2e_done_s: list[float] = field(default_factory=list)  # requests that ended in the window
     ttft_done_s: list[float] = field(default_factory=list)
@@ -100,6 +103,7 @@ def run_point(
     heapq.heapify(arrivals)
     out = PointResult(window_s=window_s, output_tokens=0, requests_done=0, energy_j=0.0, busy_s=0.0, retracted=0)
     in_window: set[str] = set()
+    last_chunk: dict[str, float] = {}
     seq = 0
     e0 = b0 = None
     retracted0 = 0
@@ -162,6 +166,11 @@ def run_point(
             req = em.req
             if window:
                 out.output_tokens += em.tokens
+            if req.rid in in_window and em.tokens > 0:
+                before = last_chunk.get(req.rid)
+                if before is not None:
+                    out.itl_s.append(now - before)
+                last_chunk[req.rid] = now
             if not em.finished:
                 continue
             ttft = req.first_token_s - req.arrival_s
@@ -172,6 +181,7 @@ def run_point(
                 out.ttft_done_s.append(ttft)
             if req.rid in in_window:
                 in_window.discard(req.rid)
+                last_chunk.pop(req.rid, None)
                 out.ttft_s.append(ttft)
                 out.e2e_s.append(e2e)
                 if req.generated > 1:

@@ -15,6 +15,7 @@ speculative decoding), processes ``N = C * n_v`` tokens:
     t_ar   = 2 * layers * N * hidden * 2 B / allreduce_bw   (ring or NVLS; 0 below the small-message size)
     t_ag   = N * vocab * 2 B * (TP-1)/TP / (0.78 * NVLink)  (logits all-gather)
     T      = t_fix + max(t_mem, t_cmp) + t_ar + t_ag + drafter_ms
+             (max: server.roofline_k = 0; else the k-norm (t_mem^k + t_cmp^k)^(1/k), generic profile)
     t_fix  = t_fix_ms + layers * t_fix_per_layer_us   (0 per layer in the calibrated profiles)
 
 ``pad`` is the fused-MoE kernel's row padding: SGLang's ``fused_moe`` sorts the tokens by expert
@@ -44,6 +45,17 @@ from loadgen.sim.parallel import (
 )
 from loadgen.sim.profile import Profile
 from loadgen.sim.quant import math_of, peak_tflops
+
+
+def roofline(t_mem: float, t_cmp: float, k: float) -> float:
+    """A stage's time from its memory and compute times: the larger (``k`` 0), or their ``k``-norm,
+    which is above the larger where the two are close (kernels that overlap them only in part)."""
+    if k <= 0:
+        return max(t_mem, t_cmp)
+    top = max(t_mem, t_cmp)
+    if top <= 0:
+        return 0.0
+    return top * ((t_mem / top) ** k + (t_cmp / top) ** k) ** (1.0 / k)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +144,9 @@ class StepModel:
         """Seconds of one all-reduce of ``msg`` bytes over ``ranks`` GPUs of the stage (parallel.py:
         latency folding, and a ring's latency by its steps)."""
         if self.fold:
+            latency = self.p.server.allreduce_latency_us / 1e6
+            if latency > 0:
+                return latency + msg / self.ar_bw  # one-shot kernels: one exchange at any rank count
             return msg / self.ar_bw if msg >= self.p.server.small_allreduce_bytes else 0.0
         return self.latency * ring_latency_share(ranks) + msg / self.ar_bw
 
@@ -177,7 +192,7 @@ class StepModel:
         tensor_s = self._tensor_seconds(n_tokens, attn_flops, self._moe_pad_flops(n_eff, touched_imb), routes_imb) / pp
         t_fix = (self.t_fix + (self.t_fix_prefill if prefill else 0.0)) / pp
         comm, t_ag = self._collectives(n_tokens)
-        stage = t_fix + max(t_mem, tensor_s / s.eta_c)
+        stage = t_fix + roofline(t_mem, tensor_s / s.eta_c, s.roofline_k)
         duration = pp * (stage + comm) + t_ag + self.drafter_s
         # a stage is busy for each of the micro-batches it sees
         u_bw = min(1.0, batches * (w + kv) / duration / self.bw)

@@ -146,7 +146,13 @@ class ServerConfig:
     eta_bw: float = 0.8  # share of peak HBM bandwidth reached streaming weights
     eta_attn: float = 0.32  # share of peak HBM bandwidth reached streaming KV
     eta_c: float = 0.5  # share of peak BF16 FLOP/s reached by the forward
+    # how the memory and compute times of a stage combine: 0 = the larger of the two (the calibrated
+    # profiles); k > 0 = (t_mem^k + t_cmp^k)^(1/k), kernels that overlap them only in part (generic)
+    roofline_k: float = 0.0
     small_allreduce_bytes: float = 1e6  # messages below this are folded into t_fix
+    # latency of one all-reduce on NVLink/xGMI when t_fix does not hold it (the generic profile's t_fix
+    # was measured on one GPU); 0 = folded into t_fix below small_allreduce_bytes (calibrated profiles)
+    allreduce_latency_us: float = 0.0
     # fused-MoE kernel's token block (SGLang fused_moe BLOCK_SIZE_M): each routed expert a step
     # touches computes half a block of padding rows on average; 0 = no padding
     moe_block_tokens: int = 64

@@ -1,0 +1,352 @@
+"""`loadgen predict` against published serving results it was not fitted to.
+
+The published set-ups are transcribed, with their sources and exact conditions, in
+benchmarks/data/published_raw.toml (collected 2026-12-04; nothing in it was used to fit anything).
+Every deployment here starts from the ``generic`` profile -- one set of engine constants, measured
+once on a real H200 (benchmarks/gpu/step_probe.py) and frozen -- and swaps only what the set-up
+states: the model (a shipped config.json, or benchmarks/data/configs/ for Llama 2), the GPU, the
+weight format and the tensor parallelism. No factor per model, GPU, engine or set-up.
+
+Three kinds of load, each predicted as the source ran it:
+
+* ``offline``: all requests queued at once (trtllm-bench throughput): a closed loop of
+  ``OFFLINE_USERS`` users with the same cap on running requests, so that the KV pool, not the
+  client, bounds the batch; the figure is output tok/s.
+* ``batch_size``: a static batch (LMDeploy's profile_generation, vLLM's benchmark_latency): B users
+  started together with fixed lengths, who stay in step; output tok/s, TTFT, per-token latency p50,
+  end-to-end latency.
+* ``concurrency``: a closed loop of C users (a serving client).
+
+It prints one row per load point (published, predicted, error per figure), then per set-up and per
+metric the median absolute error, the saturation step of each curve (the first load reaching 85 %
+of the curve's highest throughput, published and predicted) and writes ``--json``/``--markdown``.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/predict_published.py [--quick] [--markdown OUT.md] [--json OUT.json]
+
+``--quick``: one set-up of each kind (the tests run it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+import tomllib
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from loadgen.predict.deploy import parse_deployment, predict
+from loadgen.sim.model import StepModel
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE / "data" / "published_raw.toml"
+CONFIGS = HERE / "data" / "configs"
+OFFLINE_USERS = 1024  # ASSUMPTION: more than any KV pool below holds at these lengths (checked: the pool binds)
+SATURATION_SHARE = 0.85
+
+TRT_PAIRS = ("128-2048", "1000-1000", "2048-128", "5000-500")
+SELECTED = [
+    *(
+        f"trtllm-perfoverview-{m}-{pair}"
+        for m in (
+            "llama31-8b-h200-tp1",
+            "llama31-8b-h100-tp1",
+            "llama33-70b-h200-tp1",
+            "llama33-70b-h100-tp2",
+            "llama33-70b-b200-tp1",
+            "llama31-405b-h200-tp8",
+            "llama31-405b-h100-tp8",
+            "qwen3-235b-h200-tp8",
+        )
+        for pair in TRT_PAIRS
+    ),
+    "lmdeploy-a100-llama2-7b-tp1-static-128-2048",
+    "lmdeploy-a100-llama2-7b-tp1-static-2048-128",
+    "lmdeploy-a100-llama2-13b-tp1-static-128-2048",
+    "lmdeploy-a100-llama2-70b-tp4-static-128-2048",
+    "lmdeploy-a100-llama2-70b-tp4-static-2048-128",
+    "rocm-devdocker-mi300x-llama31-70b-fp8-tp8-latency-128-2048",
+    "rocm-devdocker-mi300x-llama31-405b-fp8-tp8-latency-128-2048",
+    "gpuconc-h200-gpt-oss-20b-c1-16-1000-1000",
+]
+QUICK = [
+    "trtllm-perfoverview-llama31-8b-h200-tp1-1000-1000",
+    "lmdeploy-a100-llama2-7b-tp1-static-2048-128",
+    "gpuconc-h200-gpt-oss-20b-c1-16-1000-1000",
+]
+
+MODELS = [  # (substring of the source's model field, the model part)
+    ("Llama-3.1-8B", "llama-3.1-8b"),
+    ("Llama-3.3-70B", "llama-3.3-70b-instruct"),
+    ("Llama-3.1-70B", "llama-3.1-70b"),
+    ("Llama-3.1-405B", "llama-3.1-405b"),
+    ("Qwen3-235B-A22B", "qwen3-235b-a22b"),
+    ("gpt-oss-20b", "gpt-oss-20b"),
+    ("llama2-7b", str(CONFIGS / "llama-2-7b.json")),
+    ("llama2-13b", str(CONFIGS / "llama-2-13b.json")),
+    ("llama2-70b", str(CONFIGS / "llama-2-70b.json")),
+]
+GPUS = [
+    ("H200", "h200"),
+    ("H100", "h100"),
+    ("B200", "b200"),
+    ("A100", "a100-sxm"),
+    ("MI300X", "mi300x"),
+    ("L40S", "l40s"),
+]
+WEIGHTS = {"fp8": "fp8", "nvfp4": "nvfp4", "fp16": "", "bf16": "", None: ""}
+
+# metric: (published keys in order of preference, predicted row path, unit scale of the published key)
+METRICS = {
+    "output_tok_s": (("output_tok_s",), ("output_tok_s", None)),
+    "ttft_ms": (("ttft_ms_median", "ttft_ms_mean"), ("ttft_ms", None)),
+    "tpot_ms": (("tpot_ms_median",), ("tpot_ms", "p50")),
+    "itl_ms": (("itl_ms_median",), ("itl_ms", "p50")),
+    "e2e_ms": (("e2e_ms_median", "e2e_ms_mean"), ("e2e_ms", None)),
+}
+
+
+@dataclass
+class Setup:
+    raw: dict[str, Any]
+    deployment: str
+    kind: str
+    loads: list[int]
+    points: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _pick(table: list[tuple[str, str]], text: str, what: str, sid: str) -> str:
+    for key, value in table:
+        if key.lower() in text.lower():
+            return value
+    raise SystemExit(f"{DATA.name}: set-up {sid!r}: no {what} part for {text!r}")
+
+
+def build(raw: dict[str, Any]) -> Setup:
+    sid = raw["id"]
+    model = _pick(MODELS, raw["model"], "model", sid)
+    gpu = _pick(GPUS, raw["gpu"], "hardware", sid)
+    tp = int(raw.get("tp", 1))
+    hardware = gpu if tp == 1 else f"{gpu}x8"
+    points = raw["point"]
+    first = points[0]
+    kind = "offline" if first.get("offline") else "batch_size" if "batch_size" in first else "concurrency"
+    fields = [f"label={sid}", "profile=generic", f"model={model}", f"hardware={hardware}", f"server.tp={tp}"]
+    quant = WEIGHTS[raw.get("weights")]
+    if quant:
+        fields.append(f"server.quantization={quant}")
+    if raw["model"].startswith("nvidia/"):
+        # NVIDIA's ModelOpt checkpoints carry "kv_cache_quant_algo": "FP8" in hf_quant_config.json,
+        # which the engines honour without a flag: the set-up's cache is FP8
+        fields.append("server.kv_cache_dtype=fp8")
+    loads = [OFFLINE_USERS] if kind == "offline" else [int(p.get("batch_size") or p["concurrency"]) for p in points]
+    cap = max(max(loads), 256)
+    fields += [f"server.max_running_requests={cap}", f"server.cuda_graph_max_bs={cap}"]
+    return Setup(raw, ",".join(fields), kind, loads, points)
+
+
+def windows(setup: Setup) -> tuple[float, float]:
+    """(warm-up, window) seconds: a few request lifetimes at the largest load, from the step model."""
+    dep = parse_deployment(setup.deployment)
+    isl, osl = int(setup.raw["input_tokens"]), int(setup.raw["output_tokens"])
+    b = min(max(setup.loads), 256)
+    m = StepModel(dep.profile)
+    life = m.prefill(isl * b, b * isl * (isl + 1) / 2).duration_s + osl * m.decode(b, b * (isl + osl / 2)).duration_s
+    if setup.kind == "offline":
+        return 2.0 * life, 4.0 * life
+    return 0.5 * life, 3.0 * life
+
+
+def published(point: dict[str, Any], metric: str, kind: str) -> float | None:
+    keys, _ = METRICS[metric]
+    for k in keys:
+        if k in point:
+            return float(point[k])
+    return None
+
+
+def predicted(row: dict[str, Any], metric: str, pub_key: str | None) -> float | None:
+    _, (name, stat) = METRICS[metric]
+    v = row.get(name)
+    if isinstance(v, dict):
+        stat = stat or ("mean" if pub_key and pub_key.endswith("_mean") else "p50")
+        v = v.get(stat)
+    return None if v is None else float(v)
+
+
+def saturation_step(tok: list[float]) -> int:
+    top = max(tok)
+    return next(i for i, t in enumerate(tok) if t >= SATURATION_SHARE * top)
+
+
+def run(ids: list[str]) -> dict[str, Any]:
+    data = tomllib.loads(DATA.read_text())
+    by_id = {s["id"]: s for s in data["setup"]}
+    missing = [i for i in ids if i not in by_id]
+    if missing:
+        raise SystemExit(f"{DATA.name}: no set-up {', '.join(missing)}")
+    cells: list[dict[str, Any]] = []
+    curves: list[dict[str, Any]] = []
+    started: list[dict[str, Any]] = []
+    conditions: list[dict[str, Any]] = []
+    for sid in ids:
+        setup = build(by_id[sid])
+        warm, window = windows(setup)
+        t0 = time.perf_counter()
+        result = predict(
+            [parse_deployment(setup.deployment)],
+            concurrencies=setup.loads,
+            input_tokens=int(setup.raw["input_tokens"]),
+            output_tokens=int(setup.raw["output_tokens"]),
+            warmup_s=warm,
+            window_s=window,
+        )
+        (check,) = result["deployments"]
+        raw = setup.raw
+        conditions.append(
+            {
+                "id": sid,
+                "source": raw["source_url"],
+                "where": raw.get("where", ""),
+                "engine": f"{raw.get('engine', '?')} {raw.get('engine_version', '')}".strip(),
+                "model": raw["model"],
+                "weights": raw.get("weights") or "checkpoint's",
+                "gpu": f"{raw.get('gpus', 1)}x {raw['gpu']}, TP{raw.get('tp', 1)}",
+                "lengths": f"{raw['input_tokens']}/{raw['output_tokens']}",
+                "load": setup.kind,
+                "deployment": setup.deployment,
+            }
+        )
+        started.append(
+            {
+                "id": sid,
+                "starts": check["starts"],
+                "failure": check["failure"],
+                "kv_pool_tokens": check["kv_pool_tokens"],
+                "seconds": time.perf_counter() - t0,
+            }
+        )
+        rows = result["rows"]
+        for point, row in zip(setup.points, rows or [None] * len(setup.points), strict=True):
+            load = setup.loads[0] if setup.kind == "offline" else int(point.get("batch_size") or point["concurrency"])
+            for metric in METRICS:
+                pub = published(point, metric, setup.kind)
+                if pub is None:
+                    continue
+                keys, _ = METRICS[metric]
+                pub_key = next((k for k in keys if k in point), None)
+                pred = predicted(row, metric, pub_key) if row else None
+                cells.append(
+                    {
+                        "id": sid,
+                        "kind": setup.kind,
+                        "load": load,
+                        "metric": metric,
+                        "published": pub,
+                        "predicted": pred,
+                        "error": (pred / pub - 1) if pred and pub else None,
+                        "running": row["running"]["mean"] if row else None,
+                        "kv_usage": row["kv_usage"]["max"] if row else None,
+                    }
+                )
+        if len(setup.points) >= 3 and rows:
+            pub_tok = [float(p.get("output_tok_s") or 0.0) for p in setup.points]
+            if all(pub_tok):
+                pred_tok = [r["output_tok_s"] for r in rows]
+                curves.append(
+                    {
+                        "id": sid,
+                        "loads": setup.loads,
+                        "published": saturation_step(pub_tok),
+                        "predicted": saturation_step(pred_tok),
+                    }
+                )
+            else:  # a latency curve: throughput = batch x output tokens / E2E
+                osl = int(setup.raw["output_tokens"])
+                pub_tok = [
+                    b * osl / (float(p["e2e_ms_mean"]) / 1e3) for b, p in zip(setup.loads, setup.points, strict=True)
+                ]
+                pred_tok = [b * osl / (r["e2e_ms"]["mean"] / 1e3) for b, r in zip(setup.loads, rows, strict=True)]
+                curves.append(
+                    {
+                        "id": sid,
+                        "loads": setup.loads,
+                        "published": saturation_step(pub_tok),
+                        "predicted": saturation_step(pred_tok),
+                    }
+                )
+    summary = {}
+    for metric in METRICS:
+        errs = [abs(c["error"]) for c in cells if c["metric"] == metric and c["error"] is not None]
+        if errs:
+            summary[metric] = {"cells": len(errs), "median_abs_error": median(errs), "max_abs_error": max(errs)}
+    within = sum(abs(c["published"] - c["predicted"]) <= 1 for c in curves)
+    summary["knee"] = {"curves": len(curves), "within_one_step": within}
+    return {"cells": cells, "curves": curves, "deployments": started, "setups": conditions, "summary": summary}
+
+
+def _fmt(v: float | None, metric: str) -> str:
+    if v is None:
+        return "–"
+    return f"{v:,.0f}" if metric == "output_tok_s" or v >= 100 else f"{v:.1f}"
+
+
+def markdown(res: dict[str, Any]) -> str:
+    lines = [
+        "| set-up | engine | model, weights | GPUs | in/out tokens | load | source |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for c in res["setups"]:
+        lines.append(
+            f"| {c['id']} | {c['engine']} | {c['model']}, {c['weights']} | {c['gpu']} | {c['lengths']} | {c['load']} "
+            f"| [{c['where'].replace('|', '/')}]({c['source']}) |"
+        )
+    lines += ["", "| set-up | load | metric | published | predicted | error |", "|---|---:|---|---:|---:|---:|"]
+    for c in res["cells"]:
+        load = "offline" if c["kind"] == "offline" else f"{'B' if c['kind'] == 'batch_size' else 'C'}={c['load']}"
+        err = f"{c['error']:+.1%}" if c["error"] is not None else "–"
+        lines.append(
+            f"| {c['id']} | {load} | {c['metric']} | {_fmt(c['published'], c['metric'])} | "
+            f"{_fmt(c['predicted'], c['metric'])} | {err} |"
+        )
+    lines += ["", "| metric | cells | median abs. error | max abs. error |", "|---|---:|---:|---:|"]
+    for metric, s in res["summary"].items():
+        if metric != "knee":
+            lines.append(f"| {metric} | {s['cells']} | {s['median_abs_error']:.1%} | {s['max_abs_error']:.1%} |")
+    k = res["summary"]["knee"]
+    lines += ["", f"Saturation step within one step on {k['within_one_step']} of {k['curves']} curves:", ""]
+    for c in res["curves"]:
+        lines.append(f"- {c['id']}: loads {c['loads']}, published step {c['published']}, predicted {c['predicted']}")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="one set-up of each kind")
+    ap.add_argument("--only", default="", help="set-up ids starting with this text")
+    ap.add_argument("--json", default="")
+    ap.add_argument("--markdown", default="")
+    args = ap.parse_args()
+    ids = QUICK if args.quick else [i for i in SELECTED if i.startswith(args.only)]
+    t0 = time.perf_counter()
+    res = run(ids)
+    text = markdown(res)
+    print(text)
+    for d in res["deployments"]:
+        if not d["starts"]:
+            print(f"does not start: {d['id']}: {d['failure']}")
+    print(f"{len(ids)} set-ups, {len(res['cells'])} cells in {time.perf_counter() - t0:.0f} s")
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=1))
+    if args.markdown:
+        Path(args.markdown).write_text(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""The generic engine constants (profiles/generic.toml): measured once on a real H200 and frozen.
+
+The probe's steps are on disk (benchmarks/gpu/results/); the step model with the shipped constants
+must reproduce them as the fit said it did, so a change to the step model that moves them shows
+here. Also the pieces the generic profile added: the soft roofline, the all-reduce latency when
+t_fix holds none, the per-layer fixed cost, ITL in predicted rows, and the published-results
+benchmark's reading of its set-ups."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+
+from loadgen.predict.deploy import parse_deployment, predict
+from loadgen.sim.model import StepModel, roofline
+from loadgen.sim.profile import apply_overrides, load_profile
+
+ROOT = Path(__file__).resolve().parents[3]
+PROBE = ROOT / "benchmarks" / "gpu" / "results" / "step_probe_h200_2026-12-04.json"
+
+
+def _bench(name: str):  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_frozen_constants_reproduce_the_h200_probe_they_were_fitted_on() -> None:
+    probe = json.loads(PROBE.read_text())
+    parts = {
+        "llama-8b-bf16": load_profile("generic", model="llama-3.1-8b", hardware="h200"),
+        "llama-70b-fp8": apply_overrides(
+            load_profile("generic", model="llama-3.3-70b-instruct", hardware="h200"), {"server.quantization": "fp8"}
+        ),
+    }
+    errors = []
+    for point in probe["points"]:
+        m = StepModel(parts[point["model"]])
+        if point["kind"] == "decode":
+            t = m.decode(point["batch"], point["batch"] * point["ctx"]).duration_s
+        else:
+            n = point["tokens"]
+            t = m.prefill(n, n * (n + 1) / 2).duration_s
+        errors.append(t / (point["ms_median"] / 1e3) - 1)
+    assert len(errors) == 17
+    assert statistics.median(abs(e) for e in errors) < 0.025
+    assert max(abs(e) for e in errors) < 0.11
+
+
+def test_roofline_is_the_larger_time_or_a_norm_between_the_larger_and_the_sum() -> None:
+    assert roofline(3.0, 5.0, 0.0) == 5.0
+    soft = roofline(3.0, 5.0, 1.86)
+    assert 5.0 < soft < 8.0
+    assert roofline(1.0, 100.0, 1.86) == pytest.approx(100.0, rel=1e-3)  # far apart: the larger
+    assert roofline(0.0, 0.0, 1.86) == 0.0
+
+
+def test_tp_on_nvlink_pays_one_exchange_per_all_reduce_when_t_fix_holds_none() -> None:
+    generic = StepModel(parse_deployment("model=llama-3.1-70b,hardware=h200x8,server.tp=8").profile)
+    calibrated = StepModel(
+        parse_deployment("profile=h200-llama-8b,model=llama-3.1-70b,hardware=h200x8,server.tp=8").profile
+    )
+    comm, _ = generic._collectives(1.0)
+    # 80 layers x 2 all-reduces of one token's hidden state (8,192 x 2 B): the latency and the bytes
+    assert comm == pytest.approx(160 * (5.6e-6 + 8192 * 2 / generic.ar_bw), rel=1e-6)
+    assert calibrated._collectives(1.0)[0] == 0.0  # folded into the calibrated t_fix
+    # the per-layer fixed cost scales with depth: 80 layers, not the 8B's 32
+    assert generic.t_fix == pytest.approx(80 * 32.5e-6)
+
+
+def test_predicted_rows_carry_itl_and_one_user_sees_one_decode_step_between_chunks() -> None:
+    dep = parse_deployment("model=llama-3.1-8b,hardware=h200")
+    (row,) = predict([dep], concurrencies=[1], input_tokens=1000, output_tokens=256)["rows"]
+    step = StepModel(dep.profile).decode(1, 1000 + 128).duration_s * 1e3
+    assert row["itl_ms"]["p50"] == pytest.approx(step, rel=0.01)
+    assert row["itl_ms"]["p50"] == pytest.approx(row["tpot_ms"]["p50"], rel=0.01)
+
+
+def test_the_published_benchmark_serves_each_set_up_as_its_source_ran_it() -> None:
+    bench = _bench("predict_published")
+    data = __import__("tomllib").loads(bench.DATA.read_text())
+    by_id = {s["id"]: s for s in data["setup"]}
+    trt = bench.build(by_id["trtllm-perfoverview-llama33-70b-h100-tp2-1000-1000"])
+    assert trt.kind == "offline" and trt.loads == [bench.OFFLINE_USERS]
+    for item in ("model=llama-3.3-70b-instruct", "hardware=h100x8", "server.tp=2", "server.quantization=fp8"):
+        assert item in trt.deployment
+    assert "server.kv_cache_dtype=fp8" in trt.deployment  # a ModelOpt checkpoint's cache
+    static = bench.build(by_id["lmdeploy-a100-llama2-70b-tp4-static-128-2048"])
+    assert static.kind == "batch_size" and static.loads == [1, 16, 32, 64]
+    assert "llama-2-70b.json" in static.deployment and "quantization" not in static.deployment
+    # every selected set-up is in the data, maps to parts, and its first load starts
+    for sid in bench.SELECTED:
+        setup = bench.build(by_id[sid])
+        assert memory_starts(setup.deployment), sid
+    res = bench.run(["gpuconc-h200-gpt-oss-20b-c1-16-1000-1000"])
+    metrics = {c["metric"] for c in res["cells"]}
+    assert metrics == {"output_tok_s", "ttft_ms", "e2e_ms"}
+    assert all(c["predicted"] and c["error"] is not None for c in res["cells"])
+    assert res["curves"] and res["curves"][0]["loads"] == [1, 4, 8, 16]
+
+
+def memory_starts(deployment: str) -> bool:
+    from loadgen.predict.deploy import startup
+
+    return bool(startup(parse_deployment(deployment))["starts"])
