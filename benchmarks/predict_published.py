@@ -66,6 +66,7 @@ SELECTED = [
         )
         for pair in TRT_PAIRS
     ),
+    *(f"trtllm-perfoverview-llama33-70b-rtxpro6000-tp1pp{pp}-{pair}" for pp in (1, 2, 4, 8) for pair in TRT_PAIRS),
     "lmdeploy-a100-llama2-7b-tp1-static-128-2048",
     "lmdeploy-a100-llama2-7b-tp1-static-2048-128",
     "lmdeploy-a100-llama2-13b-tp1-static-128-2048",
@@ -93,6 +94,7 @@ MODELS = [  # (substring of the source's model field, the model part)
     ("llama2-70b", str(CONFIGS / "llama-2-70b.json")),
 ]
 GPUS = [
+    ("RTX PRO 6000", "rtx-pro-6000"),
     ("H200", "h200"),
     ("H100", "h100"),
     ("B200", "b200"),
@@ -102,7 +104,7 @@ GPUS = [
 ]
 WEIGHTS = {"fp8": "fp8", "nvfp4": "nvfp4", "fp16": "", "bf16": "", None: ""}
 
-# metric: (published keys in order of preference, predicted row path, unit scale of the published key)
+# metric: (published keys in order of preference, (predicted row field, statistic or None: p50, or mean for a mean))
 METRICS = {
     "output_tok_s": (("output_tok_s",), ("output_tok_s", None)),
     "ttft_ms": (("ttft_ms_median", "ttft_ms_mean"), ("ttft_ms", None)),
@@ -132,12 +134,14 @@ def build(raw: dict[str, Any]) -> Setup:
     sid = raw["id"]
     model = _pick(MODELS, raw["model"], "model", sid)
     gpu = _pick(GPUS, raw["gpu"], "hardware", sid)
-    tp = int(raw.get("tp", 1))
-    hardware = gpu if tp == 1 else f"{gpu}x8"
+    tp, pp = int(raw.get("tp", 1)), int(raw.get("pp", 1))
+    hardware = gpu if tp * pp == 1 else f"{gpu}x8"
     points = raw["point"]
     first = points[0]
     kind = "offline" if first.get("offline") else "batch_size" if "batch_size" in first else "concurrency"
     fields = [f"label={sid}", "profile=generic", f"model={model}", f"hardware={hardware}", f"server.tp={tp}"]
+    if pp > 1:
+        fields.append(f"server.pp={pp}")
     quant = WEIGHTS[raw.get("weights")]
     if quant:
         fields.append(f"server.quantization={quant}")
@@ -217,7 +221,8 @@ def run(ids: list[str]) -> dict[str, Any]:
                 "engine": f"{raw.get('engine', '?')} {raw.get('engine_version', '')}".strip(),
                 "model": raw["model"],
                 "weights": raw.get("weights") or "checkpoint's",
-                "gpu": f"{raw.get('gpus', 1)}x {raw['gpu']}, TP{raw.get('tp', 1)}",
+                "gpu": f"{raw.get('gpus', 1)}x {raw['gpu']}, TP{raw.get('tp', 1)}"
+                + (f" PP{raw['pp']}" if raw.get("pp", 1) > 1 else ""),
                 "lengths": f"{raw['input_tokens']}/{raw['output_tokens']}",
                 "load": setup.kind,
                 "deployment": setup.deployment,

@@ -274,7 +274,7 @@ class FixedStepModel:
         slope = (ys[i] - ys[i - 1]) / (xs[i] - xs[i - 1])
         return max(ys[i - 1] + slope * (n - xs[i - 1]), 1e-3)
 
-    def prefill(self, n_tokens: int, attn_pairs: float) -> StepCost:
+    def prefill(self, n_tokens: int, attn_pairs: float, requests: int = 1) -> StepCost:
         d = max(self.t.ttft_floor_ms, self.t.ttft_ms + self.t.ttft_per_1k_ms * n_tokens / 1000.0) / 1e3
         return self._cost(d)
 
@@ -584,7 +584,7 @@ class Engine:
         if not batch:
             return None
         n_tokens = sum(chunks)
-        cost = self.timing.prefill(n_tokens, pairs)
+        cost = self.timing.prefill(n_tokens, pairs, len(batch) + len(self.waiting))
         self.counters.prefill_steps += 1
         self._log_prefill(len(batch), n_tokens, hit_tokens)
         return _Step("prefill", t, t + cost.duration_s, cost, batch, chunks)

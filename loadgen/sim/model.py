@@ -219,12 +219,21 @@ class StepModel:
             prefill=False,
         )
 
-    def prefill(self, n_tokens: int, attn_pairs: float) -> StepCost:
+    def prefill(self, n_tokens: int, attn_pairs: float, requests: int = 1) -> StepCost:
         """One prefill step over ``n_tokens`` new prompt tokens; ``attn_pairs`` is the number of
-        (query token, context token) pairs its attention computes."""
+        (query token, context token) pairs its attention computes. Under pipeline parallelism the
+        work of ``requests`` requests with prompt tokens to prefill (this batch's and those waiting)
+        fills ``min(pp, requests)`` micro-batches, as a decode step's requests do (parallel.py,
+        ``PREFILL_PIPELINED``); one request alone crosses the stages one after the other."""
         m = self.p.model
+        batches = max(1, min(self.pp, requests))
         return self._step(
-            float(n_tokens), float(n_tokens), m.attn_flops_per_ctx * m.layers * attn_pairs, 0.0, 1, prefill=True
+            n_tokens / batches,
+            n_tokens / batches,
+            m.attn_flops_per_ctx * m.layers * attn_pairs / batches,
+            0.0,
+            batches,
+            prefill=True,
         )
 
     # -- power ----------------------------------------------------------------------------------

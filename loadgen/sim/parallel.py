@@ -34,8 +34,9 @@ ring (or NVLS) algorithm bandwidth; all-to-all ``hardware.alltoall_gb_s`` (0: 0.
 Pipeline parallelism in the engine: a decode step advances every running request one token. With
 ``m = min(pp, n)`` micro-batches in flight each crosses the ``pp`` stages in turn, so a step lasts
 ``pp`` stage forwards of ``n/m`` requests; with fewer requests than stages, stages idle (the bubble)
-and their utilisation (power) is ``m/pp``. A prefill chunk crosses the stages one after the other
-(``PREFILL_NOT_PIPELINED``).
+and their utilisation (power) is ``m/pp``. A prefill step does the same with the requests that have
+prompt tokens to prefill (``PREFILL_PIPELINED``): with a queue the stages work on different
+requests' chunks at once; one request alone crosses them one after the other.
 """
 
 from __future__ import annotations
@@ -50,9 +51,10 @@ A2A_LATENCY_US = 20.0
 """ASSUMPTION: fixed cost of one intra-node all-to-all (dispatch or combine) on NVLink/xGMI, where the
 entry gives no ``collective_latency_us``: DeepEP-class kernels for a decode batch take tens of µs."""
 
-PREFILL_NOT_PIPELINED = (
-    "ASSUMPTION: under pipeline parallelism a prefill chunk crosses the stages one after the other; "
-    "SGLang also overlaps chunks of different requests across stages, so prefill-heavy loads read slow."
+PREFILL_PIPELINED = (
+    "ASSUMPTION: under pipeline parallelism a prefill step's tokens split evenly into min(pp, requests with prompt "
+    "tokens to prefill) micro-batches in flight at once (SGLang's and TensorRT-LLM's PP keep several requests' "
+    "chunks in the pipeline); one request's prompt is not split across micro-batches."
 )
 UNIFORM_ROUTING = (
     "ASSUMPTION: the router spreads tokens uniformly over experts; expert-parallel imbalance is only the "

@@ -49,10 +49,9 @@ def pcie() -> dict:
     return run("b300x8-kimi-k2.6-ar", "rtx-pro-6000x8", LAYOUTS)
 
 
-def test_on_pcie_expert_parallelism_is_ahead_of_tp8_and_pp8_is_last(pcie: dict) -> None:
+def test_on_pcie_expert_parallelism_is_ahead_of_tp8_and_pp8_and_pp8_has_the_bubble(pcie: dict) -> None:
     capacity = {label: max(by_c.values()) for label, by_c in pcie.items()}
-    assert min(capacity["EP8"], capacity["EP4"]) > 1.15 * capacity["TP8"], capacity
-    assert capacity["TP8"] > 1.2 * capacity["PP8"], capacity
+    assert min(capacity["EP8"], capacity["EP4"]) > 1.15 * max(capacity["TP8"], capacity["PP8"]), capacity
     # the pipeline's bubble: one user crosses eight stages one after the other, so at C=1 PP8 is the
     # slowest layout by far, and concurrency fills the stages (the gap to TP8 narrows)
     assert pcie["PP8"][1] < min(pcie[k][1] for k in ("TP8", "EP8", "EP4"))
