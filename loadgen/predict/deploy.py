@@ -39,13 +39,14 @@ from typing import Any
 
 import numpy as np
 
+from loadgen.sim.engines import with_engine
 from loadgen.sim.forecast import PointResult, run_point
 from loadgen.sim.memory import FAIL_DEVICES, FAIL_GRAPHS, FAIL_KV_POOL, FAIL_WEIGHTS, MemoryPlan, memory_plan
 from loadgen.sim.parallel import layout_of
 from loadgen.sim.profile import Profile, ProfileError, apply_overrides, load_profile
 
 DEFAULT_PROFILE = "generic"
-PART_KEYS = ("profile", "model", "hardware", "spec", "label", "price")
+PART_KEYS = ("profile", "model", "hardware", "spec", "engine", "label", "price")
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,8 @@ def parse_deployment(text: str, index: int = 0) -> Deployment:
     )
     if overrides:
         profile = apply_overrides(profile, overrides)
+    if "engine" in items:
+        profile = with_engine(profile, items["engine"], keep=set(overrides))
     label = items.get("label") or _auto_label(profile, index)
     price = None
     if "price" in items:

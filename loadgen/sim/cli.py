@@ -13,6 +13,7 @@ import sys
 from dataclasses import fields
 from typing import Any
 
+from loadgen.sim.engines import ENGINES, with_engine
 from loadgen.sim.profile import (
     SECTION_TYPES,
     ProfileError,
@@ -98,10 +99,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--log-file", metavar="PATH", help="write the server log here (default: stderr)")
     g.add_argument(
+        "--engine",
+        choices=ENGINES,
+        help="serve as this engine: its defaults for the settings not given (prefill budget, running requests, "
+        "CUDA-graph batch sizes, memory share; sim/engines.py) and its metric names and log lines "
+        "(default: the profile's own settings, SGLang's names)",
+    )
+    g.add_argument(
         "--metrics-style",
         choices=("sglang", "vllm"),
-        default="sglang",
-        help="metric names, log lines and error bodies to imitate (default: sglang)",
+        default=None,
+        help="metric names, log lines and error bodies to imitate (default: --engine's, else sglang)",
     )
     g.add_argument("--seed", type=int, default=0, help="random seed (lengths, acceptance, text; default: 0)")
     g.add_argument(
@@ -180,6 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
         for f in fields(cls):
             if section in ("hardware", "model", "spec") and f.name == "name":
                 continue
+            if section == "server" and f.name == "engine":
+                continue  # --engine above: an engine's defaults, not only its name
             flag = _flag(section, f.name)
             dest = f"ovr__{section}__{f.name}"
             kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "str")
@@ -230,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             profile = load_profile(args.profile, hardware=args.hardware, model=args.model_config, spec=args.spec)
         profile = apply_overrides(profile, overrides)
+        if args.engine:
+            profile = with_engine(profile, args.engine, keep=set(overrides))
     except ProfileError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -254,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         port_file=args.port_file,
         emission_log=args.emission_log,
         log_file=args.log_file,
-        metrics_style=args.metrics_style,
+        metrics_style=args.metrics_style or args.engine or "sglang",
         seed=args.seed,
         tool_rounds=args.tool_rounds,
         faults=faults,

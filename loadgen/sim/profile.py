@@ -127,6 +127,7 @@ def source_taus(text: str) -> dict[str, float]:
 class ServerConfig:
     """Serving settings (SGLang names) and the engine constants fitted per deployment."""
 
+    engine: str = ""  # the engine whose defaults were applied (sim/engines.py); "" = the profile's own
     tp: int = 1
     pp: int = 1  # pipeline stages (SGLang --pp-size): tp * pp GPUs
     ep: int = 1  # expert-parallel groups within a stage (--ep-size; divides tp)

@@ -255,8 +255,10 @@ def test_client_disconnect_aborts_the_request(sim: tuple[SimProc, Path]) -> None
     assert after == before + 1
 
 
-def test_vllm_metric_style(tmp_path: Path) -> None:
-    proc = SimProc(tmp_path, "--profile", "tiny", "--metrics-style", "vllm")
+@pytest.mark.parametrize("flag", ["--metrics-style", "--engine"])
+def test_vllm_metric_style(tmp_path: Path, flag: str) -> None:
+    # --engine vllm brings vLLM's names with its defaults (sim/engines.py)
+    proc = SimProc(tmp_path, "--profile", "tiny", flag, "vllm")
     try:
         proc.post(CHAT, {"messages": MSG, "max_tokens": 3, "ignore_eos": True})
         samples = parse_prometheus(proc.get("/metrics")[1].decode())
