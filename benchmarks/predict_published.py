@@ -210,6 +210,7 @@ def run(ids: list[str]) -> dict[str, Any]:
             output_tokens=int(setup.raw["output_tokens"]),
             warmup_s=warm,
             window_s=window,
+            independent=True,  # every published point was a run of its own
         )
         (check,) = result["deployments"]
         raw = setup.raw

@@ -13,9 +13,10 @@ shipped config.json name or a config.json path), ``hardware`` and ``spec`` swap 
 HTTP: the same engine, on the wall clock.
 
 Each deployment first gets the start-up check (``memory.memory_plan``: does it fit, the KV pool in
-tokens); one that does not start is listed with the term that does not fit. Then each load
-(``--concurrency`` users, or ``--rate`` Poisson arrivals per second) runs ``forecast.run_point`` over
-a warm-up and a measured window, with requests of ``--input-tokens`` asking ``--output-tokens``
+tokens); one that does not start is listed with the term that does not fit. Then the loads
+(``--concurrency`` users, or ``--rate`` Poisson arrivals per second) run one after another as a
+ramp's steps (``forecast.run_ramp``: a closed loop's users carry over, the new ones start together),
+each with a warm-up and a measured window, with requests of ``--input-tokens`` asking ``--output-tokens``
 (``ignore_eos``), and gives one row with the names summary.json's steps use (``output_tok_s``,
 ``ttft_ms``/``tpot_ms``/``e2e_ms`` with ``p50``/``p90``/``p99``/``mean``, ``kv_usage``, ``queue_len``,
 ``gpu_power_w``, ``tokens_per_joule``, ...) and ``"predicted": true``. Percentiles are over the
@@ -40,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from loadgen.sim.engines import with_engine
-from loadgen.sim.forecast import PointResult, run_point
+from loadgen.sim.forecast import PointResult, run_ramp
 from loadgen.sim.memory import FAIL_DEVICES, FAIL_GRAPHS, FAIL_KV_POOL, FAIL_WEIGHTS, MemoryPlan, memory_plan
 from loadgen.sim.parallel import layout_of
 from loadgen.sim.profile import Profile, ProfileError, apply_overrides, load_profile
@@ -236,8 +237,12 @@ def predict(
     slo: Any = None,
     stagger_s: float = 0.0,
     client_gap_s: float = 0.001,
+    independent: bool = False,
 ) -> dict[str, Any]:
-    """Every deployment at every load: ``{"deployments": [start-up check + knee], "rows": [...]}``."""
+    """Every deployment at every load: ``{"deployments": [start-up check + knee], "rows": [...]}``.
+    The loads run one after another on one engine, as ``loadgen ramp`` runs its steps (a closed
+    loop's users carry over from step to step: forecast.run_ramp); ``independent``: each load
+    from an idle server (a benchmark whose every point was a run of its own)."""
     loads: list[tuple[int | None, float | None]] = (
         [(c, None) for c in concurrencies or []] if concurrencies else [(None, r) for r in rates or []]
     )
@@ -246,24 +251,30 @@ def predict(
     for dep in deployments:
         check = startup(dep)
         mine: list[dict[str, Any]] = []
-        if check["starts"]:
-            for step, (c, rate) in enumerate(loads):
-                r = run_point(
-                    dep.profile,
-                    concurrency=c,
-                    rate=rate,
-                    input_tokens=input_tokens,
-                    output_tokens=output_tokens,
-                    warmup_s=warmup_s,
-                    window_s=window_s,
-                    drain_s=max(60.0, window_s),
-                    # closed loop: the users start together, as loadgen ramp spawns a step's users (with
-                    # fixed output lengths they stay in step: their prefills batch together, not between
-                    # each other's decodes; a real workload's varied lengths spread them)
-                    stagger_s=stagger_s,
-                    client_gap_s=client_gap_s,
-                    seed=seed,
-                )
+        if check["starts"] and loads:
+            kw: dict[str, Any] = dict(
+                input_tokens=input_tokens,
+                output_tokens=output_tokens,
+                warmup_s=warmup_s,
+                window_s=window_s,
+                drain_s=max(60.0, window_s),
+                # closed loop: a step's new users start together, as loadgen ramp spawns them (with
+                # fixed output lengths they stay in step: their prefills batch together, not between
+                # each other's decodes; a real workload's varied lengths spread them)
+                stagger_s=stagger_s,
+                client_gap_s=client_gap_s,
+                seed=seed,
+            )
+            cs = [c for c, _ in loads if c is not None] or None
+            rs = [r for _, r in loads if r is not None] or None
+            if independent:  # each load a run of its own, from an idle server
+                results = [
+                    run_ramp(dep.profile, [c] if c is not None else None, [r] if r is not None else None, **kw)[0]
+                    for c, r in loads
+                ]
+            else:  # one run, its steps one after another, as loadgen ramp runs them
+                results = run_ramp(dep.profile, cs, rs, **kw)
+            for step, ((c, rate), r) in enumerate(zip(loads, results, strict=True)):
                 mine.append(
                     point_row(
                         dep, step, r, concurrency=c, rate=rate, input_tokens=input_tokens, output_tokens=output_tokens

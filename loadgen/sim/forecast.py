@@ -86,6 +86,53 @@ def run_point(
     blocks (a system prompt), the rest unique; None gives prompts no blocks at all."""
     if (concurrency is None) == (rate is None):
         raise ValueError("give a concurrency or a rate, not both")
+    (out,) = run_ramp(
+        profile,
+        [concurrency] if concurrency is not None else None,
+        [rate] if rate is not None else None,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        warmup_s=warmup_s,
+        window_s=window_s,
+        drain_s=drain_s,
+        client_gap_s=client_gap_s,
+        stagger_s=stagger_s,
+        source=source,
+        seed=seed,
+        shared_prefix_tokens=shared_prefix_tokens,
+        natural_lengths=natural_lengths,
+    )
+    return out
+
+
+def run_ramp(
+    profile: Profile,
+    concurrencies: list[int] | None = None,
+    rates: list[float] | None = None,
+    *,
+    input_tokens: int = 1000,
+    output_tokens: int = 512,
+    warmup_s: float = 20.0,
+    window_s: float = 60.0,
+    drain_s: float = 0.0,
+    client_gap_s: float = 0.001,
+    stagger_s: float = 0.0,
+    source: str = "default",
+    seed: int = 0,
+    shared_prefix_tokens: int | None = None,
+    natural_lengths: bool = False,
+) -> list[PointResult]:
+    """Run the loads one after another on one engine, as ``loadgen ramp`` runs its steps: step
+    ``k`` starts where step ``k-1``'s window ended, with its warm-up and its window; a closed loop's
+    users carry over (the new ones start at the step's start, ``stagger_s`` apart; a smaller step
+    retires the last ones after their request in flight), an open loop switches rate. Each step
+    measures its own window, and a request belongs to the step in whose window it was sent. After
+    the last window nothing is sent, and the requests sent in the windows finish within ``drain_s``.
+    Arguments as :func:`run_point`'s."""
+    closed = concurrencies is not None
+    loads: list[float] = [float(c) for c in concurrencies] if closed else list(rates or [])  # type: ignore[union-attr]
+    if not loads or (closed and rates):
+        raise ValueError("give concurrencies or rates, not both")
     engine = Engine(profile, seed=seed)
     lengths = np.random.default_rng(seed)
     gaps = np.random.default_rng(seed + 1)
@@ -93,34 +140,77 @@ def run_point(
     block = engine.cache.block_tokens if engine.cache is not None else 0
     n_blocks = input_tokens // block if block else 0
     n_shared = min(n_blocks, (shared_prefix_tokens or 0) // block) if block else 0
-    t_win = warmup_s + window_s
-    t_end = t_win + drain_s
-    arrivals: list[tuple[float, int]] = []
-    if concurrency is not None:
-        arrivals = [(i * stagger_s, i) for i in range(concurrency)]
-    elif rate is not None and rate > 0:
-        arrivals = [(float(gaps.exponential(1.0 / rate)), 0)]
-    heapq.heapify(arrivals)
-    out = PointResult(window_s=window_s, output_tokens=0, requests_done=0, energy_j=0.0, busy_s=0.0, retracted=0)
-    in_window: set[str] = set()
+    period = warmup_s + window_s
+    n_steps = len(loads)
+    t_last = n_steps * period  # the last window's end: nothing is sent after it
+    t_end = t_last + drain_s
+    outs = [
+        PointResult(window_s=window_s, output_tokens=0, requests_done=0, energy_j=0.0, busy_s=0.0, retracted=0)
+        for _ in loads
+    ]
+    owner: dict[str, int] = {}  # request id -> the step whose window it was sent in
     last_chunk: dict[str, float] = {}
+    marks: list[tuple[float, float, int] | None] = [None] * n_steps  # (energy, busy, retracted) at window start
+    ends: list[tuple[float, float, int] | None] = [None] * n_steps  # the same at window end
+    arrivals: list[tuple[float, int]] = []
+    users = 0  # closed loop: users started so far; ids >= the step's concurrency retire
+    step = -1
     seq = 0
-    e0 = b0 = None
-    retracted0 = 0
     now = 0.0
+
+    def step_at(t: float) -> int:
+        return min(n_steps - 1, int(t // period))
+
+    def in_window(t: float, k: int) -> bool:
+        return k * period + warmup_s <= t <= (k + 1) * period
+
+    def start_step(k: int) -> None:
+        nonlocal users
+        t0 = k * period
+        if closed:
+            target = int(loads[k])
+            for i in range(users, target):
+                heapq.heappush(arrivals, (t0 + (i - users) * stagger_s, i))
+            users = max(users, target)
+        elif loads[k] > 0:
+            # the open loop's next arrival at the new rate (a pending one of the old rate is dropped)
+            arrivals.clear()
+            heapq.heappush(arrivals, (t0 + float(gaps.exponential(1.0 / loads[k])), 0))
+
+    start_step(0)
+    step = 0
     while True:
         nxt = engine.next_event_s
         t_arr = arrivals[0][0] if arrivals else None
-        if nxt is None and t_arr is None:
+        t_step = (step + 1) * period if step + 1 < n_steps else None
+        candidates = [t for t in (nxt, t_arr, t_step) if t is not None]
+        if not candidates:
             break
+        t_next = min(candidates)
+        for k in range(n_steps):  # close the windows this moment passes (the engine keeps ~5 s of history)
+            w1 = (k + 1) * period
+            if ends[k] is None and t_next >= w1:
+                ends[k] = (*engine.totals_at(w1), engine.counters.retracted_reqs)
+        if (
+            t_step is not None
+            and t_next == t_step
+            and (t_arr is None or t_step <= t_arr)
+            and (nxt is None or t_step <= nxt)
+        ):
+            step += 1
+            start_step(step)
+            continue
         if t_arr is not None and (nxt is None or t_arr <= nxt):
             now = t_arr
             if now > t_end:
                 break
             while arrivals and arrivals[0][0] <= now:
                 at, user = heapq.heappop(arrivals)
-                if at > t_win:
-                    continue  # a ramp's step sends nothing after its window; what was sent drains
+                if at > t_last:
+                    continue  # a ramp sends nothing after its last window; what was sent drains
+                k = step_at(at)
+                if closed and user >= int(loads[k]):
+                    continue  # this step has fewer users: this one retires
                 target, reason = output_tokens, "length"
                 if natural_lengths:
                     natural = natural_length(lengths, server.natural_len_median, server.natural_len_sigma)
@@ -140,23 +230,25 @@ def run_point(
                     req.block_hashes = [i + 1 if i < n_shared else own + i for i in range(n_blocks)]
                 seq += 1
                 req.context = user
-                if warmup_s <= now <= t_win:
-                    in_window.add(req.rid)
+                if in_window(now, k):
+                    owner[req.rid] = k
                 engine.submit(req, now)
-                if rate is not None:
-                    heapq.heappush(arrivals, (now + float(gaps.exponential(1.0 / rate)), 0))
+                if not closed:
+                    heapq.heappush(arrivals, (now + float(gaps.exponential(1.0 / loads[k])), 0))
             if not engine.busy:
                 engine.advance(now)
             continue
         assert nxt is not None
         now = nxt
-        if now > t_end or (now > t_win and not in_window and drain_s > 0):
-            break  # past the window, and every request sent in it has ended
-        if e0 is None and now >= warmup_s:
-            e0, b0 = engine.energy_at(warmup_s), engine.totals_at(warmup_s)[1]
-            retracted0 = engine.counters.retracted_reqs
+        if now > t_end or (now > t_last and not owner and drain_s > 0):
+            break  # past the last window, and every request sent in a window has ended
+        k = step_at(now)
+        if marks[k] is None and now >= k * period + warmup_s:
+            w0 = k * period + warmup_s
+            marks[k] = (engine.energy_at(w0), engine.totals_at(w0)[1], engine.counters.retracted_reqs)
         emissions = engine.advance(now)
-        window = warmup_s <= now <= t_win
+        window = in_window(now, k)
+        out = outs[k]
         if window:
             pool = engine.pool_tokens
             out.kv_usage.append(engine.used_tokens / pool if pool else 0.0)
@@ -166,10 +258,11 @@ def run_point(
             req = em.req
             if window:
                 out.output_tokens += em.tokens
-            if req.rid in in_window and em.tokens > 0:
+            mine = owner.get(req.rid)
+            if mine is not None and em.tokens > 0:
                 before = last_chunk.get(req.rid)
                 if before is not None:
-                    out.itl_s.append(now - before)
+                    outs[mine].itl_s.append(now - before)
                 last_chunk[req.rid] = now
             if not em.finished:
                 continue
@@ -179,24 +272,28 @@ def run_point(
                 out.requests_done += 1
                 out.e2e_done_s.append(e2e)
                 out.ttft_done_s.append(ttft)
-            if req.rid in in_window:
-                in_window.discard(req.rid)
+            if mine is not None:
+                del owner[req.rid]
                 last_chunk.pop(req.rid, None)
-                out.ttft_s.append(ttft)
-                out.e2e_s.append(e2e)
+                sent = outs[mine]
+                sent.ttft_s.append(ttft)
+                sent.e2e_s.append(e2e)
                 if req.generated > 1:
-                    out.tpot_s.append((req.finish_s - req.first_token_s) / (req.generated - 1))
-            if concurrency is not None:
+                    sent.tpot_s.append((req.finish_s - req.first_token_s) / (req.generated - 1))
+            if closed:
                 heapq.heappush(arrivals, (now + client_gap_s, int(req.context)))  # type: ignore[call-overload]
-    end = min(now, t_win)
-    out.window_s = max(1e-9, end - warmup_s)
-    if e0 is None or b0 is None:
-        e0, b0 = 0.0, 0.0
-    e1, b1 = engine.totals_at(end)
-    out.energy_j = e1 - e0
-    out.busy_s = b1 - b0
-    out.retracted = engine.counters.retracted_reqs - retracted0
-    out.sent_in_window = len(out.ttft_s) + len(in_window)
-    out.unfinished = len(in_window)
-    out.cache_hit_rate = engine.counters.cached_tokens / max(1, engine.counters.prefix_queries)
-    return out
+    for k, out in enumerate(outs):
+        w0, w1 = k * period + warmup_s, (k + 1) * period
+        end = min(now, w1)
+        out.window_s = max(1e-9, end - w0)
+        e0, b0, r0 = marks[k] or (0.0, 0.0, engine.counters.retracted_reqs)
+        e1, b1, r1 = ends[k] or (*engine.totals_at(end), engine.counters.retracted_reqs)
+        if end > w0:
+            out.energy_j = e1 - e0
+            out.busy_s = b1 - b0
+        out.retracted = r1 - r0
+        open_k = sum(1 for v in owner.values() if v == k)
+        out.sent_in_window = len(out.ttft_s) + open_k
+        out.unfinished = open_k
+        out.cache_hit_rate = engine.counters.cached_tokens / max(1, engine.counters.prefix_queries)
+    return outs
