@@ -29,7 +29,9 @@ from loadgen.sim.model import StepModel
 from loadgen.sim.profile import Profile, apply_overrides, load_profile
 
 DEFAULT = Path(__file__).parent / "results" / "step_probe_h200_2026-12-04.json"
+HOLDOUT = Path(__file__).parent / "results" / "step_probe_h200_holdout_2026-12-04.json"
 PARTS = {
+    "qwen3-32b-bf16": ("qwen3-32b", {}),
     "llama-8b-bf16": ("llama-3.1-8b", {}),
     "llama-70b-fp8": ("llama-3.3-70b-instruct", {"server.quantization": "fp8"}),
 }
@@ -89,6 +91,23 @@ def main() -> None:
             f" {pred * 1e3:9.2f} {e:+7.1%}"
         )
     print(f"median |error| {np.median(errs):.1%}, max {max(errs):.1%} over {len(errs)} steps")
+    if HOLDOUT.exists() and path == DEFAULT:
+        # steps the fit never saw (Qwen3-32B's shape, step_probe.py --holdout-only), under the shipped
+        # generic constants as they are
+        held = json.loads(HOLDOUT.read_text())
+        parts = profiles("h200")
+        print(f"held out: {HOLDOUT.name}, the shipped generic profile")
+        for p in held["points"]:
+            m = StepModel(parts[p["model"]])
+            if p["kind"] == "decode":
+                t = m.decode(p["batch"], p["batch"] * p["ctx"]).duration_s
+            else:
+                t = m.prefill(p["tokens"], p["tokens"] * (p["tokens"] + 1) / 2).duration_s
+            e = t / (p["ms_median"] / 1e3) - 1
+            print(
+                f"{p['model']:14s} {p['kind']:7s} {p['batch']:5d} {p['ctx']:7d} {p['ms_median']:11.2f}"
+                f" {t * 1e3:9.2f} {e:+7.1%}"
+            )
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 
 LLAMA_8B = {"layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8, "head_dim": 128, "inter": 14336, "vocab": 128256}
+QWEN3_32B = {"layers": 64, "hidden": 5120, "heads": 64, "kv_heads": 8, "head_dim": 128, "inter": 25600, "vocab": 151936}
 LLAMA_70B = {"layers": 80, "hidden": 8192, "heads": 64, "kv_heads": 8, "head_dim": 128, "inter": 28672, "vocab": 128256}
 
 
@@ -211,6 +212,11 @@ def main() -> None:
     ap.add_argument("--bw-tb-s", type=float, default=4.8)
     ap.add_argument("--bf16-tflops", type=float, default=989.0)
     ap.add_argument("--fp8-70b", action="store_true")
+    ap.add_argument(
+        "--holdout-only",
+        action="store_true",
+        help="only Qwen3-32B's shape in BF16 (64 layers, hidden 5120, MLP 25600): steps the fit never saw",
+    )
     args = ap.parse_args()
     t0 = time.time()
     torch.manual_seed(0)
@@ -221,45 +227,72 @@ def main() -> None:
     print(json.dumps({k: v for k, v in res.items() if k != "points"}), flush=True)
 
     with torch.no_grad():
-        m = Model(LLAMA_8B)
-        for batch, ctx in [
-            (1, 1024),
-            (8, 1024),
-            (32, 1024),
-            (64, 1024),
-            (128, 1024),
-            (256, 1024),
-            (32, 256),
-            (32, 4096),
-            (32, 16384),
-            (128, 4096),
-        ]:
-            p = decode_point(m, batch, ctx, args.repeats)
-            p["model"] = "llama-8b-bf16"
-            res["points"].append(p)
-            print(json.dumps(p), flush=True)
-        for tokens in (512, 2048, 8192):
-            p = prefill_point(m, tokens, 5)
-            p["model"] = "llama-8b-bf16"
-            res["points"].append(p)
-            print(json.dumps(p), flush=True)
-        del m
-        torch.cuda.empty_cache()
-        if args.fp8_70b:
-            try:
-                m = Model(LLAMA_70B, fp8=True)
-                for batch, ctx in [(16, 1024), (64, 1024), (128, 1024)]:
-                    p = decode_point(m, batch, ctx, args.repeats)
-                    p["model"] = "llama-70b-fp8"
-                    res["points"].append(p)
-                    print(json.dumps(p), flush=True)
-                p = prefill_point(m, 4096, 5)
+        if args.holdout_only:
+            holdout(res, args.repeats)
+        else:
+            fitted(res, args)
+    finish(res, args, t0)
+
+
+def holdout(res: dict, repeats: int) -> None:
+    """Qwen3-32B's shape in BF16: a deeper, wider model than the fit's, for a check the fit never saw."""
+    m = Model(QWEN3_32B)
+    for batch, ctx in [(1, 2048), (16, 2048), (64, 2048), (128, 1024), (32, 4096)]:
+        p = decode_point(m, batch, ctx, repeats)
+        p["model"] = "qwen3-32b-bf16"
+        res["points"].append(p)
+        print(json.dumps(p), flush=True)
+    for tokens in (1024, 4096):
+        p = prefill_point(m, tokens, 5)
+        p["model"] = "qwen3-32b-bf16"
+        res["points"].append(p)
+        print(json.dumps(p), flush=True)
+
+
+def fitted(res: dict, args: argparse.Namespace) -> None:
+    """The steps the generic constants were fitted on: Llama-3.1-8B BF16, with --fp8-70b Llama-3.3-70B FP8."""
+    m = Model(LLAMA_8B)
+    for batch, ctx in [
+        (1, 1024),
+        (8, 1024),
+        (32, 1024),
+        (64, 1024),
+        (128, 1024),
+        (256, 1024),
+        (32, 256),
+        (32, 4096),
+        (32, 16384),
+        (128, 4096),
+    ]:
+        p = decode_point(m, batch, ctx, args.repeats)
+        p["model"] = "llama-8b-bf16"
+        res["points"].append(p)
+        print(json.dumps(p), flush=True)
+    for tokens in (512, 2048, 8192):
+        p = prefill_point(m, tokens, 5)
+        p["model"] = "llama-8b-bf16"
+        res["points"].append(p)
+        print(json.dumps(p), flush=True)
+    del m
+    torch.cuda.empty_cache()
+    if args.fp8_70b:
+        try:
+            m = Model(LLAMA_70B, fp8=True)
+            for batch, ctx in [(16, 1024), (64, 1024), (128, 1024)]:
+                p = decode_point(m, batch, ctx, args.repeats)
                 p["model"] = "llama-70b-fp8"
                 res["points"].append(p)
                 print(json.dumps(p), flush=True)
-            except Exception as e:
-                res["fp8_70b_error"] = repr(e)
-                print("fp8 70b:", repr(e), flush=True)
+            p = prefill_point(m, 4096, 5)
+            p["model"] = "llama-70b-fp8"
+            res["points"].append(p)
+            print(json.dumps(p), flush=True)
+        except Exception as e:
+            res["fp8_70b_error"] = repr(e)
+            print("fp8 70b:", repr(e), flush=True)
+
+
+def finish(res: dict, args: argparse.Namespace, t0: float) -> None:
     for p in res["points"]:
         sec = p["ms_median"] / 1e3
         p["bw_share"] = (p["weight_bytes"] + p["kv_bytes"]) / sec / (args.bw_tb_s * 1e12)

@@ -22,6 +22,7 @@ from loadgen.sim.profile import apply_overrides, load_profile
 
 ROOT = Path(__file__).resolve().parents[3]
 PROBE = ROOT / "benchmarks" / "gpu" / "results" / "step_probe_h200_2026-12-04.json"
+HOLDOUT = ROOT / "benchmarks" / "gpu" / "results" / "step_probe_h200_holdout_2026-12-04.json"
 
 
 def _bench(name: str):  # type: ignore[no-untyped-def]
@@ -53,6 +54,22 @@ def test_the_frozen_constants_reproduce_the_h200_probe_they_were_fitted_on() -> 
     assert len(errors) == 17
     assert statistics.median(abs(e) for e in errors) < 0.025
     assert max(abs(e) for e in errors) < 0.11
+
+
+def test_the_frozen_constants_predict_a_model_the_fit_never_saw() -> None:
+    # Qwen3-32B's shape in BF16 (64 layers, hidden 5120), timed on the same H200 after the fit
+    held = json.loads(HOLDOUT.read_text())
+    m = StepModel(load_profile("generic", model="qwen3-32b", hardware="h200"))
+    errors = []
+    for point in held["points"]:
+        if point["kind"] == "decode":
+            t = m.decode(point["batch"], point["batch"] * point["ctx"]).duration_s
+        else:
+            n = point["tokens"]
+            t = m.prefill(n, n * (n + 1) / 2).duration_s
+        errors.append(t / (point["ms_median"] / 1e3) - 1)
+    assert len(errors) == 7
+    assert max(abs(e) for e in errors) < 0.10
 
 
 def test_roofline_is_the_larger_time_or_a_norm_between_the_larger_and_the_sum() -> None:
