@@ -37,9 +37,12 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-import tomllib
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 
 from loadgen.predict.deploy import parse_deployment, predict
 from loadgen.sim.model import StepModel

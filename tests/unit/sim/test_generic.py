@@ -103,7 +103,7 @@ def test_predicted_rows_carry_itl_and_one_user_sees_one_decode_step_between_chun
 
 def test_the_published_benchmark_serves_each_set_up_as_its_source_ran_it() -> None:
     bench = _bench("predict_published")
-    data = __import__("tomllib").loads(bench.DATA.read_text())
+    data = bench.tomllib.loads(bench.DATA.read_text())
     by_id = {s["id"]: s for s in data["setup"]}
     trt = bench.build(by_id["trtllm-perfoverview-llama33-70b-h100-tp2-1000-1000"])
     assert trt.kind == "offline" and trt.loads == [bench.OFFLINE_USERS]
