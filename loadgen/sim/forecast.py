@@ -153,7 +153,7 @@ def run_ramp(
     marks: list[tuple[float, float, int] | None] = [None] * n_steps  # (energy, busy, retracted) at window start
     ends: list[tuple[float, float, int] | None] = [None] * n_steps  # the same at window end
     arrivals: list[tuple[float, int]] = []
-    users = 0  # closed loop: users started so far; ids >= the step's concurrency retire
+    active: set[int] = set()  # closed loop: users with a request in flight or about to send
     step = -1
     seq = 0
     now = 0.0
@@ -165,17 +165,19 @@ def run_ramp(
         return k * period + warmup_s <= t <= (k + 1) * period
 
     def start_step(k: int) -> None:
-        nonlocal users
         t0 = k * period
         if closed:
-            target = int(loads[k])
-            for i in range(users, target):
-                heapq.heappush(arrivals, (t0 + (i - users) * stagger_s, i))
-            users = max(users, target)
-        elif loads[k] > 0:
+            # the step's users not already active start now, stagger_s apart (ids >= the step's
+            # concurrency retire when they would next send)
+            new = [i for i in range(int(loads[k])) if i not in active]
+            for j, i in enumerate(new):
+                heapq.heappush(arrivals, (t0 + j * stagger_s, i))
+                active.add(i)
+        else:
             # the open loop's next arrival at the new rate (a pending one of the old rate is dropped)
             arrivals.clear()
-            heapq.heappush(arrivals, (t0 + float(gaps.exponential(1.0 / loads[k])), 0))
+            if loads[k] > 0:
+                heapq.heappush(arrivals, (t0 + float(gaps.exponential(1.0 / loads[k])), 0))
 
     start_step(0)
     step = 0
@@ -210,6 +212,7 @@ def run_ramp(
                     continue  # a ramp sends nothing after its last window; what was sent drains
                 k = step_at(at)
                 if closed and user >= int(loads[k]):
+                    active.discard(user)
                     continue  # this step has fewer users: this one retires
                 target, reason = output_tokens, "length"
                 if natural_lengths:

@@ -31,9 +31,10 @@ def test_a_user_carried_over_from_the_last_step_runs_out_of_phase_with_the_new_o
 
 def test_a_smaller_step_retires_users_and_an_open_loop_switches_rate() -> None:
     p = load_profile("h200-llama-8b")
-    down = run_ramp(p, [16, 2], **KW)
+    down = run_ramp(p, [16, 2, 16], **KW)
     assert max(down[0].running) == 16
     assert max(down[1].running) <= 2  # the warm-up let the retired users' last requests finish
+    assert max(down[2].running) == 16  # and the retired users come back when the load does
     rates = run_ramp(p, None, [1.0, 4.0], input_tokens=500, output_tokens=64, warmup_s=5.0, window_s=40.0, drain_s=30.0)
     # below saturation an open loop serves what arrives: rate x output tokens
     assert rates[0].output_tok_s == pytest.approx(1.0 * 64, rel=0.35)
