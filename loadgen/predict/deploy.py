@@ -238,11 +238,13 @@ def predict(
     stagger_s: float = 0.0,
     client_gap_s: float = 0.001,
     independent: bool = False,
+    client_gaps_s: Sequence[float] | None = None,
 ) -> dict[str, Any]:
     """Every deployment at every load: ``{"deployments": [start-up check + knee], "rows": [...]}``.
     The loads run one after another on one engine, as ``loadgen ramp`` runs its steps (a closed
     loop's users carry over from step to step: forecast.run_ramp); ``independent``: each load
-    from an idle server (a benchmark whose every point was a run of its own)."""
+    from an idle server (a benchmark whose every point was a run of its own). ``client_gaps_s``: the
+    client's turns to draw from (forecast.run_ramp) instead of the constant ``client_gap_s``."""
     loads: list[tuple[int | None, float | None]] = (
         [(c, None) for c in concurrencies or []] if concurrencies else [(None, r) for r in rates or []]
     )
@@ -263,6 +265,7 @@ def predict(
                 # each other's decodes; a real workload's varied lengths spread them)
                 stagger_s=stagger_s,
                 client_gap_s=client_gap_s,
+                client_gaps_s=client_gaps_s,
                 seed=seed,
             )
             cs = [c for c, _ in loads if c is not None] or None

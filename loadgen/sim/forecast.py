@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import heapq
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -121,6 +122,7 @@ def run_ramp(
     seed: int = 0,
     shared_prefix_tokens: int | None = None,
     natural_lengths: bool = False,
+    client_gaps_s: Sequence[float] | None = None,
 ) -> list[PointResult]:
     """Run the loads one after another on one engine, as ``loadgen ramp`` runs its steps: step
     ``k`` starts where step ``k-1``'s window ended, with its warm-up and its window; a closed loop's
@@ -128,7 +130,9 @@ def run_ramp(
     retires the last ones after their request in flight), an open loop switches rate. Each step
     measures its own window, and a request belongs to the step in whose window it was sent. After
     the last window nothing is sent, and the requests sent in the windows finish within ``drain_s``.
-    Arguments as :func:`run_point`'s."""
+    ``client_gaps_s``: a closed loop's user waits a turn drawn from these (a client's measured turns,
+    seeded) instead of ``client_gap_s``: a real client's jitter of a few ms is what moves its users'
+    phases, so that some prefills run inside the others' decodes. Else as :func:`run_point`."""
     closed = concurrencies is not None
     loads: list[float] = [float(c) for c in concurrencies] if closed else list(rates or [])  # type: ignore[union-attr]
     if not loads or (closed and rates):
@@ -136,6 +140,7 @@ def run_ramp(
     engine = Engine(profile, seed=seed)
     lengths = np.random.default_rng(seed)
     gaps = np.random.default_rng(seed + 1)
+    turns = np.random.default_rng(seed + 2)
     server = profile.server
     block = engine.cache.block_tokens if engine.cache is not None else 0
     n_blocks = input_tokens // block if block else 0
@@ -284,7 +289,8 @@ def run_ramp(
                 if req.generated > 1:
                     sent.tpot_s.append((req.finish_s - req.first_token_s) / (req.generated - 1))
             if closed:
-                heapq.heappush(arrivals, (now + client_gap_s, int(req.context)))  # type: ignore[call-overload]
+                gap = client_gaps_s[int(turns.integers(len(client_gaps_s)))] if client_gaps_s else client_gap_s
+                heapq.heappush(arrivals, (now + gap, int(req.context)))  # type: ignore[call-overload]
     for k, out in enumerate(outs):
         w0, w1 = k * period + warmup_s, (k + 1) * period
         end = min(now, w1)

@@ -41,3 +41,15 @@ def test_a_smaller_step_retires_users_and_an_open_loop_switches_rate() -> None:
     assert rates[1].output_tok_s == pytest.approx(4.0 * 64, rel=0.2)
     with pytest.raises(ValueError, match="not both"):
         run_ramp(p, [1], [1.0])
+
+
+def test_a_clients_jittery_turns_move_its_users_out_of_step() -> None:
+    # the same eight users from an idle server: with a constant turn they stay in step (every prefill
+    # a batch of eight); with turns of 1-6 ms, as a real client's, the first to send is prefilled
+    # alone and the others' first tokens come sooner or later than the batch's
+    p = load_profile("h200-llama-8b")
+    steady = run_ramp(p, [8], **KW)[0]
+    jitter = run_ramp(p, [8], **{**KW, "client_gaps_s": [0.001, 0.003, 0.006]})[0]
+    assert len(set(round(t, 6) for t in steady.ttft_s)) == 1
+    assert min(jitter.ttft_s) < 0.5 * max(jitter.ttft_s)
+    assert sum(jitter.tpot_s) / len(jitter.tpot_s) > sum(steady.tpot_s) / len(steady.tpot_s)
