@@ -89,4 +89,5 @@ def test_story_table_through_http_under_the_default_workload(sim_factory: Any, t
     # the default prompts really are the 60-token chat prompts (served length as the server counts)
     assert 50 <= step["prompt_tokens_mean"] <= 75, step["prompt_tokens_mean"]
     off = {key: measured[key] / story - 1 for key, story in STORY.items()}
+    print({f"{p} C={c}": f"{measured[(p, c)]:.1f} ({off[(p, c)]:+.1%})" for p, c in STORY})  # shown with -s
     assert all(abs(e) <= 0.05 for e in off.values()), off
