@@ -50,7 +50,12 @@ def step_s(p: Profile, x: np.ndarray, point: dict) -> float:
     fields = dict(zip(NAMES, (float(v) for v in x), strict=True))
     fields["t_fix_ms"] = 0.0
     fields["t_fix_prefill_ms"] = 0.0
-    m = StepModel(apply_overrides(p, {f"server.{k}": v for k, v in fields.items()}))
+    return model_s(StepModel(apply_overrides(p, {f"server.{k}": v for k, v in fields.items()})), point)
+
+
+def model_s(m: StepModel, point: dict) -> float:
+    """The step model's time for one probed step (a decode of ``batch`` requests at ``ctx`` tokens
+    each, or a causal prefill of ``tokens``)."""
     if point["kind"] == "decode":
         return m.decode(point["batch"], point["batch"] * point["ctx"]).duration_s
     t = point["tokens"]
@@ -98,11 +103,7 @@ def main() -> None:
         parts = profiles("h200")
         print(f"held out: {HOLDOUT.name}, the shipped generic profile")
         for p in held["points"]:
-            m = StepModel(parts[p["model"]])
-            if p["kind"] == "decode":
-                t = m.decode(p["batch"], p["batch"] * p["ctx"]).duration_s
-            else:
-                t = m.prefill(p["tokens"], p["tokens"] * (p["tokens"] + 1) / 2).duration_s
+            t = model_s(StepModel(parts[p["model"]]), p)
             e = t / (p["ms_median"] / 1e3) - 1
             print(
                 f"{p['model']:14s} {p['kind']:7s} {p['batch']:5d} {p['ctx']:7d} {p['ms_median']:11.2f}"

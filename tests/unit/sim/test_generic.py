@@ -13,6 +13,7 @@ import json
 import statistics
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,6 +35,16 @@ def _bench(name: str):  # type: ignore[no-untyped-def]
     return mod
 
 
+def _error(m: StepModel, point: dict[str, Any]) -> float:
+    """The step model's time for one probed step over the time measured, less 1."""
+    if point["kind"] == "decode":
+        t = m.decode(point["batch"], point["batch"] * point["ctx"]).duration_s
+    else:
+        n = point["tokens"]
+        t = m.prefill(n, n * (n + 1) / 2).duration_s
+    return float(t / (point["ms_median"] / 1e3) - 1)
+
+
 def test_the_frozen_constants_reproduce_the_h200_probe_they_were_fitted_on() -> None:
     probe = json.loads(PROBE.read_text())
     parts = {
@@ -42,15 +53,7 @@ def test_the_frozen_constants_reproduce_the_h200_probe_they_were_fitted_on() -> 
             load_profile("generic", model="llama-3.3-70b-instruct", hardware="h200"), {"server.quantization": "fp8"}
         ),
     }
-    errors = []
-    for point in probe["points"]:
-        m = StepModel(parts[point["model"]])
-        if point["kind"] == "decode":
-            t = m.decode(point["batch"], point["batch"] * point["ctx"]).duration_s
-        else:
-            n = point["tokens"]
-            t = m.prefill(n, n * (n + 1) / 2).duration_s
-        errors.append(t / (point["ms_median"] / 1e3) - 1)
+    errors = [_error(StepModel(parts[point["model"]]), point) for point in probe["points"]]
     assert len(errors) == 17
     assert statistics.median(abs(e) for e in errors) < 0.025
     assert max(abs(e) for e in errors) < 0.11
@@ -60,14 +63,7 @@ def test_the_frozen_constants_predict_a_model_the_fit_never_saw() -> None:
     # Qwen3-32B's shape in BF16 (64 layers, hidden 5120), timed on the same H200 after the fit
     held = json.loads(HOLDOUT.read_text())
     m = StepModel(load_profile("generic", model="qwen3-32b", hardware="h200"))
-    errors = []
-    for point in held["points"]:
-        if point["kind"] == "decode":
-            t = m.decode(point["batch"], point["batch"] * point["ctx"]).duration_s
-        else:
-            n = point["tokens"]
-            t = m.prefill(n, n * (n + 1) / 2).duration_s
-        errors.append(t / (point["ms_median"] / 1e3) - 1)
+    errors = [_error(m, point) for point in held["points"]]
     assert len(errors) == 7
     assert max(abs(e) for e in errors) < 0.10
 
