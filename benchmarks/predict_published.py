@@ -152,6 +152,10 @@ def build(raw: dict[str, Any]) -> Setup:
         # NVIDIA's ModelOpt checkpoints carry "kv_cache_quant_algo": "FP8" in hf_quant_config.json,
         # which the engines honour without a flag: the set-up's cache is FP8
         fields.append("server.kv_cache_dtype=fp8")
+    if str(raw.get("engine", "")).lower() == "vllm":
+        # the set-up says its engine: vLLM's defaults and its V1 scheduler (sim/sched_vllm.py); the
+        # others (TensorRT-LLM, LMDeploy's TurboMind) are scheduled as SGLang schedules
+        fields.append("engine=vllm")
     loads = [OFFLINE_USERS] if kind == "offline" else [int(p.get("batch_size") or p["concurrency"]) for p in points]
     cap = max(max(loads), 256)
     fields += [f"server.max_running_requests={cap}", f"server.cuda_graph_max_bs={cap}"]

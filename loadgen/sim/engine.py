@@ -49,8 +49,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -58,83 +57,42 @@ from loadgen.sim.memory import MemoryPlan, memory_plan
 from loadgen.sim.model import StepCost, StepModel
 from loadgen.sim.prefix import Block, PrefixCache
 from loadgen.sim.profile import FixedTiming, Profile
+from loadgen.sim.sched_vllm import VllmScheduler
+from loadgen.sim.seq import (
+    ABORTED,
+    FINISHED,
+    RUNNING,
+    WAITING,
+    Emission,
+    LogFn,
+    RejectError,
+    SimRequest,
+    Step,
+)
 from loadgen.sim.text import classify_source
+
+__all__ = [
+    "ABORTED",
+    "FINISHED",
+    "RUNNING",
+    "SOURCE_PREFIX",
+    "WAITING",
+    "Emission",
+    "Engine",
+    "FixedStepModel",
+    "Histogram",
+    "RejectError",
+    "SimRequest",
+    "acceptance_cdf",
+    "natural_length",
+    "request_source",
+]
 
 CLIP_MAX_NEW_TOKENS = 4096
 INIT_NEW_TOKEN_RATIO = 0.7
 MIN_NEW_TOKEN_RATIO = INIT_NEW_TOKEN_RATIO * 0.14
 NEW_TOKEN_RATIO_DECAY = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / 600
 RETRACT_DECODE_STEPS = 20
-
-WAITING, RUNNING, FINISHED, ABORTED = 0, 1, 2, 3
-
-LogFn = Callable[[str], None]
-
-
-class RejectError(Exception):
-    """A request refused at submission: ``status`` is the HTTP status, ``message`` the server's text."""
-
-    def __init__(self, status: int, message: str, err_type: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.err_type = err_type
-
-
-@dataclass(eq=False, slots=True)
-class SimRequest:
-    """One request inside the engine. Times are on the engine's clock, in seconds."""
-
-    rid: str
-    prompt_tokens: int
-    max_new_tokens: int  # what the request allows (scheduler reservations use this)
-    target_tokens: int  # when it will stop (the server knows; the scheduler does not use it)
-    stop_reason: str  # "length" or "stop", reported when target_tokens is reached
-    source: str = "default"
-    arrival_s: float = 0.0
-    generated: int = 0
-    prefilled: int = 0  # tokens of (prompt + output so far) already in the KV cache
-    kv_tokens: int = 0
-    state: int = WAITING
-    first_token_s: float = -1.0
-    last_token_s: float = -1.0
-    finish_s: float = -1.0
-    queue_end_s: float = -1.0
-    retractions: int = 0
-    verify_ct: int = 0
-    finish_reason: str = ""
-    abort_message: str = ""
-    context: object = None  # the server's per-request state
-    block_hashes: list[int] = field(default_factory=list)  # chained prompt block hashes (prefix cache)
-    cached_tokens: int = 0  # prompt tokens found in the prefix cache at first scheduling (usage)
-    locked: list[Block] = field(default_factory=list)  # cached blocks this request holds
-    # (n output tokens) -> chained hashes of every full block of the prompt continued by its first n
-    # output tokens (loadgen.sim.continuation); None: the output is not cached when the request ends
-    continued_block_hashes: Callable[[int], list[int]] | None = None
-    prefill_only: bool = False  # a pooling sequence (embeddings, rerank): done when its prefill ends
-
-    @property
-    def recompute_len(self) -> int:
-        return self.prompt_tokens + self.generated
-
-
-@dataclass(slots=True)
-class Emission:
-    """Tokens a request committed in one step. ``finished`` marks the request's last emission."""
-
-    req: SimRequest
-    tokens: int
-    finished: bool
-
-
-@dataclass(slots=True)
-class _Step:
-    kind: str  # "prefill" or "decode"
-    start_s: float
-    end_s: float
-    cost: StepCost
-    reqs: list[SimRequest]
-    chunks: list[int] = field(default_factory=list)  # prefill: tokens per request
 
 
 class Histogram:
@@ -278,6 +236,15 @@ class FixedStepModel:
         d = max(self.t.ttft_floor_ms, self.t.ttft_ms + self.t.ttft_per_1k_ms * n_tokens / 1000.0) / 1e3
         return self._cost(d)
 
+    def mixed(self, n_reqs: int, ctx_sum: float, n_tokens: int, attn_pairs: float, prefill_reqs: int) -> StepCost:
+        # ASSUMPTION: a given timing has no shared forward, so a mixed step costs both of its parts
+        if n_tokens <= 0:
+            return self.decode(n_reqs, ctx_sum)
+        if n_reqs <= 0:
+            return self.prefill(n_tokens, attn_pairs, prefill_reqs)
+        d = self.decode(n_reqs, ctx_sum).duration_s + self.prefill(n_tokens, attn_pairs, prefill_reqs).duration_s
+        return self._cost(d)
+
     def _cost(self, d: float) -> StepCost:
         hw = self.real.p.hardware
         busy = min(self.t.power_busy_w, hw.power_limit_w)
@@ -329,7 +296,7 @@ class Engine:
             PrefixCache(s.prefix_block_tokens) if not s.disable_radix_cache and s.prefix_block_tokens > 0 else None
         )
         self.new_token_ratio = INIT_NEW_TOKEN_RATIO
-        self.current: _Step | None = None
+        self.current: Step | None = None
         self.counters = Counters()
         self.gauges = Gauges()
         self.ttft = Histogram(TTFT_BOUNDS)
@@ -358,6 +325,8 @@ class Engine:
         self._log_retracted = 0
         self.last_cost: StepCost | None = None
         self._aborted_now: list[SimRequest] = []
+        # vLLM's V1 scheduler (sched_vllm.py) when the deployment is served by vLLM; else SGLang's below
+        self.vllm: VllmScheduler | None = VllmScheduler(self) if s.engine == "vllm" else None
 
     # -- submission -----------------------------------------------------------------------------
 
@@ -516,6 +485,9 @@ class Engine:
 
     def _start(self, t: float) -> None:
         self._account_idle(t)
+        if self.vllm is not None:
+            self.current = self.vllm.plan(t)
+            return
         step = self._plan_prefill(t)
         if step is None and self.running:
             step = self._plan_decode(t)
@@ -528,7 +500,7 @@ class Engine:
             total += min(r.max_new_tokens - r.generated, CLIP_MAX_NEW_TOKENS) * ratio
         return total
 
-    def _plan_prefill(self, t: float) -> _Step | None:
+    def _plan_prefill(self, t: float) -> Step | None:
         if not self.waiting or len(self.running) >= self.max_running:
             return None
         budget = self.profile.server.chunked_prefill_size
@@ -587,9 +559,9 @@ class Engine:
         cost = self.timing.prefill(n_tokens, pairs, len(batch) + len(self.waiting))
         self.counters.prefill_steps += 1
         self._log_prefill(len(batch), n_tokens, hit_tokens)
-        return _Step("prefill", t, t + cost.duration_s, cost, batch, chunks)
+        return Step("prefill", t, t + cost.duration_s, cost, batch, chunks)
 
-    def _plan_decode(self, t: float) -> _Step | None:
+    def _plan_decode(self, t: float) -> Step | None:
         need = len(self.running) * self.n_v
         if self.free_tokens < need:
             self._make_room(need)
@@ -604,7 +576,7 @@ class Engine:
         ctx_sum = float(sum(r.prefilled for r in self.running))  # context incl. cached prefix
         cost = self.timing.decode(len(self.running), ctx_sum)
         self.counters.decode_steps += 1
-        return _Step("decode", t, t + cost.duration_s, cost, list(self.running))
+        return Step("decode", t, t + cost.duration_s, cost, list(self.running))
 
     def _retract(self, need: int, t: float) -> None:
         """Free KV by retracting requests until the next decode step fits (SGLang's policy)."""
@@ -708,7 +680,7 @@ class Engine:
 
     # -- step completion ------------------------------------------------------------------------
 
-    def _complete(self, step: _Step) -> list[Emission]:
+    def _complete(self, step: Step) -> list[Emission]:
         out: list[Emission] = []
         end = step.end_s
         cost = step.cost
@@ -719,6 +691,9 @@ class Engine:
         while self.history and self.history[0][0] < end - 5.0 and len(self.history) > 2:
             self.history.popleft()
         self.last_cost = cost
+        if step.kind == "mixed":
+            assert self.vllm is not None
+            return self.vllm.complete(step)
         if step.kind == "prefill":
             for req, chunk in zip(step.reqs, step.chunks, strict=True):
                 if req.state == ABORTED:

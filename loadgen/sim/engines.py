@@ -19,10 +19,12 @@ from each engine's source; the user's own ``server.*`` settings win over them.
   the A100, a token budget of 8,192 per step and 1,024 sequences; otherwise 2,048 and 256. CUDA
   graphs up to batch 512 (its compilation config's largest capture size).
 
-What this does not change: the scheduler. The simulated engine schedules as SGLang does; vLLM's
-token budget shared by prefill chunks and decodes in one step, and its preemption by recompute,
-are issue 33's engine parts. Here vLLM's budget is taken as the prefill chunk size and its
-``gpu_memory_utilization`` as the static share (ASSUMPTION: vLLM's fraction also covers the
+The scheduler follows ``server.engine``: SGLang's (engine.py: prefill and decode steps apart,
+admission that reserves room for future output, retraction) or vLLM's V1 (sched_vllm.py: one token
+budget per step shared by prefill chunks and decodes, admission without reservation, preemption of
+the newest request by recompute, KV in blocks of ``--block-size`` 16, set here as
+``server.prefix_block_tokens``). vLLM's token budget is ``server.chunked_prefill_size`` and its
+``gpu_memory_utilization`` the static share (ASSUMPTION: vLLM's fraction also covers the
 activations its profiling run measures, so its pool reads a little large).
 """
 
@@ -82,6 +84,7 @@ def vllm_defaults(profile: Profile) -> dict[str, Any]:
         "server.cuda_graph_max_bs": 512,
         "server.mem_fraction_static": 0.9,
         "server.disable_radix_cache": False,
+        "server.prefix_block_tokens": 16,
     }
 
 

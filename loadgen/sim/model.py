@@ -236,6 +236,28 @@ class StepModel:
             prefill=True,
         )
 
+    def mixed(self, n_reqs: int, ctx_sum: float, n_tokens: int, attn_pairs: float, prefill_reqs: int) -> StepCost:
+        """One forward of vLLM's scheduler (sched_vllm.py): ``n_reqs`` decoding requests whose KV
+        lengths sum to ``ctx_sum`` (as :meth:`decode`) and ``n_tokens`` prompt tokens of
+        ``prefill_reqs`` requests with ``attn_pairs`` attention pairs (as :meth:`prefill`) share the
+        weights' read and the fixed cost. Either part alone is exactly that method's step."""
+        if n_tokens <= 0:
+            return self.decode(n_reqs, ctx_sum)
+        if n_reqs <= 0:
+            return self.prefill(n_tokens, attn_pairs, prefill_reqs)
+        m = self.p.model
+        n_v = self.p.verify_width
+        batches = max(1, min(self.pp, n_reqs + prefill_reqs))
+        n_eff = n_reqs * (n_v**self.p.spec.beta if n_v > 1 else 1.0) + n_tokens
+        return self._step(
+            (n_reqs * n_v + n_tokens) / batches,
+            n_eff / batches,
+            m.attn_flops_per_ctx * m.layers * (n_v * ctx_sum + attn_pairs) / batches,
+            ctx_sum * m.kv_bytes_per_token / self.kv_div / batches,
+            batches,
+            prefill=True,
+        )
+
     # -- power ----------------------------------------------------------------------------------
 
     def power_w(self, u_bw: float, u_tc: float, u_nvl: float) -> float:

@@ -120,6 +120,16 @@ def render_vllm(engine: Engine, model_name: str) -> str:
     )
     w.metric("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", len(engine.waiting))
     w.metric("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", usage)
+    block = max(1, engine.profile.server.prefix_block_tokens)
+    w.metric(
+        "vllm:cache_config_info",
+        "gauge",
+        "Information of the LLMEngine CacheConfig",
+        1.0,
+        # as vLLM counts it: the pool's blocks and its null block
+        f'block_size="{block}",enable_prefix_caching="{engine.cache is not None}",'
+        f'num_gpu_blocks="{engine.pool_tokens // block + 1}"',
+    )
     w.counter("vllm:num_preemptions_total", "Cumulative number of preemption from the engine.", c.retracted_reqs)
     w.counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.", c.prompt_tokens)
     w.counter("vllm:generation_tokens_total", "Number of generation tokens processed.", c.generation_tokens)

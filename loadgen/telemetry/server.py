@@ -107,7 +107,24 @@ def map_metrics(expo: prom.Exposition, mapping: Mapping[str, str] | None = None)
     for fld in ("running", "queued"):
         if isinstance(rec.get(fld), float) and rec[fld].is_integer():
             rec[fld] = int(rec[fld])
+    if engine == "vllm" and "kv_capacity_tokens" not in table:
+        rec.update(_vllm_cache_config(by_name.get("vllm:cache_config_info", [])))
     return rec
+
+
+def _vllm_cache_config(series: list[prom.PromSample]) -> Record:
+    """The KV pool vLLM's ``cache_config_info`` labels describe: ``num_gpu_blocks`` blocks of
+    ``block_size`` tokens, of which one is its null block (``BlockPool.null_block``, never given to
+    a request), so ``kv_capacity_tokens = (num_gpu_blocks - 1) * block_size``; summed over engines."""
+    tokens, block = 0, 0
+    for s in series:
+        try:
+            blocks, size = int(s.labels.get("num_gpu_blocks", "")), int(s.labels.get("block_size", ""))
+        except ValueError:
+            continue  # "None" before the engine sized its pool
+        tokens += max(blocks - 1, 0) * size
+        block = size
+    return {"kv_capacity_tokens": float(tokens), "kv_block_tokens": block} if tokens else {}
 
 
 class ServerMetricsSampler:

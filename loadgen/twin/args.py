@@ -69,6 +69,12 @@ def calibrate_parser() -> argparse.ArgumentParser:
         metavar="NAME=VALUE",
         help="replace a fitted parameter (what-if), e.g. max_running_requests=256 (repeatable; default: none)",
     )
+    ap.add_argument(
+        "--engine",
+        choices=("sglang", "vllm"),
+        help="the scheduler the twin runs: SGLang's or vLLM's V1 (docs/simulator.md) (default: the engine "
+        "whose names the run's server /metrics carried, else sglang)",
+    )
     return ap
 
 
@@ -121,5 +127,11 @@ def twin_parser() -> argparse.ArgumentParser:
         default=0,
         help="the twin simulator's random seed (acceptance and natural-length draws; default: 0): replays under "
         "several seeds show the twin's own spread, which a short step at low load makes a few %%",
+    )
+    ap.add_argument(
+        "--engine",
+        choices=("sglang", "vllm"),
+        help="the scheduler the twin runs: SGLang's or vLLM's V1 (docs/simulator.md) (default: the engine "
+        "whose names the run's server /metrics carried, else sglang)",
     )
     return ap

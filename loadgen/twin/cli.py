@@ -48,9 +48,12 @@ def _load_runs(paths: list[str]) -> list[Run]:
     return runs
 
 
-def calibrate(paths: list[str]) -> tuple[list[Run], TwinFit]:
+def calibrate(paths: list[str], engine: str | None = None) -> tuple[list[Run], TwinFit]:
     runs = _load_runs(paths)
-    return runs, fit(observe(runs))
+    result = fit(observe(runs))
+    if engine:
+        result.engine, result.engine_evidence = engine, "--engine"
+    return runs, result
 
 
 def _served_name(runs: list[Run]) -> str:
@@ -59,13 +62,15 @@ def _served_name(runs: list[Run]) -> str:
 
 
 def _summary(result: TwinFit) -> list[str]:
-    return [f"`{k}` = {v.describe()}" for k, v in result.params.items()]
+    return [f"`engine` = {result.engine} ({result.engine_evidence})"] + [
+        f"`{k}` = {v.describe()}" for k, v in result.params.items()
+    ]
 
 
 def calibrate_main(argv: list[str]) -> int:
     args = calibrate_parser().parse_args(argv)
     try:
-        runs, result = calibrate(args.runs)
+        runs, result = calibrate(args.runs, args.engine)
         apply_sets(result, _parse_sets(args.set))
         profile, report = write_twin(result, Path(args.output), served_name=_served_name(runs))
     except TwinError as exc:
@@ -288,7 +293,7 @@ def twin_main(argv: list[str]) -> int:
             context_tokens=_int_list(args.context_tokens, "--context-tokens"),
             max_tokens=args.max_tokens,
         )
-        runs, result = calibrate([args.run])
+        runs, result = calibrate([args.run], args.engine)
         measured = runs[0]
         if args.plan and _plan_argv(args, measured, out) is None:
             raise TwinError(f"--plan: {args.run} was run without --slo; give the limits, e.g. --slo ttft_p99=2s")

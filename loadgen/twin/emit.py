@@ -28,6 +28,7 @@ MEM_FRACTION = 0.9
 NOTIONAL_HBM_GB = 1000.0
 DEFAULT_CONTEXT = 131072
 DEFAULT_CHUNKED_PREFILL = 8192
+DEFAULT_VLLM_TOKEN_BUDGET = 2048
 KNOT_PREFIX = "decode_ms_at_batch_"  # fit parameters: the broken-line decode step at that batch
 LINE_PARAMS = ("decode_ms_fixed", "decode_ms_per_request", "decode_ms_per_1k_ctx")
 
@@ -232,7 +233,13 @@ def profile_text(result: TwinFit, *, name: str, served_name: str) -> str:
         "max_queued_requests = 0",
         f"mem_fraction_static = {MEM_FRACTION}",
         f"cuda_graph_max_bs = {min(max_running, 512)}",
-        f"chunked_prefill_size = {DEFAULT_CHUNKED_PREFILL}  # ASSUMED: SGLang's default",
+        f"engine = {_toml_value(result.engine)}  # the scheduler: {result.engine_evidence}",
+        (
+            f"chunked_prefill_size = {DEFAULT_VLLM_TOKEN_BUDGET}  # ASSUMED: vLLM's max_num_batched_tokens for its "
+            "OpenAI server (8,192 on GPUs of 70 GiB or more): /metrics does not export it"
+            if result.engine == "vllm"
+            else f"chunked_prefill_size = {DEFAULT_CHUNKED_PREFILL}  # ASSUMED: SGLang's default"
+        ),
         "startup_s = 0.0",
         f"natural_len_median = {max(1, round(_get(result, 'natural_len_median', 300.0)))}"
         + _comment(result, "natural_len_median"),

@@ -39,6 +39,7 @@ MIN_GAPS = 50
 MIN_PREFILLS = 5
 REL_UNCERTAINTY_MAX = 1.0 / 3.0
 """A coefficient known to less than three standard errors is not determined: it is dropped."""
+DEFAULT_MAX_NUM_SEQS_VLLM = 256  # vLLM's max_num_seqs for its OpenAI server (1,024 on GPUs of 70 GiB or more)
 DEFAULT_MAX_RUNNING_AR = 4096  # the simulator's (and a large SGLang pool's) cap without speculation
 DEFAULT_MAX_RUNNING_SPEC = 48  # SGLang's default with speculative decoding
 UNBOUNDED_KV_TOKENS = 10_000_000
@@ -67,6 +68,9 @@ class TwinFit:
     params: dict[str, Param]
     cannot_fit: list[str] = field(default_factory=list)
     measured: dict[str, Any] = field(default_factory=dict)  # the range the fit saw (what-if distances)
+    # the simulator's scheduler the twin runs (sim/engine.py SGLang's, sim/sched_vllm.py vLLM's) and why
+    engine: str = "sglang"
+    engine_evidence: str = "assumed: the run exported no server metrics that name an engine"
 
     def value(self, name: str) -> float:
         return self.params[name].value
@@ -76,6 +80,8 @@ class TwinFit:
             "params": {k: asdict(v) for k, v in self.params.items()},
             "cannot_fit": self.cannot_fit,
             "measured": self.measured,
+            "engine": self.engine,
+            "engine_evidence": self.engine_evidence,
         }
 
 
@@ -526,9 +532,12 @@ def _fit_lengths(obs: Observations, params: dict[str, Param], cannot: list[str])
 
 def _fit_capacity(obs: Observations, params: dict[str, Param], cannot: list[str], spec: bool) -> None:
     if obs.kv_capacity_tokens:
-        params["kv_pool_tokens"] = Param(
-            float(obs.kv_capacity_tokens), 0.0, "tokens", "server /metrics (max_total_num_tokens)"
+        source = (
+            "server /metrics (vllm:cache_config_info: num_gpu_blocks less vLLM's null block, x block_size)"
+            if obs.engine == "vllm"
+            else "server /metrics (max_total_num_tokens)"
         )
+        params["kv_pool_tokens"] = Param(float(obs.kv_capacity_tokens), 0.0, "tokens", source)
     elif len(obs.kv_ratio) >= 3:
         r = obs.kv_ratio
         params["kv_pool_tokens"] = Param(
@@ -567,6 +576,8 @@ def _fit_capacity(obs: Observations, params: dict[str, Param], cannot: list[str]
         )
     else:
         default = DEFAULT_MAX_RUNNING_SPEC if spec else DEFAULT_MAX_RUNNING_AR
+        if obs.engine == "vllm":
+            default = DEFAULT_MAX_NUM_SEQS_VLLM
         seen = max(batch_max, float(obs.running_max or 0.0))
         params["max_running_requests"] = Param(
             max(float(default), seen),
@@ -584,6 +595,14 @@ def _fit_capacity(obs: Observations, params: dict[str, Param], cannot: list[str]
 
 
 def _fit_prefix(obs: Observations, params: dict[str, Param], cannot: list[str]) -> None:
+    _fit_prefix_cache(obs, params, cannot)
+    if obs.kv_block_tokens:  # vLLM says its block size: its KV and its prefix cache come in these blocks
+        params["prefix_block_tokens"] = Param(
+            float(obs.kv_block_tokens), 0.0, "tokens", "server /metrics (vllm:cache_config_info block_size)"
+        )
+
+
+def _fit_prefix_cache(obs: Observations, params: dict[str, Param], cannot: list[str]) -> None:
     cached = obs.cached_tokens
     known = np.isfinite(cached)
     if not known.any():
@@ -666,4 +685,8 @@ def fit(obs: Observations) -> TwinFit:
     _fit_capacity(obs, params, cannot, spec)
     _fit_prefix(obs, params, cannot)
     _fit_power(obs, params, cannot)
-    return TwinFit(params=params, cannot_fit=cannot, measured=measured)
+    result = TwinFit(params=params, cannot_fit=cannot, measured=measured)
+    if obs.engine in ("sglang", "vllm"):
+        result.engine = obs.engine
+        result.engine_evidence = f"the server's /metrics names are {obs.engine}'s"
+    return result

@@ -89,6 +89,8 @@ class Observations:
     streamed_records: int
     # server metrics (None where the run has none)
     kv_capacity_tokens: float | None = None
+    kv_block_tokens: int | None = None  # vLLM's block size (cache_config_info); SGLang pages are 1 token
+    engine: str = ""  # the engine the server's /metrics names belong to (sglang, vllm), "" if none
     kv_ratio: F64 = field(default_factory=lambda: np.zeros(0))  # sampled ctx tokens / kv_usage
     running_max: float | None = None
     queued_while_running_max: bool = False
@@ -210,6 +212,8 @@ def _one_run(run: Run) -> dict[str, Any]:
     server = [s for s in run.samples if s.get("src") == "server"]
     kv_cap = [float(s["kv_capacity_tokens"]) for s in server if isinstance(s.get("kv_capacity_tokens"), (int, float))]
     kv_ratio: list[float] = []
+    blocks = [int(s["kv_block_tokens"]) for s in server if isinstance(s.get("kv_block_tokens"), int)]
+    engines = [str(s["engine"]) for s in server if s.get("engine") in ("sglang", "vllm")]
     running = [float(s["running"]) for s in server if isinstance(s.get("running"), (int, float))]
     run_max = max(running) if running else None
     queued_at_max = any(
@@ -268,6 +272,8 @@ def _one_run(run: Run) -> dict[str, Any]:
         "ok_records": int(ok.sum()),
         "streamed_records": len(rows),
         "kv_capacity_tokens": max(kv_cap) if kv_cap else None,
+        "kv_block_tokens": max(blocks) if blocks else None,
+        "engine": max(set(engines), key=engines.count) if engines else None,
         "kv_ratio": np.array(kv_ratio),
         "running_max": run_max,
         "queued_while_running_max": queued_at_max,
@@ -323,6 +329,8 @@ def observe(runs: list[Run]) -> Observations:
         ok_records=sum(p["ok_records"] for p in parts),
         streamed_records=sum(p["streamed_records"] for p in parts),
         kv_capacity_tokens=first("kv_capacity_tokens"),
+        kv_block_tokens=first("kv_block_tokens"),
+        engine=first("engine") or "",
         kv_ratio=cat("kv_ratio"),
         running_max=first("running_max"),
         queued_while_running_max=any(p["queued_while_running_max"] for p in parts),

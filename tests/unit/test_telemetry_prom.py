@@ -152,6 +152,19 @@ def test_vllm_names_are_recognised_and_engines_summed() -> None:
     assert rec["requests_total"] == 100.0
 
 
+def test_vllm_cache_config_info_gives_the_pool_less_its_null_block_and_the_block_size() -> None:
+    # the labels vLLM 0.32 (CPU build) exported with --num-gpu-blocks-override 16, abridged
+    info = (
+        'vllm:cache_config_info{block_size="128",cache_dtype="auto",enable_prefix_caching="True",engine="0",'
+        'kv_cache_size_tokens="2048",num_gpu_blocks="16",num_gpu_blocks_override="16"} 1.0\n'
+    )
+    rec = map_metrics(prom.parse(VLLM + "# TYPE vllm:cache_config_info gauge\n" + info))
+    assert rec["kv_capacity_tokens"] == 15 * 128 and rec["kv_block_tokens"] == 128
+    unsized = info.replace('num_gpu_blocks="16"', 'num_gpu_blocks="None"')
+    rec = map_metrics(prom.parse(VLLM + unsized))
+    assert "kv_capacity_tokens" not in rec
+
+
 def test_a_user_mapping_reads_other_servers() -> None:
     text = "# TYPE trt_active gauge\ntrt_active 9\ntrt_waiting 2\ntrt_kv_frac 0.5\n"
     rec = map_metrics(prom.parse(text), {"running": "trt_active", "queued": "trt_waiting", "kv_usage": "trt_kv_frac"})

@@ -463,3 +463,24 @@ def test_one_batch_above_the_floor_does_not_make_a_line() -> None:
     assert params["prefill_ms_per_1k_tokens"].value == 0.0 and params["prefill_ms_per_1k_tokens"].assumed
     assert "prefill_ms_floor" not in params
     assert any("prefill cost per token" in c and "not determined (assumed 0)" in c for c in cannot)
+
+
+def test_a_run_against_vllm_gives_a_twin_that_schedules_as_vllm_in_its_blocks(tmp_path: Path) -> None:
+    from loadgen.sim.engine import Engine
+    from loadgen.sim.profile import load_profile_file
+
+    run = synth_run(tmp_path / "run", Truth(max_running=8), [2, 4, 16], step_s=2.0)
+    # the server samples telemetry writes from vLLM's /metrics (its cache_config_info read as the pool)
+    with (run / "samples.jsonl").open("a") as fh:
+        for i in range(5):
+            sample = {"t_ns": T0 + i * 10**9, "src": "server", "engine": "vllm", "running": 2, "queued": 0,
+                      "kv_usage": 0.2, "kv_capacity_tokens": 1920.0, "kv_block_tokens": 128}  # fmt: skip
+            fh.write(json.dumps(sample) + "\n")
+    result = _fit(run)
+    assert result.engine == "vllm" and "vllm's" in result.engine_evidence
+    assert result.value("kv_pool_tokens") == 1920 and result.value("prefix_block_tokens") == 128
+    path = tmp_path / "twin.toml"
+    path.write_text(profile_text(result, name="twin", served_name="m"))
+    engine = Engine(load_profile_file(path))
+    assert engine.vllm is not None and engine.pool_tokens == 1920
+    assert engine.profile.server.prefix_block_tokens == 128 and engine.profile.server.chunked_prefill_size == 2048

@@ -1,0 +1,270 @@
+"""A real vLLM under KV pressure: does a ramp measure what it did, and does the twin predict it? (issue 33)
+
+The engine is ../shared/realserver's vLLM (CPU build) serving a tiny random-weight Llama (built
+locally; nothing downloaded; ~3 GB venv, so never in the CI suite), started once per KV pool size
+with ``KV_BLOCKS`` blocks of 128 tokens and ``MAX_NUM_SEQS`` 32, on 127.0.0.1, and stopped at the end.
+
+    ../shared/realserver/start.sh /work/rs 8011      # once: builds /work/rs/venv and /work/rs/model
+    PYTHONPATH=. .venv/bin/python benchmarks/realengine.py --dir /work/rs [--quick] [--json OUT.json]
+
+For each pool (``--pools``, blocks) and prompt/output mix (``--mixes``), ``--reps`` times:
+
+* a calibration ramp at ``--cal`` users (1, 2, 4: below the KV pool's limit) and a truth ramp at
+  ``--predict`` users (8, 16: twice and four times the highest), each a real ``loadgen ramp`` with
+  ``--metrics-url``, vLLM's /metrics scraped before and after;
+* truth, per ramp: the output tokens of our records against vLLM's ``generation_tokens`` counter
+  (equal when every request ran to its end), the largest gap between our TTFT CDF (first chunk less
+  sent) and vLLM's ``time_to_first_token_seconds`` histogram at each of its bounds (target 0.05), and
+  the step where our report sees the first preemption against vLLM's counter read at the steps' ends;
+* the twin, ``loadgen twin CAL --concurrency 8,16 --engine E`` for E = sglang and vllm: its output
+  tok/s and TPOT p50 at the truth's loads (target within 10 %) and the first load at which it
+  preempts (target: the truth's).
+
+Prints one row per case and engine model, the medians, and last a JSON object. Figures:
+benchmarks/RESULTS.md and docs/twin.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from loadgen.telemetry import prom
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+SHARED = ROOT.parent / "shared" / "realserver"
+ENGINES = ("sglang", "vllm")
+PREEMPTIONS = "vllm:num_preemptions_total"
+HEADER = (
+    "| pool | mix | rep | load | measured tok/s | TPOT p50 ms | preempted | model | twin tok/s | err | "
+    "twin TPOT p50 | err | twin preempted |"
+)
+
+
+def run_loadgen(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "loadgen.cli", *args]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+
+
+class Server:
+    """vLLM on 127.0.0.1:``port`` with a pool of ``blocks`` blocks (start.sh / stop.sh)."""
+
+    def __init__(self, vdir: Path, port: int, blocks: int) -> None:
+        self.vdir, self.port, self.blocks = vdir, port, blocks
+        self.pid = 0
+
+    def __enter__(self) -> Server:
+        env = {**os.environ, "KV_BLOCKS": str(self.blocks), "MAX_MODEL_LEN": "1024", "MAX_NUM_SEQS": "32"}
+        proc = subprocess.run(
+            ["bash", str(SHARED / "start.sh"), str(self.vdir), str(self.port)],
+            capture_output=True, text=True, env=env, timeout=900,
+        )  # fmt: skip
+        if proc.returncode != 0:
+            raise RuntimeError(f"start.sh failed ({proc.returncode}): {proc.stderr[-2000:]}")
+        self.pid = int(proc.stdout.strip().splitlines()[-1])
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        subprocess.run(["bash", str(SHARED / "stop.sh"), str(self.pid)], capture_output=True, timeout=120)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def metrics(self) -> prom.Exposition:
+        with urllib.request.urlopen(self.url + "/metrics", timeout=10) as resp:
+            return prom.parse(resp.read().decode(), lambda n: n.startswith("vllm:"))
+
+
+def counter(expo: prom.Exposition, name: str) -> float:
+    return sum(s.value for s in expo.samples if s.name == name)
+
+
+def ttft_buckets(expo: prom.Exposition) -> dict[float, float]:
+    out: dict[float, float] = {}
+    for s in expo.samples:
+        if s.name == "vllm:time_to_first_token_seconds_bucket":
+            le = float(s.labels["le"])
+            out[le] = out.get(le, 0.0) + s.value
+    return out
+
+
+def ramp(server: Server, out: Path, loads: str, prompt: int, output: int, step_s: float, label: str) -> Path:
+    proc = run_loadgen(
+        "ramp", "--url", server.url, "--concurrency", loads, "--context-tokens", str(prompt),
+        "--max-tokens", str(output), "--step-seconds", str(step_s), "--warmup-seconds", "2",
+        "--drain-seconds", "60", "--metrics-url", server.url + "/metrics", "--out", str(out), "--label", label,
+        timeout=1800,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        raise RuntimeError(f"loadgen ramp exited {proc.returncode}: {proc.stderr[-2000:]}")
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
+def records(run_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for f in sorted(run_dir.glob("requests-*.jsonl")) for x in f.read_text().splitlines()]
+
+
+def steps(run_dir: Path) -> list[dict[str, Any]]:
+    data: list[dict[str, Any]] = json.loads((run_dir / "summary.json").read_text())["steps"]
+    return data
+
+
+def truth(server: Server, run_dir: Path, before: prom.Exposition, after: prom.Exposition) -> dict[str, Any]:
+    recs = [r for r in records(run_dir) if r.get("error_class") is None]
+    ours_tokens = sum(int(r.get("output_tokens") or 0) for r in recs)
+    vllm_tokens = counter(after, "vllm:generation_tokens_total") - counter(before, "vllm:generation_tokens_total")
+    ttfts = sorted((r["first_chunk_ns"] - r["sent_ns"]) / 1e9 for r in recs if r.get("first_chunk_ns"))
+    b0, b1 = ttft_buckets(before), ttft_buckets(after)
+    total = b1.get(float("inf"), 0.0) - b0.get(float("inf"), 0.0)
+    gap = 0.0
+    for le in sorted(b1):
+        if le == float("inf") or not total or not ttfts:
+            continue
+        theirs = (b1[le] - b0.get(le, 0.0)) / total
+        ours = sum(1 for x in ttfts if x <= le) / len(ttfts)
+        gap = max(gap, abs(ours - theirs))
+    pre = [(int(s["concurrency"]), float(s.get("preemptions") or 0.0)) for s in steps(run_dir)]
+    return {
+        "run": str(run_dir),
+        "requests": len(recs),
+        "output_tokens": ours_tokens,
+        "vllm_generation_tokens": vllm_tokens,
+        "ttft_cdf_gap": gap,
+        "ttft_requests": (len(ttfts), total),
+        "preemptions": pre,
+        "preemptions_counter": counter(after, "vllm:num_preemptions_total")
+        - counter(before, "vllm:num_preemptions_total"),
+    }
+
+
+def onset(pre: list[tuple[int, float]]) -> int | None:
+    return next((c for c, n in pre if n > 0), None)
+
+
+def twin(cal: Path, out: Path, loads: str, engine: str) -> dict[int, dict[str, Any]]:
+    proc = run_loadgen("twin", str(cal), "--concurrency", loads, "--engine", engine, "--out", str(out), timeout=1800)
+    if proc.returncode != 0:
+        raise RuntimeError(f"loadgen twin exited {proc.returncode}: {proc.stderr[-2000:]}")
+    twin_run = Path(proc.stdout.strip().splitlines()[-1])
+    return {int(s["concurrency"]): s for s in steps(twin_run)}
+
+
+def err(pred: float | None, meas: float | None) -> float | None:
+    if pred is None or not meas:
+        return None
+    return (pred - meas) / meas
+
+
+def pct(x: float | None) -> str:
+    return "–" if x is None else f"{x * 100:+.1f}%"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dir", required=True, help="start.sh's folder (its venv and model; built if missing)")
+    ap.add_argument("--port", type=int, default=8031)
+    ap.add_argument("--pools", default="24,32,48", help="KV pool sizes, blocks of 128 tokens (default: 24,32,48)")
+    ap.add_argument("--mixes", default="300:256,600:128", help="prompt:output tokens (default: 300:256,600:128)")
+    ap.add_argument("--cal", default="1,2,4", help="calibration loads (default: 1,2,4)")
+    ap.add_argument("--predict", default="8,16", help="loads to predict (default: 8,16)")
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--step-seconds", type=float, default=12.0)
+    ap.add_argument("--out", default="/tmp/realengine", help="run directories (default: /tmp/realengine)")
+    ap.add_argument("--quick", action="store_true", help="one pool (32), one mix, one repetition")
+    ap.add_argument("--json", help="write the rows here")
+    args = ap.parse_args()
+    pools = [32] if args.quick else [int(x) for x in args.pools.split(",")]
+    mixes = [tuple(int(v) for v in m.split(":")) for m in args.mixes.split(",")][: 1 if args.quick else None]
+    reps = 1 if args.quick else args.reps
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, Any]] = []
+    t0 = time.perf_counter()
+    print(HEADER)
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for blocks in pools:
+        with Server(Path(args.dir), args.port, blocks) as server:
+            for prompt, output in mixes:
+                for rep in range(reps):
+                    tag = f"b{blocks}-p{prompt}-o{output}-r{rep}"
+                    m0 = server.metrics()
+                    cal = ramp(server, out, args.cal, prompt, output, args.step_seconds, f"cal-{tag}")
+                    m1 = server.metrics()
+                    tru = ramp(server, out, args.predict, prompt, output, args.step_seconds, f"truth-{tag}")
+                    m2 = server.metrics()
+                    t_cal, t_tru = truth(server, cal, m0, m1), truth(server, tru, m1, m2)
+                    measured = {int(s["concurrency"]): s for s in steps(tru)}
+                    onset_measured = onset(t_cal["preemptions"] + t_tru["preemptions"])
+                    for engine in ENGINES:
+                        pred = twin(cal, out / f"twin-{tag}-{engine}", args.predict, engine)
+                        pre_twin = [(c, float(pred[c].get("preemptions") or 0.0)) for c in sorted(pred)]
+                        for c in sorted(measured):
+                            m, p = measured[c], pred.get(c, {})
+                            row = {
+                                "pool_blocks": blocks, "prompt": prompt, "output": output, "rep": rep,
+                                "load": c, "engine_model": engine,
+                                "measured_tok_s": m["output_tok_s"], "twin_tok_s": p.get("output_tok_s"),
+                                "measured_tpot_p50": m["tpot_ms"]["p50"],
+                                "twin_tpot_p50": (p.get("tpot_ms") or {}).get("p50"),
+                                "measured_preemptions": m.get("preemptions"), "twin_preemptions": p.get("preemptions"),
+                                "onset_measured": onset_measured, "onset_twin": onset(pre_twin),
+                                "truth_cal": t_cal, "truth_truth": t_tru,
+                            }  # fmt: skip
+                            row["tok_s_err"] = err(row["twin_tok_s"], row["measured_tok_s"])
+                            row["tpot_err"] = err(row["twin_tpot_p50"], row["measured_tpot_p50"])
+                            rows.append(row)
+                            print(
+                                f"| {blocks} | {prompt}:{output} | {rep} | C={c} | {m['output_tok_s']:.0f} | "
+                                f"{m['tpot_ms']['p50']:.2f} | {m.get('preemptions'):.0f} | {engine} | "
+                                f"{row['twin_tok_s'] or 0:.0f} | {pct(row['tok_s_err'])} | "
+                                f"{row['twin_tpot_p50'] or 0:.2f} | {pct(row['tpot_err'])} | "
+                                f"{p.get('preemptions') or 0:.0f} |",
+                                flush=True,
+                            )
+                    for name, t in (("cal", t_cal), ("truth", t_tru)):
+                        print(
+                            f"  truth {tag} {name}: output tokens {t['output_tokens']} "
+                            f"vs vLLM {t['vllm_generation_tokens']:.0f}; "
+                            f"TTFT CDF gap {t['ttft_cdf_gap']:.3f} over {t['ttft_requests'][0]} requests "
+                            f"(vLLM {t['ttft_requests'][1]:.0f}); preemptions per step {t['preemptions']} "
+                            f"(counter {t['preemptions_counter']:.0f})",
+                            flush=True,
+                        )
+    print()
+    for engine in ENGINES:
+        mine = [r for r in rows if r["engine_model"] == engine]
+        tok = [abs(r["tok_s_err"]) for r in mine if r["tok_s_err"] is not None]
+        tpot = [abs(r["tpot_err"]) for r in mine if r["tpot_err"] is not None]
+        cases = {(r["pool_blocks"], r["prompt"], r["rep"]): r for r in mine}
+        same = sum(1 for r in cases.values() if r["onset_twin"] == r["onset_measured"])
+        print(
+            f"{engine}: median |err| tok/s {median(tok) * 100:.1f}% (max {max(tok) * 100:.1f}%), TPOT p50 "
+            f"{median(tpot) * 100:.1f}% (max {max(tpot) * 100:.1f}%), preemption onset at the measured load in "
+            f"{same}/{len(cases)} cases"
+        )
+    gaps = [r["truth_truth"]["ttft_cdf_gap"] for r in rows] + [r["truth_cal"]["ttft_cdf_gap"] for r in rows]
+    toks = [(r["truth_truth"]["output_tokens"], r["truth_truth"]["vllm_generation_tokens"]) for r in rows]
+    print(f"truth: largest TTFT CDF gap {max(gaps):.3f}; output tokens equal vLLM's counter in "
+          f"{sum(1 for a, b in toks if a == b)}/{len(toks)} truth ramps")  # fmt: skip
+    print(f"{len(rows)} rows in {time.perf_counter() - t0:.0f} s")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1, default=str) + "\n")
+    print(json.dumps({"rows": len(rows)}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
