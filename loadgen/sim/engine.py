@@ -237,13 +237,15 @@ class FixedStepModel:
         return self._cost(d)
 
     def mixed(self, n_reqs: int, ctx_sum: float, n_tokens: int, attn_pairs: float, prefill_reqs: int) -> StepCost:
-        # ASSUMPTION: a given timing has no shared forward, so a mixed step costs both of its parts
+        # ASSUMPTION: a given timing has no shared forward, so a mixed step costs both of its parts,
+        # unless its prefill time was measured with the decodes beside it (a twin of a vLLM run)
         if n_tokens <= 0:
             return self.decode(n_reqs, ctx_sum)
         if n_reqs <= 0:
             return self.prefill(n_tokens, attn_pairs, prefill_reqs)
-        d = self.decode(n_reqs, ctx_sum).duration_s + self.prefill(n_tokens, attn_pairs, prefill_reqs).duration_s
-        return self._cost(d)
+        dec = self.decode(n_reqs, ctx_sum).duration_s
+        pre = self.prefill(n_tokens, attn_pairs, prefill_reqs).duration_s
+        return self._cost(max(dec, pre) if self.t.prefill_holds_decode else dec + pre)
 
     def _cost(self, d: float) -> StepCost:
         hw = self.real.p.hardware

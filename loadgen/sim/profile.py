@@ -186,6 +186,10 @@ class FixedTiming:
     ``decode_ms_per_1k_ctx`` adds that many ms to a decode step per 1,000 tokens held in the KV cache
     by the running requests (prompt and output so far, cached prefix included): attention reads them
     all. A twin calibrated from two or more context lengths writes it (docs/twin.md); 0: no term.
+
+    ``prefill_holds_decode``: the prefill time was measured as vLLM runs a prompt, in one step with
+    the running requests' decodes (a twin of a vLLM run), so a vLLM step that holds both takes the
+    longer of the two parts, not their sum (sched_vllm.py; ``FixedStepModel.mixed``).
     """
 
     ttft_ms: float = 20.0
@@ -196,6 +200,7 @@ class FixedTiming:
     power_busy_w: float = 300.0  # per-GPU power while stepping
     decode_ms_by_batch: str = ""
     decode_ms_per_1k_ctx: float = 0.0
+    prefill_holds_decode: bool = False
 
     def __post_init__(self) -> None:
         batch_table(self.decode_ms_by_batch)  # a bad table fails at load, not at the first step

@@ -269,6 +269,8 @@ def profile_text(result: TwinFit, *, name: str, served_name: str) -> str:
         f"decode_ms_per_1k_ctx = {_toml_value(timing['decode_ms_per_1k_ctx'])}"
         + _comment(result, "decode_ms_per_1k_ctx"),
         f"power_busy_w = {_toml_value(float(busy))}" + _comment(result, "busy_w"),
+        f"prefill_holds_decode = {_toml_value(result.engine == 'vllm')}  # vLLM: prefills were timed "
+        "beside the decodes of their step",
         "",
     ]
     return "\n".join(lines)

@@ -108,15 +108,18 @@ def _csr_rows(counts: I64) -> I64:
     return np.repeat(np.arange(len(counts), dtype=np.int64), counts)
 
 
-def _burst_starts(t_sorted: I64) -> I64:
+def _burst_starts(t_sorted: I64, sep: int = CLUSTER_NS) -> I64:
     """For each arrival (sorted), the index of the first arrival of its burst: arrivals closer than
-    ``CLUSTER_NS`` to the one before are one burst."""
+    ``sep`` to the one before are one burst."""
     new = np.ones(len(t_sorted), dtype=bool)
-    new[1:] = np.diff(t_sorted) > CLUSTER_NS
+    new[1:] = np.diff(t_sorted) > sep
     return np.maximum.accumulate(np.where(new, np.arange(len(t_sorted)), 0))
 
 
 def _one_run(run: Run) -> dict[str, Any]:
+    server = [s for s in run.samples if s.get("src") == "server"]
+    engines = [str(s["engine"]) for s in server if s.get("engine") in ("sglang", "vllm")]
+    engine = max(set(engines), key=engines.count) if engines else None
     req = run.requests
     n = len(req.sent_ns)
     counts = np.diff(req.chunk_start)
@@ -167,21 +170,24 @@ def _one_run(run: Run) -> dict[str, Any]:
     clean = inside <= 0
     step_of_gap = req.step[rows][rec[later]]
     not_last = pos[later] < last_pos[later]
+    clean_gaps = (g_end - g_start)[clean]
+    half_step = float(np.median(clean_gaps)) / 2.0 if len(clean_gaps) else 0.0
+    # vLLM sends a step's tokens, first ones included, from its API server one stream after another,
+    # slower than CLUSTER_NS apart on a busy host: its steps are told apart at half a decode step
+    sep = max(CLUSTER_NS, int(half_step)) if engine == "vllm" else CLUSTER_NS
     # prefill events
     if len(f_sorted):
-        split = np.flatnonzero(np.diff(f_sorted) > CLUSTER_NS) + 1
+        split = np.flatnonzero(np.diff(f_sorted) > sep) + 1
         c_start = np.concatenate(([0], split))
         c_end = np.concatenate((split, [len(f_sorted)]))
         c_t = f_sorted[c_start]
-        prev = np.searchsorted(t_sorted, c_t - CLUSTER_NS, side="left") - 1
+        prev = np.searchsorted(t_sorted, c_t - sep, side="left") - 1
         # the step before ended when the first chunk of its burst arrived: a server sends a step's
         # chunks one stream after another while its next step runs. A burst longer than half a
         # decode step is arrivals of several steps run together (a client that read late): the
         # last arrival stands then.
         last_t = t_sorted[np.maximum(prev, 0)]
-        first_t_burst = t_sorted[_burst_starts(t_sorted)][np.maximum(prev, 0)]
-        clean_gaps = (g_end - g_start)[clean]
-        half_step = float(np.median(clean_gaps)) / 2.0 if len(clean_gaps) else 0.0
+        first_t_burst = t_sorted[_burst_starts(t_sorted, sep)][np.maximum(prev, 0)]
         step_end = np.where(last_t - first_t_burst <= half_step, first_t_burst, last_t)
         prev_t = np.where(prev >= 0, step_end, np.iinfo(np.int64).min)
         sent_sorted = req.sent_ns[rows][order_first]
@@ -209,11 +215,9 @@ def _one_run(run: Run) -> dict[str, Any]:
     out_tok = req.output_tokens[okr].astype(np.float64)
     out_tok[req.output_tokens[okr] < 0] = np.nan
     # server samples
-    server = [s for s in run.samples if s.get("src") == "server"]
     kv_cap = [float(s["kv_capacity_tokens"]) for s in server if isinstance(s.get("kv_capacity_tokens"), (int, float))]
     kv_ratio: list[float] = []
     blocks = [int(s["kv_block_tokens"]) for s in server if isinstance(s.get("kv_block_tokens"), int)]
-    engines = [str(s["engine"]) for s in server if s.get("engine") in ("sglang", "vllm")]
     running = [float(s["running"]) for s in server if isinstance(s.get("running"), (int, float))]
     run_max = max(running) if running else None
     queued_at_max = any(
@@ -273,7 +277,7 @@ def _one_run(run: Run) -> dict[str, Any]:
         "streamed_records": len(rows),
         "kv_capacity_tokens": max(kv_cap) if kv_cap else None,
         "kv_block_tokens": max(blocks) if blocks else None,
-        "engine": max(set(engines), key=engines.count) if engines else None,
+        "engine": engine,
         "kv_ratio": np.array(kv_ratio),
         "running_max": run_max,
         "queued_while_running_max": queued_at_max,

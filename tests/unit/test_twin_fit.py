@@ -54,8 +54,12 @@ def synth_run(
     prompt_tokens: list[int] | None = None,
     stream: bool = True,
     seed: int = 0,
+    send_gap_ms: float = 0.0,
 ) -> Path:
-    """Write a run directory of a closed-loop ramp over ``concurrency`` against ``truth``."""
+    """Write a run directory of a closed-loop ramp over ``concurrency`` against ``truth``.
+    ``send_gap_ms``: a step's chunks leave one stream after another, this far apart (a server whose
+    API process sends slowly: vLLM's on a busy host)."""
+    gap = send_gap_ms / 1e3
     rng = np.random.default_rng(seed)
     accept = acceptance_cdf(truth.tau, truth.depth)
     by_label = {label: acceptance_cdf(tau, truth.depth) for label, tau in truth.label_taus}
@@ -104,8 +108,8 @@ def synth_run(
                 del waiting[: len(batch)]
                 tokens = sum(int(r["prompt"]) for r in batch)  # type: ignore[misc]
                 t += (truth.p0_ms + truth.p1_ms * tokens / 1000.0) / 1e3
-                for r in batch:
-                    r["chunks"].append(t)  # type: ignore[attr-defined]
+                for i, r in enumerate(batch):
+                    r["chunks"].append(t + i * gap)  # type: ignore[attr-defined]
                     r["tokens"].append(1)  # type: ignore[attr-defined]
                     running.append(r)
                 continue
@@ -113,11 +117,11 @@ def synth_run(
             ctx = sum(int(r["prompt"]) + len(r["chunks"]) for r in running)  # type: ignore[arg-type, misc]
             t += (truth.a_ms + truth.b_ms * n + truth.bend_ms * n**0.5 + truth.c_ms * ctx / 1000.0) / 1e3
             done = []
-            for r in running:
+            for i, r in enumerate(running):
                 have = sum(r["tokens"])  # type: ignore[call-overload]
                 cdf = by_label.get(str(r["label"]), accept)
                 drawn = int(np.searchsorted(cdf, rng.random(), side="right")) + 1
-                r["chunks"].append(t)  # type: ignore[attr-defined]
+                r["chunks"].append(t + i * gap)  # type: ignore[attr-defined]
                 r["tokens"].append(min(drawn, int(r["target"]) - have))  # type: ignore[attr-defined, call-overload]
                 if have + r["tokens"][-1] >= int(r["target"]):  # type: ignore[index, call-overload]
                     done.append(r)
@@ -484,3 +488,23 @@ def test_a_run_against_vllm_gives_a_twin_that_schedules_as_vllm_in_its_blocks(tm
     engine = Engine(load_profile_file(path))
     assert engine.vllm is not None and engine.pool_tokens == 1920
     assert engine.profile.server.prefix_block_tokens == 128 and engine.profile.server.chunked_prefill_size == 2048
+
+
+def _vllm_samples(run: Path) -> None:
+    with (run / "samples.jsonl").open("a") as fh:
+        for i in range(5):
+            sample = {"t_ns": T0 + i * 10**9, "src": "server", "engine": "vllm", "running": 2, "queued": 0,
+                      "kv_usage": 0.2, "kv_capacity_tokens": 1_000_000.0, "kv_block_tokens": 16}  # fmt: skip
+            fh.write(json.dumps(sample) + "\n")
+
+
+def test_a_slow_sender_still_gives_vllm_prefill_steps_told_apart_at_half_a_decode_step(tmp_path: Path) -> None:
+    # chunks of one step leave 0.4 ms apart (more than the 0.3 ms that groups a burst; at most 1.6 ms
+    # for a step, within half a decode step): the first chunks of one prefill are still one step,
+    # timed from the first chunk of the step before
+    truth = Truth(a_ms=5.0, b_ms=0.05, p0_ms=20.0, p1_ms=2.0)
+    run = synth_run(tmp_path / "run", truth, [1, 2, 4], prompt_tokens=[60, 500, 2000], send_gap_ms=0.4)
+    _vllm_samples(run)
+    p = _fit(run).params
+    assert p["prefill_ms_fixed"].value == pytest.approx(truth.p0_ms, rel=0.05)
+    assert p["prefill_ms_per_1k_tokens"].value == pytest.approx(truth.p1_ms, rel=0.1)
