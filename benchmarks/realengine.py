@@ -122,7 +122,7 @@ def steps(run_dir: Path) -> list[dict[str, Any]]:
     return data
 
 
-def truth(server: Server, run_dir: Path, before: prom.Exposition, after: prom.Exposition) -> dict[str, Any]:
+def truth(run_dir: Path, before: prom.Exposition, after: prom.Exposition) -> dict[str, Any]:
     recs = [r for r in records(run_dir) if r.get("error_class") is None]
     ours_tokens = sum(int(r.get("output_tokens") or 0) for r in recs)
     vllm_tokens = counter(after, "vllm:generation_tokens_total") - counter(before, "vllm:generation_tokens_total")
@@ -205,7 +205,7 @@ def main() -> int:
                     m1 = server.metrics()
                     tru = ramp(server, out, args.predict, prompt, output, args.step_seconds, f"truth-{tag}")
                     m2 = server.metrics()
-                    t_cal, t_tru = truth(server, cal, m0, m1), truth(server, tru, m1, m2)
+                    t_cal, t_tru = truth(cal, m0, m1), truth(tru, m1, m2)
                     measured = {int(s["concurrency"]): s for s in steps(tru)}
                     onset_measured = onset(t_cal["preemptions"] + t_tru["preemptions"])
                     for engine in ENGINES:
