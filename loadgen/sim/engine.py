@@ -767,9 +767,13 @@ class Engine:
         return result
 
     def _commit(self, req: SimRequest, tokens: int, t: float) -> Emission:
-        tokens = min(tokens, req.target_tokens - req.generated)
-        tokens = max(tokens, 0)
+        tokens = max(0, min(tokens, req.target_tokens - req.generated))
         self._take(req, tokens)
+        return self._sample(req, tokens, t)
+
+    def _sample(self, req: SimRequest, tokens: int, t: float) -> Emission:
+        """``req`` samples ``tokens`` at ``t`` (their KV taken by the caller): counters, TTFT or ITL, finish."""
+        tokens = max(0, min(tokens, req.target_tokens - req.generated))
         req.generated += tokens
         req.prefilled += tokens
         self.counters.generation_tokens += tokens

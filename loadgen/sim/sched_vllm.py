@@ -225,7 +225,7 @@ class VllmScheduler:
                     req.verify_ct += 1
                     e.counters.spec_accepted_tokens += c - 1
                     e._log_committed += c
-                out.append(self._emit(req, c, end))
+                out.append(e._sample(req, c, end))  # its KV slots were given when the step was planned
                 continue
             req.prefilled += n
             if req.prefilled < req.recompute_len:
@@ -236,26 +236,7 @@ class VllmScheduler:
                 e._finish_prefill_only(req, end)
                 out.append(Emission(req, 0, True))
                 continue
-            out.append(self._emit(req, 1, end))
+            out.append(e._sample(req, 1, end))
         if decoding and e.counters.decode_steps % e.profile.server.decode_log_interval == 0:
             e._log_decode(end)
         return out
-
-    def _emit(self, req: SimRequest, tokens: int, t: float) -> Emission:
-        """``req`` samples ``tokens`` (its KV slots were given when the step was planned)."""
-        e = self.e
-        tokens = max(0, min(tokens, req.target_tokens - req.generated))
-        req.generated += tokens
-        req.prefilled += tokens
-        e.counters.generation_tokens += tokens
-        e._log_tokens += tokens
-        if req.first_token_s < 0:
-            req.first_token_s = t
-            e.ttft.observe(t - req.arrival_s)
-        elif tokens > 0:
-            e.itl.observe((t - req.last_token_s) / tokens, tokens)
-        req.last_token_s = t
-        finished = req.generated >= req.target_tokens
-        if finished:
-            e._finish(req, t)
-        return Emission(req, tokens, finished)
