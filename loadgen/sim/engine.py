@@ -539,13 +539,7 @@ class Engine:
                 req.locked = path
                 req.prefilled = hit
             hit_tokens += hit
-            if req.queue_end_s < 0:
-                req.queue_end_s = t
-                self.queue_time.observe(t - req.arrival_s)
-                if cache is not None:
-                    req.cached_tokens = hit
-                    self.counters.cached_tokens += hit
-                    self.counters.prefix_queries += req.prompt_tokens
+            self._leave_queue(req, t, hit)
             batch.append(req)
             chunks.append(chunk)
             pairs += chunk * (req.prefilled + chunk / 2.0)
@@ -562,6 +556,18 @@ class Engine:
         self.counters.prefill_steps += 1
         self._log_prefill(len(batch), n_tokens, hit_tokens)
         return Step("prefill", t, t + cost.duration_s, cost, batch, chunks)
+
+    def _leave_queue(self, req: SimRequest, t: float, hit: int) -> None:
+        """First scheduling of ``req`` at ``t`` with ``hit`` prompt tokens from the prefix cache: its
+        queue time and the cache's hit counters (a re-prefill after retraction counts neither)."""
+        if req.queue_end_s >= 0:
+            return
+        req.queue_end_s = t
+        self.queue_time.observe(t - req.arrival_s)
+        if self.cache is not None:
+            req.cached_tokens = hit
+            self.counters.cached_tokens += hit
+            self.counters.prefix_queries += req.prompt_tokens
 
     def _plan_decode(self, t: float) -> Step | None:
         need = len(self.running) * self.n_v

@@ -148,13 +148,7 @@ class VllmScheduler:
                 req.locked = path
                 req.prefilled = hit
             e._take(req, need)
-            if req.queue_end_s < 0:
-                req.queue_end_s = t
-                e.queue_time.observe(t - req.arrival_s)
-                if cache is not None:
-                    req.cached_tokens = hit
-                    e.counters.cached_tokens += hit
-                    e.counters.prefix_queries += req.prompt_tokens
+            e._leave_queue(req, t, hit)
             req.state = RUNNING
             e.running.append(req)
             reqs.append(req)
