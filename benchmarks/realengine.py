@@ -39,6 +39,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from llamacpp import records, steps  # the run directory's readers (benchmarks/ is sys.path[0])
+
 from loadgen.telemetry import prom
 
 HERE = Path(__file__).resolve().parent
@@ -111,15 +113,6 @@ def ramp(server: Server, out: Path, loads: str, prompt: int, output: int, step_s
     if proc.returncode != 0:
         raise RuntimeError(f"loadgen ramp exited {proc.returncode}: {proc.stderr[-2000:]}")
     return Path(proc.stdout.strip().splitlines()[-1])
-
-
-def records(run_dir: Path) -> list[dict[str, Any]]:
-    return [json.loads(x) for f in sorted(run_dir.glob("requests-*.jsonl")) for x in f.read_text().splitlines()]
-
-
-def steps(run_dir: Path) -> list[dict[str, Any]]:
-    data: list[dict[str, Any]] = json.loads((run_dir / "summary.json").read_text())["steps"]
-    return data
 
 
 def truth(run_dir: Path, before: prom.Exposition, after: prom.Exposition) -> dict[str, Any]:
