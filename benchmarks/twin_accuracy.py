@@ -4,8 +4,8 @@ that the profile reproduces itself (issue 16's figures; docs/twin.md, "Accuracy 
     PYTHONPATH=. python benchmarks/twin_accuracy.py                 # both cases, 3 reps, 8-s steps
     PYTHONPATH=. python benchmarks/twin_accuracy.py --case seed --reps 5 --step-seconds 12
 
-The recovery tests (tests/integration/test_twin_recovery.py) run 3-s steps to stay inside the
-suite's time; at C=1 such a window holds a dozen requests of the seed, whose own figures then move
+The recovery tests (benchmarks/accuracy/test_twin_recovery.py) run 3-s steps to stay
+within about a minute each; at C=1 such a window holds a dozen requests of the seed, whose own figures then move
 by ±7 % between simulator seeds, so no twin can be held to 5 % there. This benchmark runs the same
 two cases with longer steps and, in the same run, measures the **floor**: the profile against
 itself, the same ramp on a fresh server under another simulator seed. Per rep (simulator seed = rep;

@@ -1,10 +1,12 @@
 """Shared fixtures: real servers on 127.0.0.1, started and stopped by the tests that use them.
 
-The suite runs on two pytest-xdist workers (pyproject's addopts), one file at a time each: most
-tests wait on real servers and real steps, not on the CPU. A test marked ``exclusive`` (it measures
-timing that another test's CPU would move: a twin against its profile, the story's figures, the
-client's clock against the server's truth) runs alone: it waits until the other worker's test
-has ended, and no test starts beside it (``_alone``).
+The suite runs on four pytest-xdist workers on two cores (pyproject's addopts): most tests wait on
+real servers and real steps, not on the CPU. Each file is one unit of work for one worker
+(``--dist loadfile``), except the tests marked ``exclusive`` (they measure
+timing that another test's CPU would move: a twin against its profile, the client's clock against
+the server's truth, a browser racing a ramp): those are one unit of their own, taken last, and run
+alone: the worker waits until the others' running tests have ended, no test starts beside them, and
+it keeps the others out from the first exclusive test to the last (``_Alone``, ``_Scheduling``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -30,30 +33,60 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
-@contextmanager
-def _alone(exclusive: bool) -> Iterator[None]:
-    """Under xdist, a readers-writer lock shared by the run's workers (two files under the temp
-    dir, named by the run's id): every test holds ``tests`` shared, an exclusive one holds it alone.
-    ``turnstile`` keeps tests from starting while an exclusive one waits for the running ones."""
-    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-    if run is None:  # one process: every test runs alone already
-        yield
-        return
-    base = Path(tempfile.gettempdir()) / f"loadgen-tests-{run}"
-    base.mkdir(exist_ok=True)
-    with open(base / "turnstile", "a") as turnstile, open(base / "tests", "a") as tests:
-        fcntl.flock(turnstile, fcntl.LOCK_EX)
+class _Alone:
+    """Under xdist, a readers-writer lock shared by the run's workers (two files under the temp dir,
+    named by the run's id): every test holds ``tests`` shared, an exclusive one holds it alone.
+    ``turnstile`` keeps tests from starting while an exclusive one waits for the running ones. A
+    worker keeps both from one exclusive test to the next, so that no test of another worker slips
+    in between and makes the next exclusive one wait it out."""
+
+    def __init__(self) -> None:
+        self._held: tuple[Any, Any] | None = None  # (turnstile, tests) while exclusive tests run
+
+    @contextmanager
+    def __call__(self, exclusive: bool, next_exclusive: bool) -> Iterator[None]:
+        run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+        if run is None:  # one process: every test runs alone already
+            yield
+            return
+        if exclusive and self._held is None:
+            self._held = self._open(run)
+            fcntl.flock(self._held[0], fcntl.LOCK_EX)
+            fcntl.flock(self._held[1], fcntl.LOCK_EX)
         if exclusive:
-            fcntl.flock(tests, fcntl.LOCK_EX)
-        else:
+            try:
+                yield
+            finally:
+                if not next_exclusive:
+                    self.release()
+            return
+        turnstile, tests = self._open(run)
+        with turnstile, tests:
+            fcntl.flock(turnstile, fcntl.LOCK_EX)
             fcntl.flock(turnstile, fcntl.LOCK_UN)
             fcntl.flock(tests, fcntl.LOCK_SH)
-        try:
-            yield
-        finally:
+            try:
+                yield
+            finally:
+                fcntl.flock(tests, fcntl.LOCK_UN)
+
+    @staticmethod
+    def _open(run: str) -> tuple[Any, Any]:
+        base = _lock_dir(run)
+        base.mkdir(exist_ok=True)
+        return open(base / "turnstile", "a"), open(base / "tests", "a")  # closed in release()
+
+    def release(self) -> None:
+        if self._held is not None:
+            turnstile, tests = self._held
+            self._held = None
             fcntl.flock(tests, fcntl.LOCK_UN)
-            if exclusive:
-                fcntl.flock(turnstile, fcntl.LOCK_UN)
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+            tests.close()
+            turnstile.close()
+
+
+_alone = _Alone()
 
 
 def _keep_the_hub_waiting() -> None:
@@ -75,17 +108,74 @@ _KEEP: list[object] = []
 _keep_the_hub_waiting()
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """In xdist's controller: name the run (``--testrunuid``, which the workers are given) so that
+    the controller can remove the lock files once every worker has ended."""
+    if not hasattr(config, "workerinput") and getattr(config.option, "testrunuid", "unset") is None:
+        config.option.testrunuid = uuid.uuid4().hex
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """A worker with no tests left removes the lock files (the other worker, still running, makes
-    them anew for its next test: nobody else is left to share them with)."""
+    """The controller removes the lock files after the last worker has ended (a worker that ends
+    early must not: another may be holding them alone)."""
+    run = getattr(config.option, "testrunuid", None)
+    if run and not hasattr(config, "workerinput"):
+        shutil.rmtree(_lock_dir(run), ignore_errors=True)
+
+
+def _lock_dir(run: str) -> Path:
+    return Path(tempfile.gettempdir()) / f"loadgen-tests-{run}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The order of the units of work (pyproject's ``--no-loadscope-reorder`` keeps it): the files
+    with ``slow`` tests first, so that the longest work starts first; the many short files next,
+    where they even out the workers' ends; all ``exclusive`` tests last, as one unit
+    (``_Scheduling``), run back to back by one worker while the others wait. A worker writes the
+    exclusive tests' ids where the controller's scheduler reads them."""
+
+    def rank(item: pytest.Item) -> int:
+        return 2 if item.get_closest_marker("exclusive") else 0 if item.get_closest_marker("slow") else 1
+
+    first: dict[str, int] = {}
+    for item in items:
+        if rank(item) < 2:
+            path = item.nodeid.split("::", 1)[0]
+            first[path] = min(first.get(path, 1), rank(item))
+    items.sort(key=lambda item: 2 if rank(item) == 2 else first[item.nodeid.split("::", 1)[0]])  # stable
     run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-    if run is not None and os.environ.get("PYTEST_XDIST_WORKER") is not None:
-        shutil.rmtree(Path(tempfile.gettempdir()) / f"loadgen-tests-{run}", ignore_errors=True)
+    if run is not None:
+        _lock_dir(run).mkdir(exist_ok=True)
+        ids = _lock_dir(run) / "exclusive"
+        part = ids.with_name(f"exclusive.{os.getpid()}")
+        part.write_text("".join(item.nodeid + "\n" for item in items if rank(item) == 2))
+        part.replace(ids)  # whole, whichever worker writes it last (they collect the same tests)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    from xdist.scheduler import LoadFileScheduling
+
+    class _Scheduling(LoadFileScheduling):
+        """``--dist loadfile`` with one more unit: every ``exclusive`` test, whatever its file (the
+        ids the workers wrote while collecting, read when the controller splits the collection)."""
+
+        _exclusive: frozenset[str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self._exclusive is None:
+                ids = _lock_dir(config.option.testrunuid) / "exclusive"
+                self._exclusive = frozenset(ids.read_text().splitlines()) if ids.exists() else frozenset()
+            return "exclusive" if nodeid in self._exclusive else str(super()._split_scope(nodeid))
+
+    if config.getvalue("dist") != "loadfile":
+        return None
+    return _Scheduling(config, log)
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    with _alone(item.get_closest_marker("exclusive") is not None):
+    exclusive = item.get_closest_marker("exclusive") is not None
+    with _alone(exclusive, nextitem is not None and nextitem.get_closest_marker("exclusive") is not None):
         yield
 
 

@@ -448,7 +448,7 @@ def _prefills(batched: list[tuple[int, float]]) -> SimpleNamespace:
 def test_the_prefill_line_rests_on_the_few_batches_above_the_floor() -> None:
     """Nearly every prefill a single 60-token one on the floor: the straight line is flat and its
     slope undetermined, but three batched prefills on the line 0.8 + 33.5 ms per 1k tokens give it
-    (h100-llama-8b's shape, tests/integration/test_twin_recovery.py)."""
+    (h100-llama-8b's shape, benchmarks/accuracy/test_twin_recovery.py)."""
     line = [(k, 0.8 + 33.5 * k / 1000) for k in (180, 241, 482)]
     params: dict[str, Any] = {}
     cannot: list[str] = []

@@ -5,7 +5,7 @@ prompts (``loadgen ramp``'s default context), 512 output tokens (ignore_eos), cl
 spawned 50 ms apart; throughput over a 60-s steady window after 30 s. The prompts carry no text
 here, so they take the acceptance of the default workload's class mix (``tau``; that it is that
 mix is checked in test_sim_calibration_defaults.py, and through HTTP with the real prompts in
-tests/integration/test_sim_http_calibration.py).
+benchmarks/accuracy/test_sim_http_calibration.py).
 """
 
 from __future__ import annotations

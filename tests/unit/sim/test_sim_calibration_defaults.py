@@ -4,7 +4,7 @@ The simulator accepts draft tokens by the prompt's content class (``loadgen.sim.
 code or prose). The seed's figures were measured on the story's benchmark prompts, for which the
 default workload of ``loadgen ramp`` / ``loadgen demo`` stands (60-token chat prompts over Python
 code and its documentation). These tests tie the spec part's numbers to that workload, on the
-virtual clock; tests/integration/test_sim_http_calibration.py measures the same through HTTP.
+virtual clock; benchmarks/accuracy/test_sim_http_calibration.py measures the same through HTTP.
 """
 
 from __future__ import annotations
