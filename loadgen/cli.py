@@ -110,25 +110,13 @@ def _ramp_options(ns: argparse.Namespace, argv: list[str]) -> Any:
     concurrency = value("concurrency")
     if concurrency is None and scenario is None and not ns.rate:
         concurrency = list(RAMP_DEFAULTS["concurrency"])
-    if step_seconds is not None and step_seconds <= 0:
-        raise UsageError(f"--step-seconds {step_seconds:g}: must be above 0")
-    if warmup < 0:
-        raise UsageError(f"--warmup-seconds {warmup:g}: must be 0 or more")
-    if max_tokens <= 0:
-        raise UsageError(f"--max-tokens {max_tokens}: must be above 0")
-    if requests is not None and requests <= 0:
-        raise UsageError(f"--requests-per-step {requests}: must be above 0")
+    # each value's bound was checked as it was read (flags.parse_value: the table's ``bound``)
     if ns.repeat < 1:
         raise UsageError(f"--repeat {ns.repeat}: must be 1 or more")
     if ns.repeat > 1 and ns.find_knee:
         raise UsageError("--repeat with --find-knee: the search chooses its steps one at a time; repeat a fixed list")
-    if value("gpu_count") is not None and value("gpu_count") < 1:
-        raise UsageError(f"--gpu-count {value('gpu_count')}: must be 1 or more")
     burstiness = value("burstiness")
-    if burstiness is not None and burstiness <= 0:
-        raise UsageError(f"--burstiness {burstiness:g}: must be above 0 (1 is Poisson's)")
-    if burstiness is not None and value("arrival") != "gamma":
-        raise UsageError(f"--burstiness {burstiness:g}: applies to --arrival gamma only")
+    flags.check_combination({"burstiness": burstiness, "arrival": value("arrival")}, "ramp")
     gate = scenario.gate if scenario is not None else None
     fail_on = _thresholds(value("fail_on"), "--fail-on") or _thresholds(
         gate.fail_on if gate else None, f"{ns.scenario}: [gate] fail_on"
@@ -163,7 +151,7 @@ def _ramp_options(ns: argparse.Namespace, argv: list[str]) -> Any:
         timeouts=Timeouts(connect_s=ns.connect_timeout, stall_s=ns.stall_timeout, request_s=ns.request_timeout),
         request_id_header=parse_request_id_header(raw.get("request_id_header")),
         seed=ns.seed,
-        drain_seconds=ns.drain_seconds,
+        drain_seconds=value("drain_seconds"),
         telemetry=None if ns.no_telemetry else _telemetry_options(ns),
         slo=_slo(ns.slo),
         on_server_down=ns.on_server_down,

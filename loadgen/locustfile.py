@@ -139,12 +139,13 @@ def validate(opts: Namespace) -> None:
     if arrival is not None and arrival not in flags.BY_DEST["arrival"].choices:
         raise OptionError(f"--lg-arrival {arrival!r}: give one of {', '.join(flags.BY_DEST['arrival'].choices)}")
     _request_id_header(opts)
-    if opts.lg_max_tokens <= 0:
-        raise OptionError(f"--lg-max-tokens {opts.lg_max_tokens}: must be above 0")
-    if opts.lg_step_seconds <= 0:
-        raise OptionError(f"--lg-step-seconds {opts.lg_step_seconds:g}: must be above 0")
-    if opts.lg_warmup_seconds < 0:
-        raise OptionError(f"--lg-warmup-seconds {opts.lg_warmup_seconds:g}: must be 0 or more")
+    # every number against the table's bound, and the rules between options, as loadgen ramp checks them
+    values = {
+        dest: flags.parse_value(flags.BY_DEST[dest], raw, flags.BY_DEST[dest].flag("form"))
+        for dest, raw in flags.raw_values(opts, "lg").items()
+        if flags.BY_DEST[dest].bound is not None
+    }
+    flags.check_combination({**values, "arrival": arrival}, "form")
     contexts = _value(opts, "context_tokens")
     if contexts and len(contexts) > 1 and not wants_ramp(opts):
         raise OptionError(

@@ -52,6 +52,26 @@ TRANSPORT = "Transport and timeouts"
 GROUPS: tuple[str, ...] = (TARGET, LOAD, STEPS, REQUESTS, VERDICT, KNEE, OUTPUT, TELEMETRY, TRANSPORT)
 
 
+@dataclass(frozen=True)
+class Bound:
+    """The least value a numeric option takes: ``least`` itself too unless ``strict``. ``hint`` ends
+    the error (what the value means)."""
+
+    least: float
+    strict: bool = False
+    hint: str = ""
+
+    def words(self) -> str:
+        if self.strict:
+            return f"must be above {self.least:g}"
+        return f"must be {self.least:g} or more"
+
+
+ABOVE_0 = Bound(0, strict=True)
+AT_LEAST_0 = Bound(0)
+AT_LEAST_1 = Bound(1)
+
+
 @dataclass(frozen=True, slots=True)
 class Flag:
     """One option. ``dest``: the ``RampOptions`` attribute (``timeouts.stall_s`` for a nested one;
@@ -59,6 +79,7 @@ class Flag:
     default (None: not given; a scenario or the builder decides). ``lg``: the Locust name without
     ``--lg-`` when it is not ``name``. ``group``: its title in ``GROUPS``. ``unset``: what the
     command-line help says of the default where ``default`` cannot say it (None: what decides).
+    ``bound``: the least value of a number, checked by ``parse_value`` on every surface.
     ``help`` never states the default: the command line adds it, the web form shows its own."""
 
     dest: str
@@ -72,6 +93,7 @@ class Flag:
     metavar: str | None = None
     group: str = field(kw_only=True)
     unset: str = field(default="", kw_only=True)
+    bound: Bound | None = field(default=None, kw_only=True)
 
     def flag(self, surface: Surface) -> str:
         """The flag as a user types it on that surface."""
@@ -108,12 +130,13 @@ FLAGS: tuple[Flag, ...] = (
          _s("ramp", "ui", "form", "campaign"), lg="rates", metavar="RATES", group=LOAD,
          unset="none: closed loop at --concurrency, or the scenario's rates"),
     Flag("step_seconds", "step-seconds", "float", "seconds each step measures (its steady window, after the warm-up)",
-         _s("ramp", "ui", "form", "campaign"), default=30.0, metavar="SECONDS", group=STEPS),
+         _s("ramp", "ui", "form", "campaign"), default=30.0, metavar="SECONDS", group=STEPS, bound=ABOVE_0),
     Flag("warmup_seconds", "warmup-seconds", "float", "seconds of warm-up at the start of each step, not measured",
-         _s("ramp", "ui", "form", "campaign"), default=5.0, metavar="SECONDS", group=STEPS),
+         _s("ramp", "ui", "form", "campaign"), default=5.0, metavar="SECONDS", group=STEPS, bound=AT_LEAST_0),
     Flag("requests_per_step", "requests-per-step", "int",
          "end a step once this many requests finished in its window", _s("ramp", "ui", "form", "campaign"),
-         metavar="N", group=STEPS, unset="none: a step ends after --step-seconds, or the scenario's count"),
+         metavar="N", group=STEPS, unset="none: a step ends after --step-seconds, or the scenario's count",
+         bound=ABOVE_0),
     Flag("arrival", "arrival", "choice",
          "open loop: how requests arrive at each --rate: poisson (exponential gaps) or gamma (gaps with "
          "coefficient of variation --burstiness; >1 bursty)",
@@ -121,9 +144,10 @@ FLAGS: tuple[Flag, ...] = (
          unset="the scenario's [load] arrival, else poisson"),
     Flag("burstiness", "burstiness", "float",
          "--arrival gamma: the gaps' coefficient of variation (1 is Poisson's, 2 twice as bursty)",
-         _s("ramp", "ui", "form", "campaign"), metavar="CV", group=LOAD, unset="1"),
+         _s("ramp", "ui", "form", "campaign"), metavar="CV", group=LOAD, unset="1",
+         bound=Bound(0, strict=True, hint="1 is Poisson's")),
     Flag("max_tokens", "max-tokens", "int", "max_tokens of each request",
-         _s("ramp", "ui", "form", "campaign"), default=512, metavar="N", group=REQUESTS),
+         _s("ramp", "ui", "form", "campaign"), default=512, metavar="N", group=REQUESTS, bound=ABOVE_0),
     Flag("context_tokens", "context-tokens", "ints",
          "prompt lengths in tokens; several make a matrix with the steps, e.g. 60,4000,16000",
          _s("ramp", "ui", "form"), metavar="TOKENS", group=REQUESTS, unset="60, or the scenario's prompt lengths"),
@@ -169,7 +193,7 @@ FLAGS: tuple[Flag, ...] = (
          metavar="N", group=LOAD),
     Flag("drain_seconds", "drain-seconds", "float",
          "after the last step, wait this long for requests in flight to finish", _s("ramp", "ui", "lg"), default=60.0,
-         metavar="SECONDS", group=STEPS),
+         metavar="SECONDS", group=STEPS, bound=AT_LEAST_0),
     Flag("label", "label", "str", "a name for this run (shown in reports, part of the run id)",
          _s("ramp", "ui", "form"), metavar="TEXT", group=OUTPUT,
          unset="none: the run id ends in run, demo-PROFILE or locust"),
@@ -194,7 +218,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("gpu_count", "gpu-count", "int",
          "GPUs serving the model, for per-GPU figures (throughput per GPU on the Pareto plot); --gpus selects "
          "which GPUs telemetry reads",
-         _s("ramp", "ui", "form", "campaign"), metavar="N", group=VERDICT, unset="the count the GPU telemetry saw"),
+         _s("ramp", "ui", "form", "campaign"), metavar="N", group=VERDICT, unset="the count the GPU telemetry saw",
+         bound=AT_LEAST_1),
     Flag("fail_on", "fail-on", "str",
          "thresholds that fail the run (exit 5), e.g. 'ttft_p99>2s,error_rate>1%,invalid_steps>0': per "
          "step (any valid step breaching fails; run:error_rate>1% judges the whole run); metrics "
@@ -342,10 +367,25 @@ def parse_value(f: Flag, raw: Any, flag: str) -> Any:
             raise OptionError(f"{flag} {raw!r}: {exc}") from None
     if f.kind in ("int", "float") and isinstance(raw, str):
         try:
-            return int(raw) if f.kind == "int" else float(raw)
+            raw = int(raw) if f.kind == "int" else float(raw)
         except ValueError:
             raise OptionError(f"{flag} {raw!r}: expected a {'whole ' if f.kind == 'int' else ''}number") from None
+    if (
+        f.bound is not None
+        and isinstance(raw, int | float)
+        and (raw < f.bound.least or (f.bound.strict and raw == f.bound.least))
+    ):
+        hint = f" ({f.bound.hint})" if f.bound.hint else ""
+        raise OptionError(f"{flag} {raw:g}: {f.bound.words()}{hint}")
     return raw
+
+
+def check_combination(values: Mapping[str, Any], surface: Surface) -> None:
+    """The rules between options (each value already parsed, by dest), on every surface."""
+    burstiness = values.get("burstiness")
+    if burstiness is not None and values.get("arrival") != "gamma":
+        flag = BY_DEST["burstiness"].flag(surface)
+        raise OptionError(f"{flag} {burstiness:g}: applies to {BY_DEST['arrival'].flag(surface)} gamma only")
 
 
 def raw_values(ns: argparse.Namespace | Any, surface: Surface) -> dict[str, Any]:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.cli import UsageError, _ramp_options, build_parser
+from loadgen.cli import _ramp_options, build_parser
 from loadgen.load.compose import base_workload
-from loadgen.spec.options import RampOptions
+from loadgen.spec.options import OptionError, RampOptions
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -49,5 +49,5 @@ def test_the_flags_replace_a_scenarios_arrival() -> None:
 )
 def test_bad_burstiness_names_the_flag(argv: list[str], message: str) -> None:
     ns = build_parser().parse_args(["ramp", "--url", "http://127.0.0.1:1", *argv])
-    with pytest.raises(UsageError, match=message):
+    with pytest.raises(OptionError, match=message):
         _ramp_options(ns, [])

@@ -151,3 +151,56 @@ def test_the_ramp_command_carries_every_option_it_parses_into_the_run() -> None:
     argv = ["ramp", "--url", "http://127.0.0.1:1", "--call-type", "embeddings", "--gpu-count", "8", "--repeat", "3"]
     opts = _ramp_options(build_parser().parse_args(argv), argv)
     assert (opts.call_type, opts.gpu_count, opts.repeat) == ("embeddings", 8, 3)
+
+
+BOUNDED = [f for f in flags.FLAGS if f.bound is not None]
+
+
+def _past(f: flags.Flag) -> str:
+    """A value the bound refuses: the bound itself when strict, else one below."""
+    assert f.bound is not None
+    least = f.bound.least if f.bound.strict else f.bound.least - 1
+    return str(int(least)) if f.kind == "int" else f"{least:g}"
+
+
+def _form(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    flags.add_locust_arguments(parser, parser)
+    return parser.parse_args(list(argv))
+
+
+def test_the_table_bounds_the_options_that_need_it() -> None:
+    names = {f.dest for f in BOUNDED}
+    assert {"step_seconds", "warmup_seconds", "max_tokens", "requests_per_step", "burstiness", "gpu_count"} <= names
+
+
+@pytest.mark.parametrize("f", BOUNDED, ids=lambda f: f.dest)
+def test_every_bound_is_checked_alike_on_the_command_line_and_in_the_web_form(f: flags.Flag) -> None:
+    """One rule from the table, one message, each surface naming its own flag (issue 29: the form
+    used to check three of these, the command line six, each in its own words)."""
+    from loadgen.cli import _ramp_options, build_parser
+    from loadgen.locustfile import validate
+
+    assert f.bound is not None
+    words = f.bound.words()
+    gamma = ["--arrival", "gamma", "--rate", "1"] if f.dest == "burstiness" else []
+    if "ramp" in f.surfaces:
+        ns = build_parser().parse_args(["ramp", "--url", "http://127.0.0.1:1", *gamma, f.flag("ramp"), _past(f)])
+        with pytest.raises(OptionError) as cli:  # loadgen ramp: "error: ..." and exit 2
+            _ramp_options(ns, [])
+        assert str(cli.value).startswith(f"{f.flag('ramp')} {_past(f)}: {words}"), str(cli.value)
+    if "form" in f.surfaces or "lg" in f.surfaces:
+        lg_gamma = ["--lg-arrival", "gamma"] if f.dest == "burstiness" else []
+        with pytest.raises(OptionError) as form:
+            validate(_form(*lg_gamma, f.flag("form"), _past(f)))
+        assert str(form.value).startswith(f"{f.flag('form')} {_past(f)}: {words}"), str(form.value)
+    if not f.bound.strict:  # the bound itself is taken
+        assert flags.parse_value(f, str(int(f.bound.least)), f.flag("ramp")) == f.bound.least
+
+
+def test_burstiness_without_gamma_arrivals_is_refused_in_the_web_form_too() -> None:
+    from loadgen.locustfile import validate
+
+    with pytest.raises(OptionError, match="--lg-burstiness 2: applies to --lg-arrival gamma only"):
+        validate(_form("--lg-rates", "1", "--lg-burstiness", "2"))
+    validate(_form("--lg-rates", "1", "--lg-arrival", "gamma", "--lg-burstiness", "2"))
