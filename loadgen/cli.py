@@ -12,13 +12,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from loadgen.spec import flags
-from loadgen.spec.options import OptionError
+from loadgen.spec.options import OptionError, RampOptions
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -68,8 +69,8 @@ def _add_ramp_flags(p: argparse.ArgumentParser, demo: bool = False) -> None:
     add_source_args(groups[flags.TELEMETRY])
 
 
-def _ramp_options(ns: argparse.Namespace, argv: list[str]) -> Any:
-    from loadgen.spec.options import RampOptions, Timeouts, parse_request_id_header
+def _ramp_options(ns: argparse.Namespace, argv: list[str]) -> RampOptions:
+    from loadgen.spec.options import Timeouts, parse_request_id_header
 
     raw = flags.raw_values(ns, "ramp")
 
@@ -286,7 +287,7 @@ def cmd_ramp(ns: argparse.Namespace, argv: list[str]) -> int:
 
         opts.telemetry.metrics_url = probe_metrics(opts.url, opts.api_key)
     if not opts.model:
-        opts.model = first_model(opts.url, opts.api_key) or ""
+        opts = replace(opts, model=first_model(opts.url, opts.api_key) or "")
         if not opts.model:
             raise UsageError("--model not given and the server's /v1/models lists none; pass --model NAME")
     try:
@@ -366,13 +367,14 @@ def cmd_demo(ns: argparse.Namespace, argv: list[str]) -> int:
             ns.url = url
             ns.model = None
             opts = _ramp_options(ns, argv)
-            if not opts.scenario:
-                opts.extra_body = {**DEMO_BODY, **opts.extra_body}
-            opts.model = "demo"
             from loadgen.lifecycle import first_model
 
-            opts.model = first_model(url) or "demo"
-            opts.label = ns.label or f"demo {ns.profile}"
+            opts = replace(
+                opts,
+                extra_body=opts.extra_body if opts.scenario else {**DEMO_BODY, **opts.extra_body},
+                model=first_model(url) or "demo",
+                label=ns.label or f"demo {ns.profile}",
+            )
             if opts.telemetry is not None:
                 opts.telemetry.gpu_source = f"{url}/gpu/metrics"
                 opts.telemetry.gpu_hz = 5.0

@@ -25,6 +25,7 @@ from loadgen.spec.options import (
     StepPlan,
     build_ramp_plan,
     run_manifest,
+    with_scenario_contexts,
 )
 from loadgen.workload import Workload
 from loadgen.workload.scenario import Scenario, load_scenario
@@ -137,6 +138,8 @@ def compose(
         raise OptionError(
             f"--transport openai: the openai SDK has no API for the {endpoint} endpoint; use --transport fast"
         )
+    if plan is None:  # the manifest records the prompt lengths the plan steps through
+        opts = with_scenario_contexts(opts, base)
     steps = list(plan) if plan is not None else build_ramp_plan(opts, base)
     if run_dir is None:
         run_dir = create_run_dir(opts.out, opts.label or dir_label)

@@ -31,7 +31,7 @@ import os
 import socket
 import subprocess
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -238,8 +238,7 @@ class WorkerLink:
         cfg = dict(msg.data)
         index = int(cfg.pop("worker_index"))
         run_dir = Path(cfg.pop("run_dir"))
-        opts = RampOptions.from_manifest(cfg.pop("options"))
-        opts.api_key = os.environ.get("OPENAI_API_KEY") or None
+        opts = replace(RampOptions.from_manifest(cfg.pop("options")), api_key=os.environ.get("OPENAI_API_KEY") or None)
         self.worker = f"w{index}"
         shared = run_dir.is_dir() and os.access(run_dir, os.W_OK) and not os.environ.get("LOADGEN_RECORDS_VIA_MASTER")
         sink = None

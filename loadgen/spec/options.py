@@ -123,7 +123,7 @@ class Timeouts:
 DEFAULT_CONTEXT_TOKENS = 60
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, frozen=True)
 class RampOptions:
     url: str
     model: str
@@ -179,11 +179,7 @@ class RampOptions:
 
     def manifest(self) -> dict[str, Any]:
         telemetry = self.telemetry
-        self.telemetry = None
-        try:
-            data = asdict(self)
-        finally:
-            self.telemetry = telemetry
+        data = asdict(replace(self, telemetry=None))
         if telemetry is not None:
             data["telemetry"] = {k: v for k, v in asdict(telemetry).items() if k != "monitor_token"}
         data.pop("api_key", None)  # secrets never reach the run directory
@@ -242,9 +238,16 @@ def repeat_steps(plan: list[StepPlan], n: int) -> list[StepPlan]:
     return [replace(p, repeat=r) for p in plan for r in range(n)]
 
 
-def _ramp_plan(opts: RampOptions, base: Workload) -> list[StepPlan]:
+def with_scenario_contexts(opts: RampOptions, base: Workload) -> RampOptions:
+    """The options with the scenario's prompt lengths where the flags give none (what the plan
+    steps through and the manifest records)."""
     if opts.context_tokens is None and opts.scenario and base.scenario.context_tokens:
-        opts.context_tokens = list(base.scenario.context_tokens)
+        return replace(opts, context_tokens=list(base.scenario.context_tokens))
+    return opts
+
+
+def _ramp_plan(opts: RampOptions, base: Workload) -> list[StepPlan]:
+    opts = with_scenario_contexts(opts, base)
     if opts.rates:
         return build_open_plan(
             list(opts.rates), opts.context_tokens, opts.warmup_seconds, opts.step_seconds, opts.requests_per_step

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import statistics
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -35,8 +36,7 @@ def test_gamma_arrivals_from_the_flags_have_the_asked_burstiness() -> None:
 def test_the_flags_replace_a_scenarios_arrival() -> None:
     opts = RampOptions(url="http://127.0.0.1:1", model="m", scenario=str(REPO / "scenarios" / "chat.toml"))
     assert base_workload(opts).scenario.load.arrival == "poisson"
-    opts.arrival, opts.burstiness = "gamma", 2.0
-    load = base_workload(opts).scenario.load
+    load = base_workload(replace(opts, arrival="gamma", burstiness=2.0)).scenario.load
     assert (load.arrival, load.burstiness) == ("gamma", 2.0)
 
 
