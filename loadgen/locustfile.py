@@ -13,10 +13,10 @@ The same ``LLMUser`` as ``loadgen ramp``. Two ways to drive it:
 The report is written when the test stops. The web UI gets an "LLM" tab (live charts from the run
 directory, the knee verdict, links to the report) and ``/loadgen/metrics`` (Prometheus). The
 telemetry side process runs beside the load (not on workers) with the flags of ``loadgen ramp``
-(``--gpu-source``, ``--metrics-url``, ...; ``--no-telemetry`` for none). Options in the form:
---lg-scenario, --lg-steps, --lg-rates, --lg-step-seconds, --lg-warmup-seconds, --lg-model, --lg-max-tokens,
---lg-context-tokens, --lg-endpoint, --lg-transport, --lg-extra-body, --lg-slo, --lg-label; on the
-command line only: --lg-out, --lg-stall-timeout, --lg-request-timeout, --lg-prometheus-port. The
+(``--gpu-source``, ``--metrics-url``, ...; ``--no-telemetry`` for none). The options are the rows of
+``loadgen.spec.flags.FLAGS``: those whose surfaces hold ``form`` are fields of the web UI's form
+(``--lg-steps``, ``--lg-max-tokens``, ...), those with ``lg`` are on Locust's command line only
+(``--lg-out``, ``--lg-stall-timeout``, ...); ``validate`` checks them as ``loadgen ramp`` does. The
 API key comes from $OPENAI_API_KEY.
 """
 
