@@ -93,6 +93,7 @@ def _ramp_argv(v: Variant, url: str, variant_dir: Path, label: str, env: dict[st
         "abort_on": spec.abort_on,
         "find_knee": spec.mode == "knee",
         "wait_ready_s": wait_s,
+        **spec.options,
     }
     return [sys.executable, "-m", "loadgen.cli", "ramp", *flags.to_argv(values, "ramp"), *fill(spec.args, env)]
 

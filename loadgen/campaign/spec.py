@@ -27,6 +27,8 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 from loadgen.lifecycle import split_command
+from loadgen.spec import flags
+from loadgen.spec.options import OptionError
 from loadgen.workload.errors import NO_VALUE, SpecError
 from loadgen.workload.spec import Table
 
@@ -34,21 +36,15 @@ PLACEHOLDERS = ("python", "port", "url", "variant", "variant_dir", "campaign_dir
 _PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
 LOAD_MODES = ("ramp", "knee")
-RAMP_KEYS = (
-    "mode",
-    "concurrency",
-    "rate",
-    "step_seconds",
-    "warmup_seconds",
-    "requests_per_step",
-    "max_tokens",
-    "scenario",
-    "model",
-    "fail_on",
-    "abort_on",
-    "args",
-    "timeout_s",
-)
+# a [ramp] key for every option of the flag table's campaign surface (the key is the flag's name,
+# --warmup-seconds -> warmup_seconds; --find-knee is mode = "knee"), and the campaign's own keys
+TABLE_KEYS: dict[str, flags.Flag] = {
+    f.name.replace("-", "_"): f for f in flags.FLAGS if "campaign" in f.surfaces and f.dest != "find_knee"
+}
+RAMP_KEYS = ("mode", *TABLE_KEYS, "args", "timeout_s")
+# the table's options a LoadSpec holds in fields of its own; the others go to LoadSpec.options
+_FIELDS = ("concurrency", "rate", "step_seconds", "warmup_seconds", "requests_per_step", "max_tokens", "scenario",
+           "model", "fail_on", "abort_on")  # fmt: skip
 
 
 class CampaignError(ValueError):
@@ -75,6 +71,8 @@ class LoadSpec:
     abort_on: str | None = None  # thresholds that stop the variant's ramp early (``--abort-on``)
     args: list[str] = field(default_factory=list)
     timeout_s: float = 3600.0
+    # the rest of the table's campaign options, by the flag's dest (arrival, burstiness, endpoint, ...)
+    options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -212,10 +210,26 @@ def _thresholds(t: Table, name: str, default: str | None) -> str | None:
     return text
 
 
+def _table_value(t: Table, key: str, f: flags.Flag) -> Any:
+    """A [ramp] value of one of the flag table's options, checked as the table says (its kind, its
+    choices, its bound), the error naming the key and line."""
+    if f.kind == "choice":
+        return t.get_choice(key, f.choices)
+    if f.kind == "str":
+        return t.get_str(key)
+    if f.kind in ("int", "float"):
+        value = t.get_int(key) if f.kind == "int" else t.get_float(key)
+        try:
+            return flags.parse_value(f, value, key)
+        except OptionError as exc:
+            raise SpecError(t.key(key), t.raw(key), str(exc).split(": ", 1)[-1]) from None
+    raise SpecError(t.key(key), t.raw(key), f"a {f.kind} option has no campaign key yet; give it in args")
+
+
 def _load(t: Table | None, base: LoadSpec) -> LoadSpec:
     if t is None:
         return base
-    spec = LoadSpec(**{**base.__dict__, "args": list(base.args)})
+    spec = LoadSpec(**{**base.__dict__, "args": list(base.args), "options": dict(base.options)})
     spec.mode = t.get_choice("mode", LOAD_MODES, spec.mode)
     if t.has("concurrency"):
         values = t.get_list("concurrency")
@@ -238,6 +252,15 @@ def _load(t: Table | None, base: LoadSpec) -> LoadSpec:
     spec.fail_on = _thresholds(t, "fail_on", spec.fail_on)
     spec.abort_on = _thresholds(t, "abort_on", spec.abort_on)
     spec.timeout_s = t.get_float("timeout_s", spec.timeout_s, positive=True)
+    for key, f in TABLE_KEYS.items():
+        if key not in _FIELDS and t.has(key):
+            spec.options[f.dest] = _table_value(t, key, f)
+    if t.has("burstiness") or t.has("arrival"):
+        try:
+            flags.check_combination(spec.options, "campaign")
+        except OptionError as exc:
+            key = "burstiness" if t.has("burstiness") else "arrival"
+            raise SpecError(t.key(key), t.raw(key), str(exc).split(": ", 1)[-1].replace("--", "")) from None
     if t.has("args"):
         args = t.get_list("args", non_empty=False)
         if not all(isinstance(a, str) for a in args):

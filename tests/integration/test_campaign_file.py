@@ -179,3 +179,43 @@ def test_scenario_paths_resolve_beside_the_file_or_fail_with_the_line(tmp_path: 
     with pytest.raises(CampaignError) as err:
         load_campaign(path)
     assert str(err.value).startswith(f'{path}:8: scenario = "nope.toml": no such file')
+
+
+def test_every_option_of_the_tables_campaign_surface_is_a_ramp_key(tmp_path: Path) -> None:
+    """The campaign's [ramp] keys are the flag table's campaign surface (issue 29: the table named
+    arrival, burstiness, endpoint, call_type and gpu_count campaign options, and the file refused
+    them as unknown keys); each is checked as its flag is and reaches the ramp's command line."""
+    from loadgen.campaign.runner import _ramp_argv
+    from loadgen.campaign.spec import RAMP_KEYS
+    from loadgen.spec import flags
+
+    surface = {f.name.replace("-", "_") for f in flags.FLAGS if "campaign" in f.surfaces} - {"find_knee"}
+    assert surface <= set(RAMP_KEYS)
+    extra = 'arrival = "gamma"\nburstiness = 2.5\nendpoint = "completions"\ncall_type = "completions"\ngpu_count = 8\n'
+    c = parse_campaign(GOOD.replace("step_seconds = 2\n", "step_seconds = 2\n" + extra), "camp.toml")
+    for v in c.variants:
+        argv = _ramp_argv(v, "http://gpu:30000", tmp_path, "c", {}, wait_s=10)
+        got = {flag: argv[argv.index(flag) + 1] for flag in ("--arrival", "--burstiness", "--endpoint", "--gpu-count")}
+        assert got == {"--arrival": "gamma", "--burstiness": "2.5", "--endpoint": "completions", "--gpu-count": "8"}
+        assert argv[argv.index("--call-type") + 1] == "completions"
+    # a variant's own [variant.ramp] overrides the campaign-wide value
+    text = GOOD.replace("step_seconds = 2\n", "step_seconds = 2\n" + extra).replace(
+        "concurrency = [8]", "concurrency = [8]\ngpu_count = 4"
+    )
+    b = parse_campaign(text, "camp.toml").variants[1]
+    assert b.load.options["gpu_count"] == 4
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("gpu_count = 0", "ramp.gpu_count = 0: must be 1 or more"),
+        ("burstiness = 0", "ramp.burstiness = 0: must be above 0 (1 is Poisson's)"),
+        ('arrival = "bursty"', 'ramp.arrival = "bursty": must be one of "poisson", "gamma"'),
+        ("burstiness = 2", "ramp.burstiness = 2: applies to arrival gamma only"),
+        ('endpoint = "chat/completions"', 'ramp.endpoint = "chat/completions": must be one of'),
+    ],
+)
+def test_a_table_option_in_a_campaign_is_checked_as_its_flag_is(line: str, message: str) -> None:
+    msg = _error(GOOD.replace("step_seconds = 2\n", f"step_seconds = 2\n{line}\n"))
+    assert msg.startswith(f"camp.toml:8: {message}"), msg
