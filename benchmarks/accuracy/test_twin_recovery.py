@@ -19,8 +19,6 @@ within one step.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -34,20 +32,12 @@ from loadgen.sim.memory import memory_plan
 from loadgen.sim.profile import apply_overrides, load_profile
 from loadgen.twin.compare import compare_runs
 from tests.conftest import run_loadgen
+from tests.twin import SPREAD, run_twin
 
 # alone (tests/conftest.py): a twin against its profile, both timed on this machine
 pytestmark = [pytest.mark.slow, pytest.mark.exclusive]
 
 RAMP = ["--step-seconds", "3", "--warmup-seconds", "1", "--drain-seconds", "20"]
-SPREAD = """name = "twin-recovery"
-description = "short chat prompts; output lengths spread so that closed-loop users do not move in cohorts"
-seed = 0
-[prompt]
-source = "chat"
-input_tokens = 60
-[output]
-max_tokens = { dist = "uniform", low = 16, high = 112 }
-"""
 FIGURES = {"throughput tok/s": "output_tok_s", "TPOT p50 ms": "tpot_ms", "TTFT p50 ms": "ttft_ms"}
 
 
@@ -72,20 +62,6 @@ def _ramp(url: str, out: Path, concurrency: str, *extra: str, ramp: list[str] = 
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout.strip().splitlines()[-1]
-
-
-def _twin(run_dir: str, out: Path, *extra: str) -> dict[str, Any]:
-    code = "import sys; from loadgen.twin.cli import twin_main; sys.exit(twin_main(sys.argv[1:]))"
-    done = subprocess.run(
-        [sys.executable, "-c", code, run_dir, "--out", str(out), *extra],
-        capture_output=True,
-        text=True,
-        timeout=150,
-        cwd=Path(__file__).resolve().parents[2],
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    data: dict[str, Any] = json.loads((out / "twin.json").read_text())
-    return data
 
 
 def _sim_stats(url: str) -> dict[str, Any]:
@@ -165,7 +141,7 @@ def test_h100_llama_is_recovered_and_predicts_twice_the_load_and_where_the_pool_
     fresh = sim_factory(*flags)
     truth = _ramp(fresh.url, tmp_path / "truth", "32,64", "--scenario", scenario)
     fresh.stop()
-    table = _twin(run_dir, tmp_path / "twin", "--concurrency", "32,64", "--plan", "--target-rps", "20")
+    table = run_twin(run_dir, tmp_path / "twin", "--concurrency", "32,64", "--plan", "--target-rps", "20")
     assert _fit(table, "kv_pool_tokens") == pool.kv_pool_tokens
     errors = _errors(table)
     _show("h100-llama-8b replay", errors)
@@ -243,7 +219,7 @@ def test_seed_story_capped_at_128_predicts_256(sim_factory: Any, tmp_path: Path)
     big.stop()
     # one call: the measured ramp replayed (max running 256 changes nothing below C=256: the batch
     # never reaches 128 there), and C=256 on its own
-    table = _twin(run_dir, tmp_path / "twin256", "--set", "max_running_requests=256", "--concurrency", "256")
+    table = run_twin(run_dir, tmp_path / "twin256", "--set", "max_running_requests=256", "--concurrency", "256")
     # acceptance: the server's mean tokens per draft-and-verify cycle over the run
     true_tau = 1.0 + stats["spec_accepted_tokens"] / stats["spec_cycles"]
     tau = _fit(table, "tokens_per_chunk")
@@ -284,7 +260,7 @@ def test_h100_context_what_if_predicts_twice_the_longest_measured_context(sim_fa
     fresh = sim_factory(*flags)
     truth = _ramp(fresh.url, tmp_path / "truth", "1,8", "--context-tokens", "4000", "--scenario", scenario)
     fresh.stop()
-    table = _twin(run_dir, tmp_path / "twin", "--context-tokens", "4000")
+    table = run_twin(run_dir, tmp_path / "twin", "--context-tokens", "4000")
     assert [(r["load"], r["context_tokens"], r["predicted"]) for r in table["steps"]] == [
         (1.0, 4000, True),
         (8.0, 4000, True),

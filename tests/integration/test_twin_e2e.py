@@ -14,8 +14,6 @@ benchmarks/RESULTS.md); this test guards only against a fit that is grossly off 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,34 +21,12 @@ import pytest
 
 from loadgen.sim.memory import memory_plan
 from loadgen.sim.profile import apply_overrides, load_profile
-from tests.conftest import REPO, run_loadgen
+from tests.conftest import run_loadgen
+from tests.twin import SPREAD, run_twin
 
 pytestmark = pytest.mark.slow
 
-SPREAD = """name = "twin-e2e"
-description = "short chat prompts; output lengths spread so that closed-loop users do not move in cohorts"
-seed = 0
-[prompt]
-source = "chat"
-input_tokens = 60
-[output]
-max_tokens = { dist = "uniform", low = 16, high = 112 }
-"""
 FLAGS = ("--profile", "h100-llama-8b", "--startup-s", "0", "--mem-fraction-static", "0.2165")
-
-
-def _twin(run_dir: str, out: Path, *extra: str) -> dict[str, Any]:
-    code = "import sys; from loadgen.twin.cli import twin_main; sys.exit(twin_main(sys.argv[1:]))"
-    done = subprocess.run(
-        [sys.executable, "-c", code, run_dir, "--out", str(out), *extra],
-        capture_output=True,
-        text=True,
-        timeout=150,
-        cwd=REPO,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    data: dict[str, Any] = json.loads((out / "twin.json").read_text())
-    return data
 
 
 def test_a_twin_learns_the_pool_replays_the_ramp_and_marks_the_what_if_predicted(
@@ -84,7 +60,7 @@ def test_a_twin_learns_the_pool_replays_the_ramp_and_marks_the_what_if_predicted
     measured = Path(done.stdout.strip().splitlines()[-1])
     sim.stop()
 
-    table = _twin(str(measured), tmp_path / "twin", "--concurrency", "16", "--plan", "--target-rps", "5")
+    table = run_twin(str(measured), tmp_path / "twin", "--concurrency", "16", "--plan", "--target-rps", "5")
     params = table["fit"]["params"]
     assert params["kv_pool_tokens"]["value"] == pool.kv_pool_tokens  # from the run's /metrics, exact
     assert table["fit"]["engine"] == "sglang" and "/metrics" in table["fit"]["engine_evidence"]
