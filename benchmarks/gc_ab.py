@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run as bench  # the harness next to this file
 
 _DEFAULT_GC = (
-    "import sys; import loadgen.load.ramp, loadgen.load.runtime as rt; from loadgen.cli import main; "
-    "rt.quiet_gc = lambda: None; loadgen.load.ramp.quiet_gc = lambda: None; sys.exit(main(sys.argv[1:]))"
+    "import sys; import loadgen.run.ramp, loadgen.load.runtime as rt; from loadgen.cli import main; "
+    "rt.quiet_gc = lambda: None; loadgen.run.ramp.quiet_gc = lambda: None; sys.exit(main(sys.argv[1:]))"
 )
 
 

@@ -254,7 +254,7 @@ class _UIRun:
             # as loadgen ramp: the server's own /metrics when it serves one (KV fill, queue, preemptions)
             sources.metrics_url = probe_metrics(host, os.environ.get("OPENAI_API_KEY") or None)
         if sources is not None:
-            from loadgen.load.ramp import start_telemetry
+            from loadgen.run.ramp import start_telemetry
 
             self.side = start_telemetry(self.run_dir, sources, sys.stderr)
 
@@ -312,7 +312,7 @@ class UIRampShape(RampShape):
         self.run = run
         self.abort: Any = None
         if run.options.abort_on:  # as loadgen ramp --abort-on: judged each time a step ends
-            from loadgen.load.ramp import AbortGuard
+            from loadgen.run.ramp import AbortGuard
 
             self.abort = AbortGuard(
                 run.options.abort_on, run.run_dir, run.state, self, _event_writer(run.run_dir), sys.stderr

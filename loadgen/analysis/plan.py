@@ -30,7 +30,6 @@ The arithmetic, in order (every figure is in the returned dict, with the approxi
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
@@ -42,48 +41,12 @@ from loadgen.analysis.contracts import (
     PerReplica,
     StepSummary,
 )
-from loadgen.analysis.knee import SLO_KEY
 from loadgen.analysis.values import at_axis, load_axis, number, stat
+from loadgen.spec.gates import SLO_KEY, SLO_NAMES, SLOError
 
 LATENCIES: tuple[LatencyKey, ...] = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
 
-_PART = re.compile(r"^\s*([A-Za-z0-9_]+)\s*=\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([A-Za-zµ]*)\s*$")
-_UNITS_MS = {"ms": 1.0, "s": 1000.0, "us": 0.001, "µs": 0.001}
 _STAT_FRAC = {"p50": 0.50, "p90": 0.90, "p99": 0.99}
-SLO_NAMES = "ttft, itl, tpot, e2e with _mean, _p50, _p90 or _p99 (e.g. ttft_p99)"
-
-
-class SLOError(ValueError):
-    """An SLO string or mapping that cannot be used; the message names the bad part."""
-
-
-def parse_slo(text: str) -> dict[str, float]:
-    """Parse "ttft_p99=2s,tpot_p99=50ms" into {"ttft_p99_ms": 2000.0, "tpot_p99_ms": 50.0}.
-
-    Names: ttft, itl, tpot, e2e followed by _mean, _p50, _p90 or _p99. Units: ms, s, us (a unit is
-    required). Raises :class:`SLOError` naming the bad part and what is allowed.
-    """
-    out: dict[str, float] = {}
-    parts = [p for p in text.split(",") if p.strip()]
-    if not parts:
-        raise SLOError(f"empty SLO {text!r}: give name=value pairs like ttft_p99=2s,tpot_p99=50ms")
-    for part in parts:
-        m = _PART.match(part)
-        if not m:
-            raise SLOError(f"cannot read SLO part {part.strip()!r}: write name=value with a unit, e.g. ttft_p99=2s")
-        name, value, unit = m.group(1).lower(), float(m.group(2)), m.group(3)
-        key = f"{name}_ms"
-        if not SLO_KEY.match(key):
-            raise SLOError(f"unknown SLO name {name!r} in {part.strip()!r}: use {SLO_NAMES}")
-        if unit not in _UNITS_MS:
-            what = f"unknown unit {unit!r}" if unit else "no unit"
-            raise SLOError(f"{what} in SLO part {part.strip()!r}: use ms, s or us (e.g. {name}=2s or {name}=2000ms)")
-        if value <= 0:
-            raise SLOError(f"SLO limit must be > 0 in {part.strip()!r}")
-        if key in out:
-            raise SLOError(f"SLO name {name!r} given twice")
-        out[key] = value * _UNITS_MS[unit]
-    return out
 
 
 def _stat(step: StepSummary, key: str) -> float | None:

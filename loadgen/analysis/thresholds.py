@@ -24,134 +24,21 @@ and is breached when any of them breaches (the worst step is named); ``run:`` ju
 the run did not measure) counts as breached in the final verdict, so a run that measured nothing
 cannot pass a gate; during the ramp (``--abort-on``) it is left alone until a value exists.
 
-Everything here is pure: text in, :class:`Threshold` out; a summary in, JSON-ready results out.
+The text is read in ``spec.gates`` (where it enters: a flag, a scenario's [gate], a manifest);
+here a summary and :class:`Threshold` items go in, JSON-ready results come out. Pure.
 """
 
 from __future__ import annotations
 
-import operator
-import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal, TypedDict, cast
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal, TypedDict
 
-from loadgen.analysis.knee import SLO_KEY
-from loadgen.analysis.plan import _UNITS_MS as LATENCY_UNITS_MS
 from loadgen.analysis.values import number, stat
+from loadgen.spec.gates import Op, Scope, Threshold, Thresholds, is_latency, parse_thresholds
 
-Op = Literal[">", ">=", "<", "<="]
-Scope = Literal["step", "run"]
 Source = Literal["fail_on", "abort_on"]
 Status = Literal["pass", "fail", "no_data", "skipped"]
 ABORT_EVENT = "aborted"  # the events.jsonl kind written when an --abort-on threshold stops the ramp
-
-OPS: dict[str, Callable[[float, float], bool]] = {
-    ">": operator.gt,
-    ">=": operator.ge,
-    "<": operator.lt,
-    "<=": operator.le,
-}
-METRICS = (
-    "ttft|itl|tpot|e2e with _mean, _p50, _p90 or _p99 (ms, s, us), error_rate (%), output_tok_s, "
-    "goodput_share (%), invalid_steps"
-)
-ALLOWED = (
-    f"write [run:]METRIC OP VALUE with OP one of > >= < <=, e.g. ttft_p99>2s or run:error_rate>1%; metrics: {METRICS}"
-)
-_PART = re.compile(
-    r"^\s*(?:(?P<scope>[A-Za-z]+)\s*:)?\s*(?P<metric>[A-Za-z0-9_]+)\s*(?P<op>>=|<=|>|<)\s*"
-    r"(?P<value>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(?P<unit>[A-Za-zµ%/]*)\s*$"
-)
-# metric -> (unit the value is written in, scopes it takes)
-_PLAIN: dict[str, tuple[str, tuple[Scope, ...]]] = {
-    "error_rate": ("%", ("step", "run")),
-    "goodput_share": ("%", ("step",)),
-    "output_tok_s": ("tok/s", ("step", "run")),
-    "invalid_steps": ("steps", ("run",)),
-}
-
-
-class ThresholdError(ValueError):
-    """A threshold that cannot be read; the message names it and says what is allowed."""
-
-
-@dataclass(frozen=True, slots=True)
-class Threshold:
-    """One breach condition. ``limit`` is in ``unit``: ms for latencies, percent for ``error_rate``
-    and ``goodput_share``, tok/s, or a count of steps."""
-
-    text: str
-    metric: str
-    op: Op
-    limit: float
-    unit: str
-    scope: Scope
-
-    def breached_by(self, value: float) -> bool:
-        return OPS[self.op](value, self.limit)
-
-
-def _is_latency(metric: str) -> bool:
-    """``ttft_p99`` and the other names ``--slo`` takes (its pattern, without the ``_ms``)."""
-    return SLO_KEY.match(f"{metric}_ms") is not None
-
-
-def parse_thresholds(text: str, flag: str = "--fail-on") -> list[Threshold]:
-    """``"ttft_p99>2s,run:error_rate>1%"`` -> thresholds, in the order written. Raises
-    :class:`ThresholdError` naming ``flag``, the bad threshold and what is allowed."""
-    parts = [p.strip() for p in text.split(",") if p.strip()]
-    if not parts:
-        raise ThresholdError(f"{flag} {text!r}: no threshold given; {ALLOWED}")
-    out = [_parse_one(part, flag) for part in parts]
-    seen: set[tuple[str, str, str]] = set()
-    for t in out:
-        key = (t.scope, t.metric, t.op)
-        if key in seen:
-            raise ThresholdError(f"{flag}: threshold {t.text!r} given twice ({t.scope} {t.metric} {t.op})")
-        seen.add(key)
-    return out
-
-
-def _parse_one(part: str, flag: str) -> Threshold:
-    m = _PART.match(part)
-    if not m:
-        raise ThresholdError(f"{flag} threshold {part!r}: cannot read it; {ALLOWED}")
-    metric, op, unit = m["metric"].lower(), cast(Op, m["op"]), m["unit"]
-    value = float(m["value"])
-    scope_text = (m["scope"] or "").lower()
-    if scope_text not in ("", "run", "step"):
-        raise ThresholdError(f"{flag} threshold {part!r}: unknown scope {m['scope']!r}: use run: or nothing (per step)")
-    if _is_latency(metric):
-        if scope_text == "run":
-            raise ThresholdError(
-                f"{flag} threshold {part!r}: latency percentiles are judged per step; drop 'run:' "
-                f"(scope run takes error_rate, output_tok_s, invalid_steps)"
-            )
-        if unit not in LATENCY_UNITS_MS:
-            what = f"unknown unit {unit!r}" if unit else "no unit"
-            raise ThresholdError(
-                f"{flag} threshold {part!r}: {what}; use ms, s or us (e.g. {metric}{op}2s or {metric}{op}2000ms)"
-            )
-        return Threshold(part, metric, op, value * LATENCY_UNITS_MS[unit], "ms", "step")
-    if metric not in _PLAIN:
-        raise ThresholdError(f"{flag} threshold {part!r}: unknown metric {m['metric']!r}; metrics: {METRICS}")
-    want_unit, scopes = _PLAIN[metric]
-    scope: Scope = "run" if scope_text == "run" or scopes == ("run",) else "step"
-    if scope not in scopes:
-        raise ThresholdError(f"{flag} threshold {part!r}: {metric} is judged per step only; drop 'run:'")
-    if scope_text == "step" and "step" not in scopes:
-        raise ThresholdError(f"{flag} threshold {part!r}: {metric} counts over the run; drop 'step:'")
-    if want_unit == "%":
-        if unit != "%":
-            raise ThresholdError(f"{flag} threshold {part!r}: write {metric} in percent, e.g. {metric}{op}1%")
-        if value > 100:
-            raise ThresholdError(f"{flag} threshold {part!r}: a share above 100% can never be reached")
-    elif unit not in ("", want_unit):
-        raise ThresholdError(f"{flag} threshold {part!r}: {metric} takes a bare number, e.g. {metric}{op}{value:g}")
-    if metric == "invalid_steps" and not value.is_integer():
-        raise ThresholdError(f"{flag} threshold {part!r}: invalid_steps is a count; give a whole number")
-    return Threshold(part, metric, op, value, want_unit, scope)
-
 
 # ------------------------------------------------------------------------------------ evaluation
 
@@ -222,7 +109,7 @@ def _error_pct(ok: Any, failed: Any) -> float | None:
 
 def step_value(t: Threshold, step: Mapping[str, Any]) -> float | None:
     """The value ``t`` judges in one step summary, in ``t.unit``; None when not measured."""
-    if _is_latency(t.metric):
+    if is_latency(t.metric):
         name, part = t.metric.rsplit("_", 1)
         return stat(step, f"{name}_ms", part)
     if t.metric == "error_rate":
@@ -394,18 +281,19 @@ def verdict(
 
 def judge(
     summary: Mapping[str, Any],
-    fail_on: str | None,
-    abort_on: str | None,
+    fail_on: Thresholds | str | None,
+    abort_on: Thresholds | str | None,
     events: Iterable[Mapping[str, Any]],
 ) -> ThresholdVerdict | None:
-    """The verdict of a run's ``--fail-on`` and ``--abort-on`` texts on its summary; the
-    ``aborted`` event among ``events`` (the run's own, events.jsonl) names what stopped the ramp.
-    None when the run has no thresholds. Raises ThresholdError for a text that does not read."""
+    """The verdict of a run's ``--fail-on`` and ``--abort-on`` on its summary: thresholds already
+    read, or the text a manifest keeps; the ``aborted`` event among ``events`` (the run's own,
+    events.jsonl) names what stopped the ramp. None when the run has no thresholds. Raises
+    ThresholdError for a text that does not read."""
     results: list[ThresholdResult] = []
     if fail_on:
-        results += evaluate(summary, parse_thresholds(fail_on, "--fail-on"), "fail_on")
+        results += evaluate(summary, _read(fail_on, "--fail-on"), "fail_on")
     if abort_on:
-        results += evaluate(summary, parse_thresholds(abort_on, "--abort-on"), "abort_on")
+        results += evaluate(summary, _read(abort_on, "--abort-on"), "abort_on")
     aborted = next((e for e in events if e.get("kind") == ABORT_EVENT), None)
     if not results and aborted is None:
         return None
@@ -413,6 +301,10 @@ def judge(
         return verdict(results)
     step = aborted.get("step")
     return verdict(results, str(aborted.get("threshold")), step if isinstance(step, int) else None)
+
+
+def _read(thresholds: Thresholds | str, flag: str) -> tuple[Threshold, ...]:
+    return (thresholds if isinstance(thresholds, Thresholds) else parse_thresholds(thresholds, flag)).items
 
 
 def verdict_lines(v: Mapping[str, Any]) -> list[str]:
@@ -441,15 +333,12 @@ def verdict_lines(v: Mapping[str, Any]) -> list[str]:
 __all__ = [
     "ABORT_EVENT",
     "StepJudgement",
-    "Threshold",
-    "ThresholdError",
     "ThresholdResult",
     "ThresholdVerdict",
     "evaluate",
     "first_breach",
     "judge",
     "message",
-    "parse_thresholds",
     "verdict",
     "verdict_lines",
     "where",

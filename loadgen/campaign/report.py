@@ -57,8 +57,8 @@ def build_report(
 ) -> dict[str, Any]:
     """campaign.json's content; compares the variants that produced a run (first one is the baseline)."""
     from loadgen.analysis.contracts import RunSummary
+    from loadgen.analysis.pipeline import summarise
     from loadgen.report.compare import compare_runs
-    from loadgen.report.pipeline import summarise
 
     summaries: list[RunSummary] = []
     labels: list[str] = []

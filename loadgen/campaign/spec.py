@@ -28,6 +28,7 @@ else:  # pragma: no cover - Python 3.10
 
 from loadgen.lifecycle import split_command
 from loadgen.spec import flags
+from loadgen.spec.gates import ThresholdError, parse_thresholds
 from loadgen.spec.options import OptionError
 from loadgen.workload.errors import NO_VALUE, SpecError
 from loadgen.workload.spec import Table
@@ -201,8 +202,6 @@ def _thresholds(t: Table, name: str, default: str | None) -> str | None:
     text: str | None = t.get_str(name, default)
     if text is None or text is default:
         return text
-    from loadgen.analysis.thresholds import ThresholdError, parse_thresholds
-
     try:
         parse_thresholds(text, name)
     except ThresholdError as exc:

@@ -5,7 +5,7 @@ a gateway to a header it does not like, vLLM to a body field it does not know) w
 "measured" for the whole ramp: thousands of failed records, a report of nothing, exit 0. Before any
 call has succeeded, ``RefusalWatch`` counts the calls that failed with one HTTP client error (4xx
 but 404, which says the endpoint is missing and has its own message, and 429, a rate limit that
-passes); ``REFUSED_STREAK`` in a row with the same status stop the ramp (``loadgen.load.ramp``)
+passes); ``REFUSED_STREAK`` in a row with the same status stop the ramp (``loadgen.run.ramp``)
 with one line: the status, the server's answer (or that its body was empty), the request that
 caused it (its headers, the API key redacted, and the shape of its body, never the prompt text)
 and what to try. Once one call has succeeded the watch is off: later 4xx are the server's answers

@@ -583,7 +583,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     import orjson
 
-    from loadgen.analysis.plan import parse_slo
+    from loadgen.spec.gates import parse_slo
     from loadgen.spec.options import OptionError, parse_float_list, parse_int_list
 
     ns = build_parser().parse_args(argv)

@@ -626,7 +626,7 @@ def write_comparison(run_dirs: Sequence[str | os.PathLike[str]], out: str) -> tu
     under ``out``; returns (that directory, the Markdown). Labels repeated across runs are numbered."""
     import orjson
 
-    from loadgen.report.pipeline import summarise
+    from loadgen.analysis.pipeline import summarise
     from loadgen.rundir.layout import create_run_dir
 
     summaries = [summarise(d)[1] for d in run_dirs]

@@ -103,7 +103,7 @@ def _header(summary: RunSummary) -> list[str]:
     return lines
 
 
-# run events that end a ramp because it cannot succeed (loadgen.load.ramp's guard)
+# run events that end a ramp because it cannot succeed (loadgen.run.ramp's guard)
 STOP_EVENTS = ("endpoint_missing", "requests_refused")
 
 

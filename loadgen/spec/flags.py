@@ -28,13 +28,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from loadgen.spec.gates import SLOError, ThresholdError, Thresholds, parse_slo, parse_thresholds
 from loadgen.spec.options import OptionError, extra_body_items, parse_extra_body, parse_float_list, parse_int_list
 from loadgen.spec.request import ENDPOINTS
 
 Surface = Literal["ramp", "ui", "form", "lg", "campaign"]
 # int, float, str: one value; ints, floats: comma-separated lists; body: --extra-body items; slo:
-# latency limits; switch: present or not; choice: one of ``choices``
-Kind = Literal["int", "float", "str", "ints", "floats", "body", "slo", "switch", "choice"]
+# latency limits; thresholds: pass/fail conditions (spec.gates); switch: present or not; choice: one
+# of ``choices``
+Kind = Literal["int", "float", "str", "ints", "floats", "body", "slo", "thresholds", "switch", "choice"]
 
 RAMP: frozenset[Surface] = frozenset({"ramp"})
 
@@ -220,13 +222,13 @@ FLAGS: tuple[Flag, ...] = (
          "which GPUs telemetry reads",
          _s("ramp", "ui", "form", "campaign"), metavar="N", group=VERDICT, unset="the count the GPU telemetry saw",
          bound=AT_LEAST_1),
-    Flag("fail_on", "fail-on", "str",
+    Flag("fail_on", "fail-on", "thresholds",
          "thresholds that fail the run (exit 5), e.g. 'ttft_p99>2s,error_rate>1%,invalid_steps>0': per "
          "step (any valid step breaching fails; run:error_rate>1% judges the whole run); metrics "
          "ttft|itl|tpot|e2e_mean|p50|p90|p99, error_rate, output_tok_s, goodput_share, invalid_steps; "
          "operators > >= < <= (docs/ci.md)", _s("ramp", "ui", "form", "campaign"), metavar="THRESHOLDS",
          group=VERDICT, unset="none; in loadgen ramp the scenario's [gate] fail_on"),
-    Flag("abort_on", "abort-on", "str",
+    Flag("abort_on", "abort-on", "thresholds",
          "thresholds (as --fail-on) judged after each step: the first breach stops the ramp within a step, "
          "writes a partial report and exits 5", _s("ramp", "ui", "form", "campaign"), metavar="THRESHOLDS",
          group=VERDICT, unset="none; in loadgen ramp the scenario's [gate] abort_on"),
@@ -359,12 +361,17 @@ def parse_value(f: Flag, raw: Any, flag: str) -> Any:
         items = raw if isinstance(raw, list) else extra_body_items(str(raw), flag)
         return parse_extra_body(items, flag)
     if f.kind == "slo":
-        from loadgen.analysis.plan import SLOError, parse_slo
-
         try:
             return dict(parse_slo(str(raw)))
         except (SLOError, ValueError) as exc:
             raise OptionError(f"{flag} {raw!r}: {exc}") from None
+    if f.kind == "thresholds":
+        if isinstance(raw, Thresholds):
+            return raw
+        try:
+            return parse_thresholds(str(raw), flag)
+        except ThresholdError as exc:
+            raise OptionError(str(exc)) from None
     if f.kind in ("int", "float") and isinstance(raw, str):
         try:
             raw = int(raw) if f.kind == "int" else float(raw)

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from loadgen.spec.gates import Thresholds, parse_thresholds
+
 if TYPE_CHECKING:
     from loadgen.spec.request import Endpoint
     from loadgen.telemetry.options import TelemetryOptions
@@ -159,8 +161,8 @@ class RampOptions:
     workers: int = 0
     prometheus_port: int | None = None
     tokenizer: str | None = None  # a local tokenizer.json / HF directory for output tokens without usage
-    fail_on: str | None = None  # thresholds that fail the run (analysis.thresholds syntax)
-    abort_on: str | None = None  # thresholds judged after each step; a breach stops the ramp
+    fail_on: Thresholds | None = None  # thresholds that fail the run (spec.gates syntax)
+    abort_on: Thresholds | None = None  # thresholds judged after each step; a breach stops the ramp
     junit: str | None = None  # JUnit XML of the thresholds' results
     find_knee: bool = False
     search_max_steps: int = 12
@@ -175,6 +177,9 @@ class RampOptions:
         telemetry (a worker samples nothing)."""
         fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__ and k != "telemetry"}
         fields["timeouts"] = Timeouts(**fields.get("timeouts", {}))
+        for name, flag in (("fail_on", "--fail-on"), ("abort_on", "--abort-on")):
+            if fields.get(name):
+                fields[name] = parse_thresholds(str(fields[name]), flag)
         return cls(**fields)
 
     def manifest(self) -> dict[str, Any]:
@@ -182,6 +187,9 @@ class RampOptions:
         data = asdict(replace(self, telemetry=None))
         if telemetry is not None:
             data["telemetry"] = {k: v for k, v in asdict(telemetry).items() if k != "monitor_token"}
+        for name in ("fail_on", "abort_on"):  # as written, the text every surface reads
+            gate = getattr(self, name)
+            data[name] = None if gate is None else gate.text
         data.pop("api_key", None)  # secrets never reach the run directory
         data["api_key_set"] = self.api_key is not None
         return data

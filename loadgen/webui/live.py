@@ -914,7 +914,7 @@ def _pareto_payload(pareto: ParetoSummary | dict[str, Any]) -> dict[str, Any]:
 
 def knee_from_run_dir(run_dir: Path) -> LiveKnee | None:
     """The knee verdict of the run so far as the report computes it (loads the whole run)."""
-    from loadgen.report.pipeline import summarise
+    from loadgen.analysis.pipeline import summarise
 
     try:
         _, summary = summarise(run_dir)

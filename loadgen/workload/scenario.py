@@ -27,6 +27,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
+from loadgen.spec.gates import ThresholdError, Thresholds, parse_thresholds
 from loadgen.spec.request import ENDPOINTS, GENERATIVE, Endpoint
 from loadgen.workload.corpus import CORPUS_NAMES
 from loadgen.workload.datasets import PROMPT_FORMATS, TRACE_FORMATS, PromptRow, Trace, load_prompts, load_trace
@@ -221,10 +222,11 @@ class LoadSpec:
 @dataclass(frozen=True)
 class GateSpec:
     """``[gate]``: pass/fail thresholds of a run of this scenario, as ``--fail-on`` / ``--abort-on``
-    take them (``loadgen ramp`` checks their syntax; its flags override them)."""
+    take them, read here (``spec.gates``) so a typo names its line; ``loadgen ramp``'s flags
+    override them."""
 
-    fail_on: str | None = None
-    abort_on: str | None = None
+    fail_on: Thresholds | None = None
+    abort_on: Thresholds | None = None
 
 
 @dataclass(frozen=True)
@@ -778,9 +780,19 @@ def _load(t: Table, trace: TraceSpec | None) -> LoadSpec:
 def _gate(t: Table | None) -> GateSpec:
     if t is None:
         return GateSpec()
-    gate = GateSpec(fail_on=t.get_str("fail_on", None), abort_on=t.get_str("abort_on", None))
+    gate = GateSpec(fail_on=_thresholds(t, "fail_on"), abort_on=_thresholds(t, "abort_on"))
     t.finish()
     return gate
+
+
+def _thresholds(t: Table, name: str) -> Thresholds | None:
+    text: str | None = t.get_str(name, None)
+    if text is None:
+        return None
+    try:
+        return parse_thresholds(text, name)
+    except ThresholdError as exc:
+        raise SpecError(t.key(name), text, str(exc).split(": ", 1)[-1]) from None
 
 
 def _matrix(t: Table | None, context_limit: int) -> tuple[int, ...]:

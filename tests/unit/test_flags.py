@@ -204,3 +204,27 @@ def test_burstiness_without_gamma_arrivals_is_refused_in_the_web_form_too() -> N
     with pytest.raises(OptionError, match="--lg-burstiness 2: applies to --lg-arrival gamma only"):
         validate(_form("--lg-rates", "1", "--lg-burstiness", "2"))
     validate(_form("--lg-rates", "1", "--lg-arrival", "gamma", "--lg-burstiness", "2"))
+
+
+@pytest.mark.parametrize("dest", ["fail_on", "abort_on"])
+def test_thresholds_are_read_once_by_the_table_on_every_surface(dest: str) -> None:
+    """A typo in --fail-on/--abort-on is refused alike on the command line and in the web form
+    (the form used to pass it on unread), and a good text becomes the thresholds the run judges:
+    the ramp's --abort-on guard takes them as read, the manifest keeps the text."""
+    from loadgen.cli import _ramp_options, build_parser
+    from loadgen.locustfile import _ramp_options as form_options
+    from loadgen.locustfile import validate
+
+    f = flags.BY_DEST[dest]
+    with pytest.raises(OptionError, match=rf"^{f.flag('ramp')} threshold 'ttft_p98>2s': unknown metric"):
+        _ramp_options(build_parser().parse_args(["ramp", "--url", "http://h:1", f.flag("ramp"), "ttft_p98>2s"]), [])
+    with pytest.raises(OptionError, match=rf"^{f.flag('form')} threshold 'ttft_p98>2s': unknown metric"):
+        validate(_form(f.flag("form"), "ttft_p98>2s"))
+    ns = build_parser().parse_args(["ramp", "--url", "http://h:1", f.flag("ramp"), " ttft_p99>2s,run:error_rate>1% "])
+    cli = getattr(_ramp_options(ns, []), dest)
+    form = getattr(form_options(_form(f.flag("form"), "ttft_p99>2s,run:error_rate>1%"), "http://h:1", "m"), dest)
+    assert cli == form
+    assert [(t.metric, t.limit, t.scope) for t in cli] == [("ttft_p99", 2000.0, "step"), ("error_rate", 1.0, "run")]
+    manifest = RampOptions(url="http://h:1", model="m", **{dest: cli}).manifest()
+    assert manifest[dest] == "ttft_p99>2s,run:error_rate>1%"
+    assert getattr(RampOptions.from_manifest(manifest), dest) == cli  # a worker reads the same thresholds

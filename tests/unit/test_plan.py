@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from loadgen.analysis.plan import SLOError, capacity_plan, parse_slo
+from loadgen.analysis.plan import capacity_plan
+from loadgen.spec.gates import SLOError, parse_slo
 
 SLO = {"ttft_p99_ms": 2000.0, "tpot_p99_ms": 50.0}
 

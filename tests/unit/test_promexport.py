@@ -163,7 +163,7 @@ def test_live_view_splits_warmup_from_the_steady_window(tmp_path: Path) -> None:
 
 def test_live_view_and_report_agree_on_an_ended_step(tmp_path: Path) -> None:
     """One definition of each figure: the live tab reads what the report will say."""
-    from loadgen.report.pipeline import summarise
+    from loadgen.analysis.pipeline import summarise
 
     write_run(tmp_path)
     (tmp_path / "manifest.json").write_bytes(orjson.dumps({"kind": "ramp", "run_id": "t"}))

@@ -33,12 +33,18 @@ abort_on = "invalid_steps>0"
 
 def test_a_scenario_gate_carries_its_thresholds() -> None:
     s = parse_scenario('[gate]\nfail_on = "ttft_p99>2s"\nabort_on = "error_rate>5%"\n')
-    assert (s.gate.fail_on, s.gate.abort_on) == ("ttft_p99>2s", "error_rate>5%")
+    assert s.gate.fail_on is not None and s.gate.abort_on is not None
+    assert (s.gate.fail_on.text, s.gate.abort_on.text) == ("ttft_p99>2s", "error_rate>5%")
+    (t,) = s.gate.fail_on  # read with the scenario, not again by the ramp
+    assert (t.metric, t.op, t.limit, t.unit) == ("ttft_p99", ">", 2000.0, "ms")
     assert parse_scenario("").gate.fail_on is None
     with pytest.raises(ScenarioError, match=r"\(scenario\):2: gate.fail_onn"):
         parse_scenario('[gate]\nfail_onn = "ttft_p99>2s"\n')
     with pytest.raises(ScenarioError, match="must be a string"):
         parse_scenario("[gate]\nfail_on = 2\n")
+    # a typo names the scenario's line and key, before any server is asked anything
+    with pytest.raises(ScenarioError, match=r"\(scenario\):3: gate.abort_on .*unknown metric 'ttft_p98'"):
+        parse_scenario('[gate]\nfail_on = "ttft_p99>2s"\nabort_on = "ttft_p98>1s"\n')
 
 
 def test_campaign_ramp_tables_pass_thresholds_to_each_ramp(tmp_path: Path) -> None:

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from loadgen.analysis.load import load_run
+from loadgen.analysis.pipeline import make_plan, predicted_mark, summarise
 from loadgen.analysis.synthetic import at_ms, make_record, step_lines, write_run_dir
 from loadgen.report.markdown import render_markdown
-from loadgen.report.pipeline import make_plan, predicted_mark, summarise
 from loadgen.report.sections import render_plan_md
 from loadgen.twin.compare import KV_FULL, compare_runs, markdown
 

@@ -13,8 +13,8 @@ import orjson
 import pytest
 
 from loadgen.analysis.contracts import StepSummary
+from loadgen.analysis.pipeline import summarise
 from loadgen.report.markdown import _ms, _num
-from loadgen.report.pipeline import summarise
 from loadgen.rundir.records import LAG_EDGES_MS, RequestRecord
 from loadgen.webui.blueprint import TABLE, LiveSource, fmt_ms, fmt_num, table_rows
 from loadgen.webui.live import LiveRun, empty_payload, live_step

@@ -9,14 +9,12 @@ how it weighs the detectors; ``search`` the next load to measure.
 from __future__ import annotations
 
 from loadgen.analysis.knee.curve import (
-    SLO_KEY,
     Curve,
     Finding,
     KneeOptions,
     as_number,
     fmt_load,
     make_curve,
-    parse_slo_key,
 )
 from loadgen.analysis.knee.detectors import (
     detect_error_onset,
@@ -49,7 +47,6 @@ __all__ = [
     "DETECTOR_NAMES",
     "DETECTOR_ORDER",
     "HARD_DETECTORS",
-    "SLO_KEY",
     "Curve",
     "Finding",
     "KneeOptions",
@@ -72,7 +69,6 @@ __all__ = [
     "knee_verdict",
     "kneedle",
     "make_curve",
-    "parse_slo_key",
     "rule_text",
     "run_detectors",
     "saturation_reasons",

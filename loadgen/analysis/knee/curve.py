@@ -9,7 +9,6 @@ Loads are concurrencies (closed loop) or request rates in req/s (open loop), per
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -81,20 +80,6 @@ def no_data(name: str, why: str) -> Finding:
 
 
 # ---------------------------------------------------------------------------------------------- SLOs
-
-SLO_KEY = re.compile(r"^(ttft|itl|tpot|e2e)_(mean|p50|p90|p99)_ms$")
-
-
-def parse_slo_key(key: str) -> tuple[str, str]:
-    """(metric, stat) of an SLO key such as ``ttft_p99_ms``; ValueError naming the accepted keys."""
-    m = SLO_KEY.match(key)
-    if not m:
-        raise ValueError(
-            f"unknown SLO key {key!r}: use <metric>_<stat>_ms with metric in ttft, itl, tpot, e2e "
-            "and stat in mean, p50, p90, p99 (e.g. ttft_p99_ms)"
-        )
-    return m.group(1), m.group(2)
-
 
 # --------------------------------------------------------------------------------------------- steps
 

@@ -48,12 +48,12 @@ from loadgen.analysis.knee.curve import (
     fmt_load,
     gain_per_doubling,
     no_data,
-    parse_slo_key,
     pct,
     series,
 )
 from loadgen.analysis.usl import fit_usl
 from loadgen.analysis.values import number, stat
+from loadgen.spec.gates import parse_slo_key
 
 # ------------------------------------------------------------------------------------------- kneedle
 

@@ -19,10 +19,10 @@ from loadgen.analysis.knee.curve import (
     failed_frac,
     fmt_load,
     gain_per_doubling,
-    parse_slo_key,
     pct,
 )
 from loadgen.analysis.values import number, stat
+from loadgen.spec.gates import parse_slo_key
 
 
 @dataclass(frozen=True)

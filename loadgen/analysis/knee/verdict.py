@@ -43,11 +43,11 @@ from loadgen.analysis.knee.curve import (
     as_number,
     fmt_load,
     make_curve,
-    parse_slo_key,
     pct,
 )
 from loadgen.analysis.knee.detectors import run_detectors
 from loadgen.analysis.values import load_axis, number
+from loadgen.spec.gates import parse_slo_key
 
 CURVE_DETECTORS = ("marginal_gain", "usl", "kneedle")
 HARD_DETECTORS = ("slo_breach", "error_onset", "kv_saturation", "preemption")

@@ -32,6 +32,7 @@ from loadgen.load.shape import RampShape
 from loadgen.load.user import LLMUser, OpenLoopUser
 from loadgen.rundir.clock import ANCHOR
 from loadgen.rundir.records import JsonlAppender, RunDirError, format_bytes, free_bytes
+from loadgen.spec.gates import Thresholds
 from loadgen.spec.options import RampOptions, StepPlan
 
 
@@ -256,7 +257,7 @@ class KneeSearch:
     def __call__(self, ended_index: int) -> StepPlan | None:
         from loadgen.analysis.calltypes import knee_steps
         from loadgen.analysis.knee import search_state
-        from loadgen.report.pipeline import summarise
+        from loadgen.analysis.pipeline import summarise
 
         _, summary = summarise(self.run_dir, dict(self.budget.slo) if self.budget.slo else None)
         # the steps as the call type the verdict is about saw them (all calls when only one type)
@@ -278,10 +279,10 @@ class AbortGuard:
     under way ends with reason ``aborted``), with an ``aborted`` event naming it in events.jsonl.
     Run-scope thresholds see every request so far. A threshold with nothing measured yet waits."""
 
-    def __init__(self, text: str, run_dir: Path, state: RunState, shape: RampShape, event: Any, out: TextIO) -> None:
-        from loadgen.analysis.thresholds import parse_thresholds
-
-        self.thresholds = parse_thresholds(text, "--abort-on")
+    def __init__(
+        self, thresholds: Thresholds, run_dir: Path, state: RunState, shape: RampShape, event: Any, out: TextIO
+    ) -> None:
+        self.thresholds = thresholds.items
         self.run_dir, self.state, self.shape, self.event, self.out = run_dir, state, shape, event, out
         self.judged = 0  # steps ended and judged so far
         self.fired: str | None = None
@@ -293,8 +294,8 @@ class AbortGuard:
         if self.fired is not None or ended <= self.judged or self.shape.finished:
             return
         self.judged = ended
+        from loadgen.analysis.pipeline import summarise
         from loadgen.analysis.thresholds import ABORT_EVENT, evaluate, first_breach
-        from loadgen.report.pipeline import summarise
 
         _, summary = summarise(self.run_dir)
         done = [s for s in summary["steps"] if s.get("end_reason") is not None]
