@@ -40,7 +40,8 @@ PARTS: tuple[Part, ...] = (
         "`spec/options.py` (`RampOptions`, `Timeouts`, the step plan, the manifest shape, the shared value "
         "parsers), `spec/flags.py` (the one option table), `spec/gates.py` (the SLO and the `--fail-on`/"
         "`--abort-on` thresholds, read once where they enter), `spec/request.py` (`RequestSpec` in chat form "
-        "for every endpoint, `request_body` (each API's own body), `Reply`, the target URL's parts)",
+        "for every endpoint, `Reply`, the target URL's parts), `spec/calls/` (the call types' registry: one "
+        "module per type with its path, inputs, answer, decoder and body)",
         "what a run is asked to do",
         (),
         "workload types only for the type checker; never gevent",

@@ -50,8 +50,9 @@ from loadgen.analysis.contracts import (
 )
 from loadgen.analysis.load import MISSING, Step
 from loadgen.analysis.steps import NS_PER_S, BArr, IArr, StepAnalysis, dist_ms
+from loadgen.spec.calls import ITEMS
 
-POOLING_ENDPOINTS: Final = frozenset({"embeddings", "rerank"})
+POOLING_ENDPOINTS: Final = ITEMS  # the call types whose answer is items (spec.calls)
 NO_LATENCY: Final[LatencyStats] = {"mean": None, "p50": None, "p90": None, "p99": None}
 
 

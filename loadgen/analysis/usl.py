@@ -126,7 +126,8 @@ def fit_usl(concurrency: Points, throughput: Points) -> USLFit:
     scale = float(np.max(x))
 
     def residuals(p: NDArray[np.float64]) -> NDArray[np.float64]:
-        return (_usl(n, p[0], p[1], p[2]) - x) / scale
+        out: NDArray[np.float64] = (_usl(n, p[0], p[1], p[2]) - x) / scale
+        return out
 
     lo = np.array([1e-12 * lam0, 0.0, 0.0])
     hi = np.array([np.inf, 1.0, np.inf])

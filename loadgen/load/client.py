@@ -47,6 +47,7 @@ from loadgen.parse.responses import ResponsesDecoder, parse_responses_body
 from loadgen.parse.sse import SSEDecoder
 from loadgen.parse.stream import ChunkAccumulator, StreamResult, parse_completion_body
 from loadgen.rundir.clock import perf_ns
+from loadgen.spec.calls import Decoder, assert_never
 from loadgen.spec.options import Timeouts
 from loadgen.spec.request import split_base_url
 
@@ -74,14 +75,9 @@ class CallResult:
     error: str | None = None
 
 
-# how an answer is decoded: ``chat`` (chat and completions chunks), ``responses`` (Responses API
-# events) or ``pooling`` (one embeddings or rerank body)
-Decode = str
-
-
 class Transport(Protocol):
     def call(
-        self, path: str, body: bytes, headers: dict[str, str], stream: bool, decode: Decode = "chat"
+        self, path: str, body: bytes, headers: dict[str, str], stream: bool, decode: Decoder = Decoder.CHAT
     ) -> CallResult: ...
 
     def close(self) -> None: ...
@@ -147,7 +143,7 @@ class FastTransport:
         self._client.close()
 
     def call(
-        self, path: str, body: bytes, headers: dict[str, str], stream: bool, decode: Decode = "chat"
+        self, path: str, body: bytes, headers: dict[str, str], stream: bool, decode: Decoder = Decoder.CHAT
     ) -> CallResult:
         sent = perf_ns()
         resp: Any = None
@@ -178,11 +174,11 @@ class FastTransport:
                     classify_http(status, text),
                     http_error(status, text),
                 )
-            if not stream or decode == "pooling":
+            if not stream or decode is Decoder.POOLING:
                 data = _read_body(resp)
                 end = perf_ns()
                 return CallResult(status, sent, end, parse_body(decode, data, end))
-            return self._read_stream(resp, sent, decode == "responses")
+            return self._read_stream(resp, sent, decode is Decoder.RESPONSES)
         except ResponseTooLarge as exc:
             _discard(resp)
             return CallResult(
@@ -441,13 +437,17 @@ def _read_body(resp: Any) -> bytes:
         parts.append(part)
 
 
-def parse_body(decode: Decode, data: bytes, end_ns: int) -> StreamResult:
+def parse_body(decode: Decoder, data: bytes, end_ns: int) -> StreamResult:
     """A whole (non-streamed) answer body, decoded for its API."""
-    if decode == "pooling":
-        return parse_pooling_body(data, end_ns)
-    if decode == "responses":
-        return parse_responses_body(data, end_ns, end_ns)
-    return parse_completion_body(data, end_ns, end_ns)
+    match decode:
+        case Decoder.POOLING:
+            return parse_pooling_body(data, end_ns)
+        case Decoder.RESPONSES:
+            return parse_responses_body(data, end_ns, end_ns)
+        case Decoder.CHAT:
+            return parse_completion_body(data, end_ns, end_ns)
+        case unknown:
+            assert_never(unknown)
 
 
 # a connection that cannot be opened within this is left for the first call to time out on
@@ -688,7 +688,7 @@ class OpenAITransport:
         self._client.close()
 
     def call(
-        self, path: str, body: bytes, headers: dict[str, str], stream: bool, decode: Decode = "chat"
+        self, path: str, body: bytes, headers: dict[str, str], stream: bool, decode: Decoder = Decoder.CHAT
     ) -> CallResult:
         import orjson
 
@@ -702,7 +702,7 @@ class OpenAITransport:
         try:
             with api.with_streaming_response.create(**payload, extra_headers=extra_headers) as response:
                 status = response.status_code
-                if not stream or decode == "pooling":
+                if not stream or decode is Decoder.POOLING:
                     parts: list[bytes] = []
                     size = 0
                     for chunk in response.iter_bytes():
@@ -715,7 +715,7 @@ class OpenAITransport:
                     end = perf_ns()
                     return CallResult(status, sent, end, parse_body(decode, b"".join(parts), end))
                 decoder = SSEDecoder()
-                acc: Any = _ResponsesSink() if decode == "responses" else ChunkAccumulator()
+                acc: Any = _ResponsesSink() if decode is Decoder.RESPONSES else ChunkAccumulator()
                 body_bytes = pending = events = 0
                 for chunk in response.iter_bytes():
                     t = perf_ns()
@@ -788,9 +788,6 @@ class OpenAITransport:
                 return api
         raise ValueError(f"--transport openai: the openai SDK has no API for {path}; use --transport fast")
 
-
-# endpoints the openai SDK has an API for (``--transport openai``)
-OPENAI_ENDPOINTS = ("chat", "completions", "responses", "embeddings")
 
 # One TLS context per process for every SDK client: the SDK's default builds one per client
 # (loading the CA bundle, ~75 ms), so 1,024 users would spend over a minute starting. Each user

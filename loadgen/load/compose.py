@@ -15,9 +15,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from loadgen.load.client import OPENAI_ENDPOINTS
 from loadgen.load.runtime import RunState, TargetOptions
 from loadgen.rundir.layout import create_run_dir, write_manifest
+from loadgen.spec.calls import OPENAI_SDK
 from loadgen.spec.options import (
     DEFAULT_CONTEXT_TOKENS,
     OptionError,
@@ -134,7 +134,7 @@ def compose(
     """
     base = base_workload(opts)
     endpoint = base.scenario.endpoint
-    if opts.transport == "openai" and endpoint not in OPENAI_ENDPOINTS:
+    if opts.transport == "openai" and endpoint not in OPENAI_SDK:
         raise OptionError(
             f"--transport openai: the openai SDK has no API for the {endpoint} endpoint; use --transport fast"
         )

@@ -51,16 +51,9 @@ from loadgen.parse.stream import TOKENS_CHUNKS, distribute_tokens
 from loadgen.rundir.clock import ANCHOR
 from loadgen.rundir.layout import StepLog
 from loadgen.rundir.records import JsonlAppender, RequestRecord, RunDirError
+from loadgen.spec.calls import CALLS, Answer, assert_never, items_of, prompt_chars, request_body
 from loadgen.spec.options import DEFAULT_REQUEST_ID_HEADER, StepPlan, Timeouts
-from loadgen.spec.request import (
-    ENDPOINT_PATHS,
-    GENERATIVE,
-    Reply,
-    RequestSpec,
-    ToolCall,
-    prompt_chars,
-    request_body,
-)
+from loadgen.spec.request import Reply, RequestSpec, ToolCall
 from loadgen.workload.calibration import LengthFeedback
 
 
@@ -274,7 +267,8 @@ class RunState(StepSink):
             # nothing more can be kept: send nothing, wait for the ramp to stop this user (<= 1 s)
             gevent.sleep(3600.0)
         step = self.step_index
-        if not self.target.stream or spec.endpoint not in GENERATIVE:
+        call = CALLS[spec.endpoint]
+        if not self.target.stream or call.answer is not Answer.TEXT:
             spec.stream = False
         rid = f"{self._prefix}-{next(self._seq)}"
         headers = dict(self._headers)
@@ -287,10 +281,10 @@ class RunState(StepSink):
         if spec.source and spec.source.isascii() and spec.source.isprintable():
             headers["X-Loadgen-Source"] = spec.source  # the workload's label (a twin keys acceptance by it)
         body = self.body(spec)
-        path = ENDPOINT_PATHS[spec.endpoint]
+        path = call.path
         self.in_flight += 1
         try:
-            result = transport.call(path, body, headers, spec.stream, DECODE[spec.endpoint])
+            result = transport.call(path, body, headers, spec.stream, call.decoder)
         except gevent.GreenletExit:
             self.in_flight -= 1
             now = ANCHOR.now_wall_ns()
@@ -313,7 +307,7 @@ class RunState(StepSink):
                 conversation=spec.conversation,
                 turn=spec.turn,
                 max_turns=spec.max_turns,
-                inputs=spec.n_inputs,
+                inputs=items_of(spec),
                 images=spec.images,
             )
             self.keep(rec.to_json())
@@ -326,7 +320,7 @@ class RunState(StepSink):
             self.lengths is not None
             and rec.prompt_tokens
             and rec.error_class is None
-            and spec.endpoint in GENERATIVE
+            and call.answer is Answer.TEXT
             and not spec.images  # image tokens are not text
             and spec.previous_response_id is None  # the stored turns count, but were not sent
         ):
@@ -366,14 +360,19 @@ class RunState(StepSink):
             conversation=spec.conversation,
             turn=spec.turn,
             max_turns=spec.max_turns,
-            inputs=spec.n_inputs,
+            inputs=items_of(spec),
             images=spec.images,
         )
         s = res.stream
         if s is None:
             return rec
-        if spec.endpoint not in GENERATIVE:
-            return self._pooling(rec, s, spec)
+        match CALLS[spec.endpoint].answer:
+            case Answer.ITEMS:
+                return self._pooling(rec, s, spec)
+            case Answer.TEXT:
+                pass
+            case unknown:
+                assert_never(unknown)
         sent_perf = res.sent_perf_ns
         offsets = [t - sent_perf for t in s.chunk_times_ns]
         rec.chunk_offsets_ns = offsets
@@ -504,16 +503,6 @@ class RunState(StepSink):
             self.records.close()
         if self.steps is not None:
             self.steps.close()
-
-
-# how each endpoint's answer is decoded (``load.client``)
-DECODE: dict[str, str] = {
-    "chat": "chat",
-    "completions": "chat",
-    "responses": "responses",
-    "embeddings": "pooling",
-    "rerank": "pooling",
-}
 
 
 def reply_of(result: CallResult) -> Reply:

@@ -28,9 +28,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from loadgen.spec.calls import ENDPOINTS
 from loadgen.spec.gates import SLOError, ThresholdError, Thresholds, parse_slo, parse_thresholds
 from loadgen.spec.options import OptionError, extra_body_items, parse_extra_body, parse_float_list, parse_int_list
-from loadgen.spec.request import ENDPOINTS
 
 Surface = Literal["ramp", "ui", "form", "lg", "campaign"]
 # int, float, str: one value; ints, floats: comma-separated lists; body: --extra-body items; slo:

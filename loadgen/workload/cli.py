@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
+from loadgen.spec.calls import CALLS, GENERATIVE, Inputs
 from loadgen.spec.request import Reply, RequestSpec, ToolCall
 from loadgen.workload.errors import WorkloadError
 from loadgen.workload.scenario import Scenario, load_scenario
@@ -90,7 +91,7 @@ def describe(s: Scenario) -> list[str]:
         if o.from_dataset and p.source not in ("chat", "prose", "code")
         else ""
     )
-    if s.endpoint not in ("embeddings", "rerank"):
+    if s.endpoint in GENERATIVE:
         limits = f"; {', '.join(force)}" if force else ""
         lines.append(f"output: max_tokens {src}{o.max_tokens.describe()}{limits}")
     if s.sampling or s.body:
@@ -238,11 +239,12 @@ def statistics(specs: Sequence[RequestSpec], times_ns: Sequence[int]) -> list[st
 def examples(specs: Sequence[RequestSpec], k: int, width: int = 160) -> list[str]:
     lines = []
     for i, spec in enumerate(specs[:k]):
-        if spec.endpoint == "embeddings":
+        inputs_kind = CALLS[spec.endpoint].inputs
+        if inputs_kind is Inputs.BATCH:
             inputs = spec.inputs or []
             text = inputs[0] if inputs else ""
             head = f"{len(inputs)} inputs, first"
-        elif spec.endpoint == "rerank":
+        elif inputs_kind is Inputs.QUERY_DOCUMENTS:
             text = f"{spec.query} | {(spec.documents or [''])[0]}"
             head = f"query and {len(spec.documents or [])} documents, first"
         elif spec.messages:

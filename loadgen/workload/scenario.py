@@ -27,8 +27,9 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
+from loadgen.spec.calls import CALLS, ENDPOINTS, GENERATIVE, Inputs, taking
 from loadgen.spec.gates import ThresholdError, Thresholds, parse_thresholds
-from loadgen.spec.request import ENDPOINTS, GENERATIVE, Endpoint
+from loadgen.spec.request import Endpoint
 from loadgen.workload.corpus import CORPUS_NAMES
 from loadgen.workload.datasets import PROMPT_FORMATS, TRACE_FORMATS, PromptRow, Trace, load_prompts, load_trace
 from loadgen.workload.errors import NO_VALUE, DatasetError, SpecError, WorkloadError
@@ -434,13 +435,14 @@ def _check_endpoint(
                 prompt.source,
                 f'endpoint = "{endpoint}" draws its texts from a built-in source: "chat", "prose" or "code"',
             )
-        if context_tokens and endpoint == "rerank":
-            raise SpecError("matrix", NO_VALUE, 'a context-length matrix does not apply to endpoint = "rerank"')
+        if context_tokens and CALLS[endpoint].inputs is Inputs.QUERY_DOCUMENTS:
+            raise SpecError("matrix", NO_VALUE, f'a context-length matrix does not apply to endpoint = "{endpoint}"')
         return
-    if endpoint == "completions":
+    if CALLS[endpoint].inputs is Inputs.PROMPT:
         for name in ("tools", "agent", "images"):
             if name in present:
-                problem = 'has no place in a completions prompt; use endpoint = "chat" or "responses"'
+                takes = " or ".join(f'"{n}"' for n in taking(Inputs.MESSAGES))
+                problem = f"has no place in a {endpoint} prompt; use endpoint = {takes}"
                 raise SpecError(name, NO_VALUE, problem)
     if "agent" in present:
         if "tools" not in present:
@@ -597,15 +599,17 @@ def _responses_state(t: Table, endpoint: str) -> Literal["previous_response_id",
     return state
 
 
-def _section_for(t: Table, endpoint: str, wanted: str) -> None:
-    if endpoint != wanted:
-        raise SpecError(t.path, NO_VALUE, f'applies to endpoint = "{wanted}" only (this scenario has "{endpoint}")')
+def _section_for(t: Table, endpoint: str, inputs: Inputs) -> None:
+    """A section that builds the calls carrying ``inputs``: an error for any other endpoint."""
+    if CALLS[endpoint].inputs is not inputs:
+        wanted = " or ".join(f'"{n}"' for n in taking(inputs))
+        raise SpecError(t.path, NO_VALUE, f'applies to endpoint = {wanted} only (this scenario has "{endpoint}")')
 
 
 def _embeddings(t: Table | None, endpoint: str, base_dir: Path) -> EmbeddingsSpec | None:
     if t is None:
-        return EmbeddingsSpec() if endpoint == "embeddings" else None
-    _section_for(t, endpoint, "embeddings")
+        return EmbeddingsSpec() if CALLS[endpoint].inputs is Inputs.BATCH else None
+    _section_for(t, endpoint, Inputs.BATCH)
     batch = parse_distribution(t.raw("batch", 1), t.key("batch"), integer=True, floor=1.0)
     input_tokens = _length(t, "input_tokens", None, base_dir) if t.has("input_tokens") else None
     t.finish()
@@ -614,8 +618,8 @@ def _embeddings(t: Table | None, endpoint: str, base_dir: Path) -> EmbeddingsSpe
 
 def _rerank(t: Table | None, endpoint: str) -> RerankSpec | None:
     if t is None:
-        return RerankSpec() if endpoint == "rerank" else None
-    _section_for(t, endpoint, "rerank")
+        return RerankSpec() if CALLS[endpoint].inputs is Inputs.QUERY_DOCUMENTS else None
+    _section_for(t, endpoint, Inputs.QUERY_DOCUMENTS)
     documents = parse_distribution(t.raw("documents", 8), t.key("documents"), integer=True, floor=1.0)
     query = _length(t, "query_tokens", 16)
     document = _length(t, "document_tokens", 128)

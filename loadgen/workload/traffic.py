@@ -41,6 +41,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
+from loadgen.spec.calls import CALLS, Inputs, assert_never
 from loadgen.spec.request import Endpoint, Reply, RequestSpec, ToolCall
 from loadgen.workload.arrivals import gamma_offsets, poisson_offsets, schedule_ns, trace_offsets
 from loadgen.workload.calibration import LengthCalibrator
@@ -238,11 +239,15 @@ class Workload:
 
     def request(self, rng: random.Random, warmup: bool, row: TraceRow | None = None) -> RequestSpec:
         """A single request (no conversation) for the scenario's endpoint, drawn from ``rng``."""
-        if self.scenario.endpoint == "embeddings":
-            return self._embeddings(rng)
-        if self.scenario.endpoint == "rerank":
-            return self._rerank(rng)
-        return self._render(self._single(rng, warmup, row), [], None, 0)
+        match CALLS[self.scenario.endpoint].inputs:
+            case Inputs.BATCH:
+                return self._embeddings(rng)
+            case Inputs.QUERY_DOCUMENTS:
+                return self._rerank(rng)
+            case Inputs.MESSAGES | Inputs.PROMPT:
+                return self._render(self._single(rng, warmup, row), [], None, 0)
+            case unknown:
+                assert_never(unknown)
 
     def _text(self, n_tokens: int, rng: random.Random, counter: TokenCounter) -> tuple[str, int]:
         """Plain corpus text of ``n_tokens`` (embedding inputs, rerank texts, tool results)."""
@@ -265,13 +270,13 @@ class Workload:
             inputs.append(text)
             total += n
         return RequestSpec(
-            endpoint="embeddings",
+            endpoint=s.endpoint,
             inputs=inputs,
             max_tokens=1,
             stream=False,
             extra=dict(s.body),
             context_tokens=total,
-            source=f"embeddings:{self._text_sources[0] if len(self._text_sources) == 1 else 'mixed'}",
+            source=f"{s.endpoint}:{self._text_sources[0] if len(self._text_sources) == 1 else 'mixed'}",
         )
 
     def _rerank(self, rng: random.Random) -> RequestSpec:
@@ -291,14 +296,14 @@ class Workload:
             documents.append(text)
             total += q + d
         return RequestSpec(
-            endpoint="rerank",
+            endpoint=s.endpoint,
             query=query,
             documents=documents,
             max_tokens=1,
             stream=False,
             extra=dict(s.body),
             context_tokens=total,
-            source="rerank",
+            source=s.endpoint,
         )
 
     def _images(self, rng: random.Random) -> tuple[str, ...]:
@@ -556,7 +561,7 @@ class Workload:
             tool_choice=self._tool_choice,
             images=_count_images(messages) if self.scenario.images else 0,
         )
-        if spec.endpoint == "completions":
+        if CALLS[spec.endpoint].inputs is Inputs.PROMPT:
             spec.prompt = _transcript(messages)
         return spec
 
@@ -592,7 +597,7 @@ def _count_images(messages: list[dict[str, Any]]) -> int:
 
 def _corpora_used(s: Scenario) -> set[str]:
     names: set[str] = set()
-    if s.agent is not None or s.endpoint in ("embeddings", "rerank"):
+    if s.agent is not None or CALLS[s.endpoint].inputs in (Inputs.BATCH, Inputs.QUERY_DOCUMENTS):
         names.update(_text_sources(s))
     if s.prompt.source in ("chat", "prose", "code") or s.conversation is not None:
         names.update(s.prompt.corpora if s.prompt.source == "chat" or s.conversation else (s.prompt.source,))

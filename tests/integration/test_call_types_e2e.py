@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from loadgen.spec.calls import Inputs, taking
 from tests.conftest import run_dir_of, run_loadgen, run_records
 
 pytestmark = pytest.mark.slow
@@ -94,7 +95,7 @@ def test_responses_endpoint_streams_events_timed_against_the_emission_log(sim_fa
     assert summary["steps"][0]["valid"] and summary["steps"][0]["output_tok_s"] > 0
 
 
-@pytest.mark.parametrize("endpoint", ["embeddings", "rerank"])
+@pytest.mark.parametrize("endpoint", taking(Inputs.BATCH) + taking(Inputs.QUERY_DOCUMENTS))
 def test_pooling_endpoints_record_inputs_and_prompt_tokens(sim_factory: Any, tmp_path: Path, endpoint: str) -> None:
     sim = sim_factory(*FAST)
     run_dir = _ramp(sim.url, tmp_path / endpoint, "--endpoint", endpoint)

@@ -7,7 +7,8 @@ from typing import Any
 import orjson
 import pytest
 
-from loadgen.spec.request import ENDPOINTS, RequestSpec, prompt_chars, request_body
+from loadgen.spec.calls import ENDPOINTS, items_of, prompt_chars, request_body
+from loadgen.spec.request import RequestSpec
 
 TOOL = {
     "type": "function",
@@ -94,9 +95,9 @@ def test_pooling_bodies() -> None:
     assert b == {"model": "m", "input": ["a b", "c"], "dimensions": 8}
     r = body(RequestSpec(endpoint="rerank", query="q?", documents=["d1", "d2", "d3"]))
     assert r == {"model": "m", "query": "q?", "documents": ["d1", "d2", "d3"]}
-    assert RequestSpec(endpoint="rerank", documents=["a", "b"]).n_inputs == 2
-    assert RequestSpec(endpoint="embeddings", inputs=["a"]).n_inputs == 1
-    assert RequestSpec().n_inputs is None
+    assert items_of(RequestSpec(endpoint="rerank", documents=["a", "b"])) == 2
+    assert items_of(RequestSpec(endpoint="embeddings", inputs=["a"])) == 1
+    assert items_of(RequestSpec()) is None
     assert prompt_chars(RequestSpec(endpoint="rerank", query="q?", documents=["d1", "d2"])) == (6, 3)
 
 

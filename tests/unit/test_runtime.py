@@ -9,6 +9,7 @@ import orjson
 from loadgen.load.client import CallResult
 from loadgen.load.runtime import RunState, TargetOptions
 from loadgen.parse.stream import ChunkAccumulator
+from loadgen.spec.calls import Decoder
 from loadgen.spec.options import StepPlan
 from loadgen.spec.request import RequestSpec
 
@@ -121,7 +122,7 @@ def test_a_responses_answer_records_its_kinds_and_reports_a_row_per_kind(tmp_pat
     transport = _Fixed(_events("reasoning_then_answer.sse"))
     rec, reply = state.execute(transport, RequestSpec(endpoint="responses", max_tokens=64), 0)  # type: ignore[arg-type]
     path, body, stream, decode = transport.calls[0]
-    assert (path, stream, decode) == ("/v1/responses", True, "responses")
+    assert (path, stream, decode) == ("/v1/responses", True, Decoder.RESPONSES)
     assert orjson.loads(body)["max_output_tokens"] == 64
     assert rec.error_class is None and rec.endpoint == "responses"
     assert rec.first_reasoning_ns is not None and rec.first_answer_ns is not None
@@ -156,7 +157,7 @@ def test_pooling_calls_record_inputs_and_prompt_tokens_without_ttft(tmp_path: Pa
     transport = _Fixed(CallResult(200, T0, T0 + 5_000_000, parse_pooling_body(body, T0 + 5_000_000)))
     spec = RequestSpec(endpoint="embeddings", inputs=["a", "b"])
     rec, _ = state.execute(transport, spec, 0)  # type: ignore[arg-type]
-    assert transport.calls[0][2:] == (False, "pooling")  # never streamed
+    assert transport.calls[0][2:] == (False, Decoder.POOLING)  # never streamed
     assert (rec.error_class, rec.inputs, rec.prompt_tokens, rec.first_chunk_ns, rec.stream) == (None, 2, 9, None, False)
     assert fired[0]["name"] == "embeddings" and rows == []  # E2E only: no TTFT row
     # a server that returns fewer results than inputs is caught

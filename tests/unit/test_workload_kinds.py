@@ -12,7 +12,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from loadgen.spec.request import Reply, RequestSpec, ToolCall, request_body
+from loadgen.spec.calls import items_of, request_body
+from loadgen.spec.request import Reply, RequestSpec, ToolCall
 from loadgen.workload import Workload
 from loadgen.workload.images import png_image
 from loadgen.workload.prompts import estimate_tokens
@@ -264,7 +265,7 @@ def test_embeddings_requests_are_batches_of_corpus_text() -> None:
     spec, _ = Workload(scenario(text)).session(0).next()
     assert spec.endpoint == "embeddings" and spec.inputs is not None and len(spec.inputs) == 4
     assert all(98 <= estimate_tokens(t) <= 100 for t in spec.inputs)
-    assert spec.context_tokens == 400 and spec.n_inputs == 4 and not spec.stream
+    assert spec.context_tokens == 400 and items_of(spec) == 4 and not spec.stream
     assert body(spec) == {"model": "m", "input": spec.inputs}
     # without the section: batch 1, the prompt's lengths
     spec, _ = Workload(scenario('endpoint = "embeddings"\n[prompt]\ninput_tokens = 50\n')).session(0).next()
