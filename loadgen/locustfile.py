@@ -373,7 +373,7 @@ def _form_options(env: Environment, form: Mapping[str, str]) -> Namespace:
     """The parsed options as they will be once Locust applies the form (it does so after us)."""
     if env.parsed_options is None:
         raise OptionError("no options parsed: run this locustfile with locust -f")
-    opts = copy.copy(env.parsed_options)
+    opts: Namespace = copy.copy(env.parsed_options)
     for key, value in form.items():
         if key.startswith("lg_") and hasattr(opts, key):
             old = getattr(opts, key)

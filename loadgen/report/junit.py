@@ -90,7 +90,8 @@ def junit_xml(summary: Mapping[str, Any]) -> bytes:
     root.set("errors", "0")
     root.set("time", _time(totals.get("duration_s")))
     ET.indent(root)
-    return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"
+    xml: bytes = ET.tostring(root, encoding="utf-8", xml_declaration=True)
+    return xml + b"\n"
 
 
 __all__ = ["junit_xml"]

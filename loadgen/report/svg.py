@@ -255,7 +255,8 @@ class Chart:
 
 def _finite(values: Sequence[float | None] | F64) -> F64:
     arr = np.array([np.nan if v is None else float(v) for v in values], dtype=float)
-    return arr[np.isfinite(arr)]
+    finite: F64 = arr[np.isfinite(arr)]
+    return finite
 
 
 def _text_width(text: str, size: float) -> float:

@@ -39,7 +39,7 @@ class PointResult:
     ttft_s: list[float] = field(default_factory=list)  # requests sent in the window that finished
     tpot_s: list[float] = field(default_factory=list)
     # gaps between successive chunks of the requests sent in the window (ITL, DESIGN.md's definition)
-    itl_s: array = field(default_factory=lambda: array("d"))
+    itl_s: array[float] = field(default_factory=lambda: array("d"))
     e2e_s: list[float] = field(default_factory=list)
     e2e_done_s: list[float] = field(default_factory=list)  # requests that ended in the window
     ttft_done_s: list[float] = field(default_factory=list)

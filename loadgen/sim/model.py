@@ -55,7 +55,8 @@ def roofline(t_mem: float, t_cmp: float, k: float) -> float:
     top = max(t_mem, t_cmp)
     if top <= 0:
         return 0.0
-    return top * ((t_mem / top) ** k + (t_cmp / top) ** k) ** (1.0 / k)
+    blended: float = top * ((t_mem / top) ** k + (t_cmp / top) ** k) ** (1.0 / k)
+    return blended
 
 
 @dataclass(frozen=True, slots=True)

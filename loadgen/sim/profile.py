@@ -266,7 +266,8 @@ SECTION_TYPES: dict[str, Any] = {
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
         with path.open("rb") as fh:
-            return tomllib.load(fh)
+            data: dict[str, Any] = tomllib.load(fh)
+            return data
     except FileNotFoundError as exc:
         raise ProfileError(f"{path}: file not found") from exc
     except tomllib.TOMLDecodeError as exc:

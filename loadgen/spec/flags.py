@@ -31,6 +31,7 @@ from typing import Any, Literal, Protocol
 from loadgen.spec.calls import ENDPOINTS
 from loadgen.spec.gates import SLOError, ThresholdError, Thresholds, parse_slo, parse_thresholds
 from loadgen.spec.options import OptionError, extra_body_items, parse_extra_body, parse_float_list, parse_int_list
+from loadgen.spec.request import DEFAULT_MAX_TOKENS
 
 Surface = Literal["ramp", "ui", "form", "lg", "campaign"]
 # int, float, str: one value; ints, floats: comma-separated lists; body: --extra-body items; slo:
@@ -149,7 +150,8 @@ FLAGS: tuple[Flag, ...] = (
          _s("ramp", "ui", "form", "campaign"), metavar="CV", group=LOAD, unset="1",
          bound=Bound(0, strict=True, hint="1 is Poisson's")),
     Flag("max_tokens", "max-tokens", "int", "max_tokens of each request",
-         _s("ramp", "ui", "form", "campaign"), default=512, metavar="N", group=REQUESTS, bound=ABOVE_0),
+         _s("ramp", "ui", "form", "campaign"), default=DEFAULT_MAX_TOKENS, metavar="N", group=REQUESTS,
+         bound=ABOVE_0),
     Flag("context_tokens", "context-tokens", "ints",
          "prompt lengths in tokens; several make a matrix with the steps, e.g. 60,4000,16000",
          _s("ramp", "ui", "form"), metavar="TOKENS", group=REQUESTS, unset="60, or the scenario's prompt lengths"),

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from loadgen.spec.gates import Thresholds, parse_thresholds
+from loadgen.spec.request import DEFAULT_MAX_TOKENS
 
 if TYPE_CHECKING:
     from loadgen.spec.request import Endpoint
@@ -133,7 +134,7 @@ class RampOptions:
     step_seconds: float | None = 30.0
     warmup_seconds: float = 5.0
     requests_per_step: int | None = None
-    max_tokens: int = 512
+    max_tokens: int = DEFAULT_MAX_TOKENS
     context_tokens: list[int] | None = None
     endpoint: Endpoint = "chat"
     stream: bool = True

@@ -15,6 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+# max_tokens of a call when neither a flag nor a scenario says: the one default of every surface
+# (the ramp's flag, the web form, campaigns, a scenario's [output], a RequestSpec); the story's 512
+DEFAULT_MAX_TOKENS = 512
+
 # the call types' names: each has its module in spec/calls (``call_type`` matches them exhaustively)
 Endpoint = Literal["chat", "completions", "responses", "embeddings", "rerank", "score"]
 
@@ -40,7 +44,7 @@ class RequestSpec:
     endpoint: Endpoint = "chat"
     messages: list[dict[str, Any]] | None = None
     prompt: str | None = None
-    max_tokens: int = 256
+    max_tokens: int = DEFAULT_MAX_TOKENS
     stream: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
     intended_ns: int | None = None

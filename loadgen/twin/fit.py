@@ -227,7 +227,8 @@ def _fit_decode_knots(
         return
 
     def resid(v: F64) -> F64:
-        return v[seg] * (1.0 - frac) + v[seg + 1] * frac - g_ms
+        r: F64 = v[seg] * (1.0 - frac) + v[seg + 1] * frac - g_ms
+        return r
 
     v, err = _lsq(resid, [a + b * x for x in xs], scale, len(n))
     if not np.all((v > 0) & (err < REL_UNCERTAINTY_MAX * v)):
@@ -288,7 +289,8 @@ def _fit_prefill_floor(
         return
 
     def hinge(x: F64) -> F64:
-        return np.maximum(x[0], x[1] + x[2] * k) - t_ms
+        r: F64 = np.maximum(x[0], x[1] + x[2] * k) - t_ms
+        return r
 
     x, err = _lsq(hinge, [f0, p0, p1], scale, len(t_ms))
     f, q0, q1 = float(x[0]), float(x[1]), float(x[2])
@@ -323,7 +325,8 @@ def _fit_prefill_above_floor(t_ms: F64, k: F64, scale: float, params: dict[str, 
         return False
 
     def hinge(x: F64) -> F64:
-        return np.maximum(x[0], x[1] + x[2] * k) - t_ms
+        r: F64 = np.maximum(x[0], x[1] + x[2] * k) - t_ms
+        return r
 
     # started from lines through the origin around the biggest batch's time over its size (single
     # prefills on an idle engine sit above the floor too, by the request's way in, at the smallest

@@ -29,7 +29,7 @@ else:  # pragma: no cover - Python 3.10
 
 from loadgen.spec.calls import CALLS, ENDPOINTS, GENERATIVE, Inputs, taking
 from loadgen.spec.gates import ThresholdError, Thresholds, parse_thresholds
-from loadgen.spec.request import Endpoint
+from loadgen.spec.request import DEFAULT_MAX_TOKENS, Endpoint
 from loadgen.workload.corpus import CORPUS_NAMES
 from loadgen.workload.datasets import PROMPT_FORMATS, TRACE_FORMATS, PromptRow, Trace, load_prompts, load_trace
 from loadgen.workload.errors import NO_VALUE, DatasetError, SpecError, WorkloadError
@@ -46,7 +46,7 @@ WARMUP_PROMPTS = ("separate", "same")
 DEFAULT_CONTEXT_LIMIT = 32768
 # Immutable defaults shared by every scenario that leaves the key out.
 DEFAULT_INPUT_TOKENS: Distribution = Fixed(512)
-DEFAULT_MAX_TOKENS: Distribution = Fixed(256)
+DEFAULT_OUTPUT_TOKENS: Distribution = Fixed(DEFAULT_MAX_TOKENS)
 DEFAULT_FOLLOWUP_TOKENS: Distribution = Fixed(64)
 NO_THINK_TIME: Distribution = Fixed(0.0)
 ONE: Distribution = Fixed(1)
@@ -103,7 +103,7 @@ class PromptSpec:
 class OutputSpec:
     """``[output]``: ``min_tokens`` is a count, ``"max_tokens"`` (force the full length) or None."""
 
-    max_tokens: Distribution = DEFAULT_MAX_TOKENS
+    max_tokens: Distribution = DEFAULT_OUTPUT_TOKENS
     from_dataset: bool = True
     ignore_eos: bool = False
     min_tokens: int | Literal["max_tokens"] | None = None
@@ -525,7 +525,7 @@ def _string_list(t: Table, name: str, default: list[str], allowed: tuple[str, ..
 
 
 def _output(t: Table) -> OutputSpec:
-    max_tokens = _length(t, "max_tokens", 256)
+    max_tokens = _length(t, "max_tokens", DEFAULT_MAX_TOKENS)
     from_dataset = t.get_bool("from_dataset", True)
     ignore_eos = t.get_bool("ignore_eos", False)
     min_raw = t.raw("min_tokens", None)

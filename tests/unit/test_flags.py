@@ -228,3 +228,17 @@ def test_thresholds_are_read_once_by_the_table_on_every_surface(dest: str) -> No
     manifest = RampOptions(url="http://h:1", model="m", **{dest: cli}).manifest()
     assert manifest[dest] == "ttft_p99>2s,run:error_rate>1%"
     assert getattr(RampOptions.from_manifest(manifest), dest) == cli  # a worker reads the same thresholds
+
+
+def test_max_tokens_has_one_default_on_every_surface() -> None:
+    """The ramp's flag, the web form, RampOptions, a scenario with no [output] max_tokens and a
+    RequestSpec all ask for the same length (a scenario used to default to 256, the ramp to 512)."""
+    from loadgen.locustfile import _ramp_options as form_options
+    from loadgen.spec.request import DEFAULT_MAX_TOKENS, RequestSpec
+    from loadgen.workload.scenario import parse_scenario
+
+    assert flags.BY_DEST["max_tokens"].default == DEFAULT_MAX_TOKENS
+    assert RampOptions(url="http://h:1", model="m").max_tokens == DEFAULT_MAX_TOKENS
+    assert form_options(_form(), "http://h:1", "m").max_tokens == DEFAULT_MAX_TOKENS
+    assert parse_scenario('endpoint = "chat"\n').output.max_tokens.describe() == f"fixed {DEFAULT_MAX_TOKENS}"
+    assert RequestSpec().max_tokens == DEFAULT_MAX_TOKENS
