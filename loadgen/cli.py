@@ -268,7 +268,7 @@ def cmd_ramp(ns: argparse.Namespace, argv: list[str]) -> int:
     if opts.telemetry is not None and not opts.telemetry.metrics_url:
         from loadgen.lifecycle import probe_metrics
 
-        opts.telemetry.metrics_url = probe_metrics(opts.url, opts.api_key)
+        opts = replace(opts, telemetry=replace(opts.telemetry, metrics_url=probe_metrics(opts.url, opts.api_key)))
     if not opts.model:
         opts = replace(opts, model=first_model(opts.url, opts.api_key) or "")
         if not opts.model:
@@ -358,12 +358,16 @@ def cmd_demo(ns: argparse.Namespace, argv: list[str]) -> int:
                 model=first_model(url) or "demo",
                 label=ns.label or f"demo {ns.profile}",
             )
-            if opts.telemetry is not None:
-                opts.telemetry.gpu_source = f"{url}/gpu/metrics"
-                opts.telemetry.gpu_hz = 5.0
-                opts.telemetry.metrics_url = f"{url}/metrics"
-                opts.telemetry.server_log_file = str(sim_log)
-                opts.telemetry.log_from_start = True
+            if opts.telemetry is not None:  # the simulator's own sources
+                sources = replace(
+                    opts.telemetry,
+                    gpu_source=f"{url}/gpu/metrics",
+                    gpu_hz=5.0,
+                    metrics_url=f"{url}/metrics",
+                    server_log_file=str(sim_log),
+                    log_from_start=True,
+                )
+                opts = replace(opts, telemetry=sources)
             try:
                 run_dir = ramp.run_ramp(opts)
             except (ramp.RunInterrupted, ramp.RunWriteStopped) as exc:

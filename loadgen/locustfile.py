@@ -28,6 +28,7 @@ import os
 import sys
 from argparse import Namespace
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -252,7 +253,7 @@ class _UIRun:
             from loadgen.lifecycle import probe_metrics
 
             # as loadgen ramp: the server's own /metrics when it serves one (KV fill, queue, preemptions)
-            sources.metrics_url = probe_metrics(host, os.environ.get("OPENAI_API_KEY") or None)
+            sources = replace(sources, metrics_url=probe_metrics(host, os.environ.get("OPENAI_API_KEY") or None))
         if sources is not None:
             from loadgen.run.ramp import start_telemetry
 

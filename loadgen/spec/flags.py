@@ -350,6 +350,18 @@ def add_locust_arguments(parser: _Adds, hidden: _Adds) -> None:
             target.add_argument(name, default="", **kw)
 
 
+def add_overrides(parser: argparse.ArgumentParser, dests: Iterable[str], prefix: str) -> None:
+    """Rows of the table as another command's overrides of a run's own values (``loadgen twin``'s
+    what-ifs): the ramp's flag name and metavar, read as text (None: the run's own), then parsed
+    with :func:`parse_value` like the ramp's, bounds and all. ``prefix`` starts each help."""
+    for dest in dests:
+        f = BY_DEST[dest]
+        kw: dict[str, Any] = {"dest": f.attr, "default": None, "help": f"{prefix}{f.help} (default: the run's own)"}
+        if f.metavar:
+            kw["metavar"] = f.metavar
+        parser.add_argument(f.flag("ramp"), **{**kw, "help": kw["help"].replace("%", "%%")})
+
+
 def parse_value(f: Flag, raw: Any, flag: str) -> Any:
     """``raw`` (a flag's text, a form field, a number argparse already made) as the option's value;
     None when empty. Raises OptionError naming ``flag``, the value and what to do."""

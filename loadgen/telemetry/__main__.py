@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from loadgen.telemetry.options import add_source_args
@@ -64,15 +65,14 @@ def main(argv: list[str] | None = None) -> int:
             os.nice(args.nice)
         except OSError as exc:
             print(f"loadgen telemetry: --nice {args.nice} not applied ({exc})", file=sys.stderr)
-    cfg = config_from_args(args, args.run_dir)
-    cfg.stop_file = args.stop_file
-    if args.parent_pid is not None and args.parent_pid != os.getppid():
+    parent_pid = args.parent_pid
+    if parent_pid is not None and parent_pid != os.getppid():
         print(
-            f"loadgen telemetry: --parent-pid {args.parent_pid} is not this process's parent; ignoring it",
+            f"loadgen telemetry: --parent-pid {parent_pid} is not this process's parent; ignoring it",
             file=sys.stderr,
         )
-    else:
-        cfg.parent_pid = args.parent_pid
+        parent_pid = None
+    cfg = replace(config_from_args(args, args.run_dir), stop_file=args.stop_file, parent_pid=parent_pid)
     return run(cfg)
 
 

@@ -25,6 +25,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -232,8 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(f"loadgen monitor: writing to {run_dir}", flush=True)
     cfg = config_from_args(args, run_dir)
-    cfg.monitor_token = cfg.monitor_token if args.monitor_url else None
-    cfg.stop_file = args.stop_file
+    cfg = replace(cfg, monitor_token=cfg.monitor_token if args.monitor_url else None, stop_file=args.stop_file)
     try:
         return run(cfg)
     finally:

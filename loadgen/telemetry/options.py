@@ -9,12 +9,13 @@ from dataclasses import dataclass, field
 TOKEN_ENV = "LOADGEN_MONITOR_TOKEN"
 
 
-@dataclass
+@dataclass(frozen=True)
 class TelemetryOptions:
     """What to sample. ``gpu_source``: "nvml", "none", a command printing nvidia-smi CSV (split with
     shlex, run without a shell) or a DCGM exporter URL. ``server_logs`` is a command (same rules);
     ``server_log_file`` a file to follow. ``monitor_token`` travels to the child in the environment
-    (``LOADGEN_MONITOR_TOKEN``), never on its command line."""
+    (``LOADGEN_MONITOR_TOKEN``), never on its command line. Frozen: a front end that learns a source
+    later (the server's /metrics it probed, the demo's simulator) makes a new one with ``replace``."""
 
     gpu_source: str = "nvml"
     gpu_hz: float = 10.0

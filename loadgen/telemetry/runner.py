@@ -43,7 +43,7 @@ SERVER_LOG = "server.log"
 EXIT_WRITE_FAILED = 4  # the run directory could not be written (disk full, read-only)
 
 
-@dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class RunConfig(TelemetryOptions):
     """The sources (``TelemetryOptions``) plus where this process writes and when it stops."""
 

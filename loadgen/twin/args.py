@@ -5,6 +5,11 @@ from __future__ import annotations
 
 import argparse
 
+from loadgen.spec import flags
+
+# the ramp's options a twin replays differently (``loadgen twin --concurrency ...``)
+WHAT_IF_LOAD = ("concurrency", "context_tokens", "max_tokens")
+
 _RUN_DIR = "reports/20260501-120000-run"  # a run directory, named as loadgen ramp names them
 CALIBRATE_DESCRIPTION = """\
 Fit a simulator profile, the run's digital twin, to what one run or more
@@ -94,15 +99,8 @@ def twin_parser() -> argparse.ArgumentParser:
         help="what-if: replace a fitted parameter (max_running_requests=256, kv_pool_tokens=...) "
         "or any simulator field as SECTION.FIELD=VALUE (repeatable; default: none)",
     )
-    ap.add_argument(
-        "--concurrency", metavar="USERS", help="what-if: replay these concurrencies (default: the run's own)"
-    )
-    ap.add_argument(
-        "--context-tokens", metavar="TOKENS", help="what-if: replay these context lengths (default: the run's own)"
-    )
-    ap.add_argument(
-        "--max-tokens", type=int, metavar="N", help="what-if: replay with this max_tokens (default: the run's own)"
-    )
+    # the load's what-ifs are the ramp's own options, read by the flag table as loadgen ramp reads them
+    flags.add_overrides(ap, WHAT_IF_LOAD, "what-if: replay with ")
     ap.add_argument(
         "--out",
         metavar="DIR",
@@ -114,9 +112,7 @@ def twin_parser() -> argparse.ArgumentParser:
         help="also plan capacity from the twin's predicted curve (loadgen plan of the replay, marked predicted); "
         "SLO from --slo, else the run's own",
     )
-    ap.add_argument(
-        "--slo", metavar="LIMITS", help="limits for --plan, e.g. ttft_p99=2s,tpot_p99=50ms (default: the run's --slo)"
-    )
+    flags.add_overrides(ap, ("slo",), "with --plan: ")
     ap.add_argument("--target-rps", type=float, help="with --plan: requests/s the service must carry (default: none)")
     ap.add_argument(
         "--target-users", type=float, help="with --plan: concurrent users the service must carry (default: none)"

@@ -25,7 +25,7 @@ from loadgen.analysis.load import Run, RunLoadError, load_run
 from loadgen.analysis.summary import manifest_value
 from loadgen.rundir.layout import read_manifest, write_manifest
 from loadgen.spec import flags
-from loadgen.twin.args import calibrate_parser, twin_parser
+from loadgen.twin.args import WHAT_IF_LOAD, calibrate_parser, twin_parser
 from loadgen.twin.compare import compare_runs, markdown
 from loadgen.twin.emit import SET_ALIASES, TwinError, apply_sets, write_twin
 from loadgen.twin.fit import TwinFit, fit
@@ -231,13 +231,20 @@ def _start_sim(profile: Path, workdir: Path, extra: list[str]) -> tuple[subproce
         time.sleep(0.05)
 
 
-def _int_list(text: str | None, flag: str) -> list[int] | None:
-    if not text:
-        return None
-    try:
-        return [int(x) for x in text.split(",")]
-    except ValueError:
-        raise TwinError(f"{flag} {text!r}: expected integers separated by commas") from None
+def _what_if_values(args: argparse.Namespace) -> dict[str, Any]:
+    """The load's what-ifs and --slo as loadgen ramp reads them (the flag table: kind and bound),
+    by dest; None where not given. A TwinError names the flag and what is wrong."""
+    from loadgen.spec import flags
+    from loadgen.spec.options import OptionError
+
+    out: dict[str, Any] = {}
+    for dest in (*WHAT_IF_LOAD, "slo"):
+        f = flags.BY_DEST[dest]
+        try:
+            out[dest] = flags.parse_value(f, getattr(args, f.attr), f.flag("ramp"))
+        except OptionError as exc:
+            raise TwinError(str(exc)) from None
+    return out
 
 
 def mark_predicted(twin_run: Path, measured: Run, profile: Path, what_if: WhatIf) -> None:
@@ -272,7 +279,8 @@ def _slo_text(slo: dict[str, Any]) -> str:
 
 
 def _plan_argv(args: argparse.Namespace, measured: Run, twin_run: Path) -> list[str] | None:
-    slo = args.slo or (_slo_text(s) if isinstance(s := manifest_value(measured.manifest, "slo"), dict) and s else None)
+    own = manifest_value(measured.manifest, "slo")
+    slo = args.slo.strip() if args.slo else (_slo_text(own) if isinstance(own, dict) and own else None)
     if slo is None:
         return None
     argv = ["plan", str(twin_run), "--slo", slo]
@@ -287,11 +295,12 @@ def twin_main(argv: list[str]) -> int:
     args = twin_parser().parse_args(argv)
     out = Path(args.out) if args.out else Path(args.run) / "twin"
     try:
+        load = _what_if_values(args)
         what_if = WhatIf(
             sets=_parse_sets(args.set),
-            concurrency=_int_list(args.concurrency, "--concurrency"),
-            context_tokens=_int_list(args.context_tokens, "--context-tokens"),
-            max_tokens=args.max_tokens,
+            concurrency=load["concurrency"],
+            context_tokens=load["context_tokens"],
+            max_tokens=load["max_tokens"],
         )
         runs, result = calibrate([args.run], args.engine)
         measured = runs[0]

@@ -242,3 +242,28 @@ def test_max_tokens_has_one_default_on_every_surface() -> None:
     assert form_options(_form(), "http://h:1", "m").max_tokens == DEFAULT_MAX_TOKENS
     assert parse_scenario('endpoint = "chat"\n').output.max_tokens.describe() == f"fixed {DEFAULT_MAX_TOKENS}"
     assert RequestSpec().max_tokens == DEFAULT_MAX_TOKENS
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--max-tokens", "0"], "--max-tokens 0: must be above 0"),
+        (["--concurrency", "8,x"], "--concurrency '8,x'"),
+        (["--context-tokens", "0"], "--context-tokens"),
+        (["--slo", "ttft_p95=2s"], "unknown SLO name 'ttft_p95'"),
+    ],
+)
+def test_the_twins_what_ifs_are_read_as_the_ramp_reads_them(
+    argv: list[str], message: str, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """loadgen twin's --concurrency, --context-tokens, --max-tokens and --slo are the table's rows
+    (it had its own parser of lists and took --max-tokens 0): refused before any fit, exit 2, with
+    the ramp's own message."""
+    from loadgen.twin.cli import twin_main
+
+    assert twin_main([str(tmp_path / "no-such-run"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err, err
+    with pytest.raises(OptionError) as ramp:  # the same text, refused alike by loadgen ramp
+        flags.parse_value(flags.BY_DEST[argv[0][2:].replace("-", "_")], argv[1], argv[0])
+    assert message in str(ramp.value)
