@@ -71,8 +71,9 @@ PARTS: tuple[Part, ...] = (
         "simulator",
         "`sim/` (`server.py` wiring and routes, `http.py` HTTP/1.1, `engine.py` the batched step model "
         "(SGLang's scheduler), `sched_vllm.py` vLLM's V1 scheduler, `model.py` step times and power, "
-        "`memory.py` start-up memory, `prefix.py` + `continuation.py` the radix cache, `responses.py` + "
-        "`bodies.py` the stream bytes, `pooling.py` embeddings/rerank/score, `predict.py` the hardware table, "
+        "`memory.py` start-up memory, `prefix.py` + `continuation.py` the radix cache, `streams.py` + "
+        "`bodies.py` the stream bytes, `responses_api.py` the Responses API, `pooling.py` "
+        "embeddings/rerank/score, `predict.py` the hardware table, "
         "`forecast.py` one load on the virtual clock, `hfconfig.py` a model part from a config.json, "
         "`quant.py`, `parallel.py`, `engines.py`, ...)",
         "the calibrated SGLang-like server (`loadgen sim`)",
@@ -163,7 +164,7 @@ PARTS: tuple[Part, ...] = (
     Part(
         "campaign",
         "campaign",
-        "`campaign/` (`spec.py` the file format, `runner.py` the variants in turn, `report.py` "
+        "`campaign/` (`file.py` the file format, `runner.py` the variants in turn, `report.py` "
         "campaign.md/json, `cli.py`)",
         "the same ramp against several server configurations, each ramp a child process",
         ("spec", "rundir", "workload", "lifecycle", "analysis", "report"),

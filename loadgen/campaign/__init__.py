@@ -12,9 +12,9 @@ Nothing here imports gevent, locust or greenlet, not even indirectly: ramps run 
 from __future__ import annotations
 
 from loadgen.campaign.cli import main
+from loadgen.campaign.file import Campaign, CampaignError, LoadSpec, Variant, load_campaign, parse_campaign
 from loadgen.campaign.report import build_report, render_markdown, write_report
 from loadgen.campaign.runner import CampaignRunner
-from loadgen.campaign.spec import Campaign, CampaignError, LoadSpec, Variant, load_campaign, parse_campaign
 
 __all__ = [
     "Campaign",

@@ -19,9 +19,9 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import IO, Any
 
+from loadgen.campaign.file import Campaign, CampaignError, load_campaign
 from loadgen.campaign.report import build_report, render_markdown, write_report
 from loadgen.campaign.runner import CampaignRunner
-from loadgen.campaign.spec import Campaign, CampaignError, load_campaign
 from loadgen.rundir.layout import create_run_dir, write_manifest
 from loadgen.rundir.records import RunDirError
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from loadgen.campaign.spec import Campaign
+from loadgen.campaign.file import Campaign
 
 
 def brief(summary: dict[str, Any]) -> dict[str, Any]:

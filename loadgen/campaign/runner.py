@@ -1,4 +1,4 @@
-"""Running a campaign: each variant of a :class:`~loadgen.campaign.spec.Campaign` tried in turn.
+"""Running a campaign: each variant of a :class:`~loadgen.campaign.file.Campaign` tried in turn.
 
 1. ``apply`` commands run to completion (edit a flag, ``systemctl restart``); a failing one ends
    the variant;
@@ -34,8 +34,8 @@ from typing import IO, Any
 
 import orjson
 
+from loadgen.campaign.file import Campaign, Command, Variant, fill, slug
 from loadgen.campaign.report import brief
-from loadgen.campaign.spec import Campaign, Command, Variant, fill, slug
 from loadgen.lifecycle import NotReady, ServerProcess, capture_logs, match_failures, wait_ready
 from loadgen.spec import flags
 

@@ -34,7 +34,7 @@ request is accepted; with the first tokens ``response.output_item.added`` (the m
 response and usage (``response.incomplete``, ``incomplete_details.reason`` "max_output_tokens", when
 the output reached its cap). No ``[DONE]``. Not streamed: the response object as one JSON body.
 
-Faults (the chat stream's, counted in deltas; :class:`~loadgen.sim.responses.Response` ``stall_at``,
+Faults (the chat stream's, counted in deltas; :class:`~loadgen.sim.streams.Response` ``stall_at``,
 ``malformed_at``, ``error_at``): after K deltas nothing more is sent and the connection stays open;
 delta K+1 is cut short mid-JSON (the stream goes on); after K deltas a ``response.failed`` event
 (``status`` failed, ``error.code`` server_error) ends the stream and the request is aborted. An engine
@@ -75,7 +75,7 @@ from loadgen.sim.http import Connection
 from loadgen.sim.images import ImageError, prompt_images, read_image
 from loadgen.sim.output_plan import OutputPlan, ToolAsk, read_effort, read_tools
 from loadgen.sim.params import BadRequest
-from loadgen.sim.responses import Responder, Response
+from loadgen.sim.streams import Responder, Response
 from loadgen.sim.text import count_prompt_tokens, prompt_text, tools_tokens
 
 STORE_LIMIT = 10_000
@@ -310,7 +310,7 @@ def _usage(prompt: int, generated: int, cached: int, reasoning: int) -> dict[str
 
 
 class ResponsesFraming:
-    """Writes Responses API calls (the :class:`~loadgen.sim.responses.Framing` of their
+    """Writes Responses API calls (the :class:`~loadgen.sim.streams.Framing` of their
     :class:`ApiResponse`); stores finished ones in ``store``. Text, emission log, clock and engine
     are the ``responder``'s."""
 

@@ -1,7 +1,7 @@
 """The simulator's server process: one asyncio event loop that drives the engine and answers HTTP.
 
 The engine runs on ``loop.time()``; each step ends with a ``call_at`` timer and its chunks are
-written right then (by :class:`~loadgen.sim.responses.Responder`, the hot path). The default epoll
+written right then (by :class:`~loadgen.sim.streams.Responder`, the hot path). The default epoll
 selector only waits in whole milliseconds, which alone would make steps up to 1 ms late, so the
 loop uses :class:`PreciseEpollSelector`, which waits on the epoll descriptor with ``select()``
 (microsecond timeout) before harvesting it.
@@ -70,7 +70,6 @@ from loadgen.sim.pooling import (
 )
 from loadgen.sim.profile import Profile
 from loadgen.sim.prom import GpuTelemetry, render_sglang, render_vllm
-from loadgen.sim.responses import PooledResponse, Responder, Response
 from loadgen.sim.responses_api import (
     ResponsesFraming,
     ResponseStore,
@@ -79,6 +78,7 @@ from loadgen.sim.responses_api import (
     unknown_response_body,
 )
 from loadgen.sim.serverlog import CHILD_FAILED, VllmStats, say, start_up
+from loadgen.sim.streams import PooledResponse, Responder, Response
 from loadgen.sim.text import TextSource, prompt_block_hashes
 
 PROM_TYPE = b"text/plain; version=0.0.4; charset=utf-8"

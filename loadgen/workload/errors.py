@@ -7,14 +7,14 @@ from collections.abc import Iterable
 from typing import Any
 
 NO_VALUE: Any = object()
-"""Marks a :class:`SpecError` about a key as such (unknown or missing), not about its value."""
+"""Marks a :class:`TableError` about a key as such (unknown or missing), not about its value."""
 
 
 class WorkloadError(ValueError):
     """A workload input (scenario, distribution, dataset, trace) that cannot be used."""
 
 
-class SpecError(WorkloadError):
+class TableError(WorkloadError):
     """A bad value inside a specification table.
 
     ``key`` is the dotted path of the offending key relative to the table being parsed (for
@@ -65,8 +65,8 @@ def suggest(word: str, choices: Iterable[str]) -> str:
     return f' (did you mean "{close[0]}"?)' if close else ""
 
 
-def unknown_key(key: str, name: str, allowed: Iterable[str]) -> SpecError:
+def unknown_key(key: str, name: str, allowed: Iterable[str]) -> TableError:
     """The error for key ``name`` (full path ``key``) that is not one of ``allowed``."""
     allowed = sorted(allowed)
     listed = ", ".join(allowed) if allowed else "none"
-    return SpecError(key, NO_VALUE, f"unknown key{suggest(name, allowed)}; allowed keys here: {listed}")
+    return TableError(key, NO_VALUE, f"unknown key{suggest(name, allowed)}; allowed keys here: {listed}")

@@ -19,7 +19,7 @@ parameters; every kind also takes ``min`` and ``max`` (values outside are clampe
 ==============  =====================================  ===========================================
 
 Token lengths are rounded to integers and clamped to ``[1, context limit]`` by the workload.
-Invalid parameters raise :class:`~loadgen.workload.errors.SpecError` naming the key and value.
+Invalid parameters raise :class:`~loadgen.workload.errors.TableError` naming the key and value.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from loadgen.workload.datasets import PROMPT_FORMATS, TRACE_FORMATS, length_values
-from loadgen.workload.errors import NO_VALUE, DatasetError, SpecError
-from loadgen.workload.spec import Table, type_name
+from loadgen.workload.errors import NO_VALUE, DatasetError, TableError
+from loadgen.workload.tables import Table, type_name
 
 DIST_KINDS = ("fixed", "uniform", "normal", "lognormal", "exponential", "empirical", "mixture")
 
@@ -168,7 +168,7 @@ def parse_distribution(
     resolved from ``base_dir``.
     """
     if isinstance(value, bool) or not isinstance(value, (int, float, dict)):
-        raise SpecError(key, value, f"must be a number or a table with dist = ..., not {type_name(value)}")
+        raise TableError(key, value, f"must be a number or a table with dist = ..., not {type_name(value)}")
     if not isinstance(value, dict):
         return _fixed(value, key, integer, floor)
     t = Table(value, key)
@@ -177,7 +177,7 @@ def parse_distribution(
     low = t.get_float("min", floor, min_value=floor)
     high = t.get_float("max", math.inf)
     if high < low:
-        raise SpecError(t.key("max"), high, f"must be >= min ({low:g})")
+        raise TableError(t.key("max"), high, f"must be >= min ({low:g})")
     t.finish()
     _check_reachable(dist, t, low, high)
     if low > floor or not math.isinf(high) or kind in ("normal",):
@@ -196,20 +196,20 @@ def _check_reachable(dist: Distribution, t: Table, low: float, high: float) -> N
     else:
         return
     if span[1] < low:
-        raise SpecError(t.key("min"), low, f"is above every value the distribution gives (at most {span[1]:g})")
+        raise TableError(t.key("min"), low, f"is above every value the distribution gives (at most {span[1]:g})")
     if span[0] > high:
-        raise SpecError(t.key("max"), high, f"is below every value the distribution gives (at least {span[0]:g})")
+        raise TableError(t.key("max"), high, f"is below every value the distribution gives (at least {span[0]:g})")
 
 
 def _fixed(value: float, key: str, integer: bool, floor: float) -> Fixed:
     if isinstance(value, int) and abs(value) > 2**53:
-        raise SpecError(key, value, "is too large")  # past a float's whole numbers (TOML allows 64-bit)
+        raise TableError(key, value, "is too large")  # past a float's whole numbers (TOML allows 64-bit)
     if not math.isfinite(value):
-        raise SpecError(key, value, "must be a finite number")
+        raise TableError(key, value, "must be a finite number")
     if integer and float(value) != int(value):
-        raise SpecError(key, value, "must be a whole number of tokens")
+        raise TableError(key, value, "must be a whole number of tokens")
     if value < floor:
-        raise SpecError(key, value, f"must be >= {floor:g}")
+        raise TableError(key, value, f"must be >= {floor:g}")
     return Fixed(float(value))
 
 
@@ -220,9 +220,9 @@ def _parse_kind(kind: str, t: Table, integer: bool, base_dir: Path | None, floor
         low = t.get_float("low", min_value=floor)
         high = t.get_float("high", min_value=floor)
         if high < low:
-            raise SpecError(t.key("high"), high, f"must be >= low ({low:g})")
+            raise TableError(t.key("high"), high, f"must be >= low ({low:g})")
         if integer and (low != int(low) or high != int(high)):
-            raise SpecError(t.key("low"), low, "low and high must be whole numbers of tokens")
+            raise TableError(t.key("low"), low, "low and high must be whole numbers of tokens")
         return Uniform(low, high, integer)
     if kind == "normal":
         mean = t.get_float("mean", min_value=floor)
@@ -242,7 +242,7 @@ def _parse_kind(kind: str, t: Table, integer: bool, base_dir: Path | None, floor
     for i, comp in enumerate(components):
         ckey = f"{t.key('components')}[{i}]"
         if not isinstance(comp, dict):
-            raise SpecError(ckey, comp, f"must be a table with weight and dist, not {type_name(comp)}")
+            raise TableError(ckey, comp, f"must be a table with weight and dist, not {type_name(comp)}")
         ct = Table(dict(comp), ckey)
         weights.append(ct.get_float("weight", positive=True))
         rest = {k: v for k, v in comp.items() if k != "weight"}
@@ -255,12 +255,12 @@ def _parse_empirical(t: Table, base_dir: Path | None, floor: float) -> Empirical
         raw = t.get_list("values")
         for i, v in enumerate(raw):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v < floor:
-                raise SpecError(f"{t.key('values')}[{i}]", v, f"must be a number >= {floor:g}")
+                raise TableError(f"{t.key('values')}[{i}]", v, f"must be a number >= {floor:g}")
             if not v <= 2**53:  # nan, inf, or an integer past a float's whole numbers
-                raise SpecError(f"{t.key('values')}[{i}]", v, "must be a finite number")
+                raise TableError(f"{t.key('values')}[{i}]", v, "must be a finite number")
         return Empirical(tuple(float(v) for v in raw))
     if not t.has("path"):
-        raise SpecError(t.key("values"), NO_VALUE, 'empirical needs values = [...] or path = "..."')
+        raise TableError(t.key("values"), NO_VALUE, 'empirical needs values = [...] or path = "..."')
     path = Path(t.get_str("path"))
     if base_dir is not None and not path.is_absolute():
         path = base_dir / path
@@ -269,5 +269,5 @@ def _parse_empirical(t: Table, base_dir: Path | None, floor: float) -> Empirical
     try:
         values = length_values(path, fmt, field)
     except DatasetError as exc:
-        raise SpecError(t.key("path"), str(path), f"cannot read it: {exc}") from None
+        raise TableError(t.key("path"), str(path), f"cannot read it: {exc}") from None
     return Empirical(tuple(float(v) for v in values), f"{path.name} ({field})")

@@ -32,11 +32,11 @@ from loadgen.spec.gates import ThresholdError, Thresholds, parse_thresholds
 from loadgen.spec.request import DEFAULT_MAX_TOKENS, Endpoint
 from loadgen.workload.corpus import CORPUS_NAMES
 from loadgen.workload.datasets import PROMPT_FORMATS, TRACE_FORMATS, PromptRow, Trace, load_prompts, load_trace
-from loadgen.workload.errors import NO_VALUE, DatasetError, SpecError, WorkloadError
+from loadgen.workload.errors import NO_VALUE, DatasetError, TableError, WorkloadError
 from loadgen.workload.images import MAX_SIDE, data_url, mime_type
 from loadgen.workload.lengths import Clamped, Distribution, Empirical, Fixed, Uniform, parse_distribution
 from loadgen.workload.prompts import CHAT_TASKS
-from loadgen.workload.spec import Table, type_name, user_path
+from loadgen.workload.tables import Table, type_name, user_path
 from loadgen.workload.tokens import TokenizerError, resolve_tokenizer_file
 from loadgen.workload.tools import ToolsSpec, parse_tools
 
@@ -283,7 +283,7 @@ def parse_scenario(text: str, path: str = "(scenario)", base_dir: Path | None = 
         raise ScenarioError(path, line, f"invalid TOML: {detail}{col}") from None
     try:
         return _build(Table(data), path, base_dir or Path("."))
-    except SpecError as exc:
+    except TableError as exc:
         line = find_line(text, exc.key)
         raise ScenarioError(path, line, exc.describe(exc.key), field=exc.key) from None
 
@@ -355,7 +355,7 @@ def _build(root: Table, path: str, base_dir: Path) -> Scenario:
         try:
             resolve_tokenizer_file(tok_path)
         except TokenizerError as exc:
-            raise SpecError("tokenizer", tokenizer, str(exc)) from None
+            raise TableError("tokenizer", tokenizer, str(exc)) from None
         tokenizer = str(tok_path)
 
     trace_spec = _trace(root.sub("trace"), base_dir)
@@ -380,15 +380,15 @@ def _build(root: Table, path: str, base_dir: Path) -> Scenario:
     _check_endpoint(root, endpoint, prompt, load, context_tokens)
 
     if conversation is not None and load.mode == "open":
-        raise SpecError("load.mode", "open", 'multi-turn conversations ([conversation]) need mode = "closed"')
+        raise TableError("load.mode", "open", 'multi-turn conversations ([conversation]) need mode = "closed"')
     if conversation is not None and prompt.source == "trace":
-        raise SpecError("prompt.source", "trace", "a trace gives single requests; remove [conversation]")
+        raise TableError("prompt.source", "trace", "a trace gives single requests; remove [conversation]")
     if context_tokens and prompt.source not in ("chat", "prose", "code"):
-        raise SpecError(
+        raise TableError(
             "matrix.context_tokens", list(context_tokens), "a context-length matrix needs a built-in prompt source"
         )
     if isinstance(prompt.input_tokens, Fixed) and prompt.input_tokens.value >= context_limit:
-        raise SpecError(
+        raise TableError(
             "prompt.input_tokens", int(prompt.input_tokens.value), f"must be below context_limit ({context_limit})"
         )
     return Scenario(
@@ -428,31 +428,31 @@ def _check_endpoint(
         for name in ("conversation", "tools", "agent", "images", "reasoning", "shared_prefix"):
             if name in present:
                 problem = f'applies to generative endpoints; this scenario has endpoint = "{endpoint}"'
-                raise SpecError(name, NO_VALUE, problem)
+                raise TableError(name, NO_VALUE, problem)
         if prompt.source not in ("chat", "prose", "code"):
-            raise SpecError(
+            raise TableError(
                 "prompt.source",
                 prompt.source,
                 f'endpoint = "{endpoint}" draws its texts from a built-in source: "chat", "prose" or "code"',
             )
         if context_tokens and CALLS[endpoint].inputs is Inputs.QUERY_DOCUMENTS:
-            raise SpecError("matrix", NO_VALUE, f'a context-length matrix does not apply to endpoint = "{endpoint}"')
+            raise TableError("matrix", NO_VALUE, f'a context-length matrix does not apply to endpoint = "{endpoint}"')
         return
     if CALLS[endpoint].inputs is Inputs.PROMPT:
         for name in ("tools", "agent", "images"):
             if name in present:
                 takes = " or ".join(f'"{n}"' for n in taking(Inputs.MESSAGES))
                 problem = f"has no place in a {endpoint} prompt; use endpoint = {takes}"
-                raise SpecError(name, NO_VALUE, problem)
+                raise TableError(name, NO_VALUE, problem)
     if "agent" in present:
         if "tools" not in present:
-            raise SpecError("agent", NO_VALUE, "needs tools to call: add a [tools] table")
+            raise TableError("agent", NO_VALUE, "needs tools to call: add a [tools] table")
         if "conversation" in present:
-            raise SpecError("agent", NO_VALUE, "an agent task is its own conversation: remove [conversation]")
+            raise TableError("agent", NO_VALUE, "an agent task is its own conversation: remove [conversation]")
         if load.mode == "open":
-            raise SpecError("load.mode", "open", 'agent tasks ([agent]) need mode = "closed"')
+            raise TableError("load.mode", "open", 'agent tasks ([agent]) need mode = "closed"')
         if prompt.source == "trace":
-            raise SpecError("prompt.source", "trace", "a trace gives single requests; remove [agent]")
+            raise TableError("prompt.source", "trace", "a trace gives single requests; remove [agent]")
 
 
 def _resolve(base_dir: Path, value: str) -> Path:
@@ -481,9 +481,9 @@ def _trace(t: Table | None, base_dir: Path) -> TraceSpec | None:
     try:
         trace = load_trace(p, fmt)
     except DatasetError as exc:
-        raise SpecError(t.key("path"), raw_path, f"cannot use it: {exc}") from None
+        raise TableError(t.key("path"), raw_path, f"cannot use it: {exc}") from None
     if offset_s >= trace.duration_s and offset_s > 0:
-        raise SpecError(t.key("offset_s"), offset_s, f"is past the trace's end ({trace.duration_s:.1f} s)")
+        raise TableError(t.key("offset_s"), offset_s, f"is past the trace's end ({trace.duration_s:.1f} s)")
     return TraceSpec(str(p), trace.format, trace, offset_s)
 
 
@@ -502,7 +502,7 @@ def _prompt(t: Table, base_dir: Path, trace: TraceSpec | None) -> PromptSpec:
     if source == "trace":
         t.finish()
         if trace is None:
-            raise SpecError(t.key("source"), source, "needs a [trace] table with the trace's path")
+            raise TableError(t.key("source"), source, "needs a [trace] table with the trace's path")
         return PromptSpec(source, system_prompt=system_prompt)
     raw_path = t.get_str("path")
     t.finish()
@@ -511,7 +511,7 @@ def _prompt(t: Table, base_dir: Path, trace: TraceSpec | None) -> PromptSpec:
     try:
         rows = load_prompts(p, source)
     except DatasetError as exc:
-        raise SpecError(t.key("path"), raw_path, f"cannot use it: {exc}") from None
+        raise TableError(t.key("path"), raw_path, f"cannot use it: {exc}") from None
     return PromptSpec(source, path=str(p), dataset=tuple(rows), system_prompt=system_prompt)
 
 
@@ -520,7 +520,7 @@ def _string_list(t: Table, name: str, default: list[str], allowed: tuple[str, ..
     for i, v in enumerate(values):
         if v not in allowed:
             shown = ", ".join(f'"{a}"' for a in allowed)
-            raise SpecError(f"{t.key(name)}[{i}]", v, f"must be one of {shown}")
+            raise TableError(f"{t.key(name)}[{i}]", v, f"must be one of {shown}")
     return list(values)
 
 
@@ -532,7 +532,7 @@ def _output(t: Table) -> OutputSpec:
     min_tokens: int | Literal["max_tokens"] | None
     count_ok = isinstance(min_raw, int) and not isinstance(min_raw, bool) and min_raw >= 0
     if not (min_raw is None or min_raw == "max_tokens" or count_ok):
-        raise SpecError(t.key("min_tokens"), min_raw, 'must be an integer >= 0 or "max_tokens"')
+        raise TableError(t.key("min_tokens"), min_raw, 'must be an integer >= 0 or "max_tokens"')
     min_tokens = min_raw
     t.finish()
     return OutputSpec(max_tokens, from_dataset, ignore_eos, min_tokens)
@@ -555,7 +555,7 @@ def _sampling(t: Table | None) -> dict[str, Any]:
             if isinstance(value, str):
                 value = [value]
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                raise SpecError(t.key(name), value, "must be a string or an array of strings")
+                raise TableError(t.key(name), value, "must be a string or an array of strings")
             out[name] = value
     t.finish(allowed=list(SAMPLING_FIELDS))
     return out
@@ -587,7 +587,7 @@ def _conversation(t: Table | None, endpoint: str) -> ConversationSpec | None:
 def _responses_state(t: Table, endpoint: str) -> Literal["previous_response_id", "resend"]:
     if endpoint != "responses":
         if t.has("responses_state"):
-            raise SpecError(
+            raise TableError(
                 t.key("responses_state"),
                 t.raw("responses_state"),
                 f'applies to endpoint = "responses" only (this scenario has "{endpoint}")',
@@ -603,7 +603,7 @@ def _section_for(t: Table, endpoint: str, inputs: Inputs) -> None:
     """A section that builds the calls carrying ``inputs``: an error for any other endpoint."""
     if CALLS[endpoint].inputs is not inputs:
         wanted = " or ".join(f'"{n}"' for n in taking(inputs))
-        raise SpecError(t.path, NO_VALUE, f'applies to endpoint = {wanted} only (this scenario has "{endpoint}")')
+        raise TableError(t.path, NO_VALUE, f'applies to endpoint = {wanted} only (this scenario has "{endpoint}")')
 
 
 def _embeddings(t: Table | None, endpoint: str, base_dir: Path) -> EmbeddingsSpec | None:
@@ -646,9 +646,9 @@ def _reasoning(t: Table | None, endpoint: str) -> ReasoningSpec | None:
     thinking = t.get_bool("thinking", None)
     t.finish()
     if effort is not None and endpoint not in ("chat", "responses"):
-        raise SpecError(t.key("effort"), effort, f'applies to endpoint = "chat" or "responses" (not "{endpoint}")')
+        raise TableError(t.key("effort"), effort, f'applies to endpoint = "chat" or "responses" (not "{endpoint}")')
     if thinking is not None and endpoint != "chat":
-        raise SpecError(
+        raise TableError(
             t.key("thinking"), thinking, f'is a chat template switch: endpoint = "chat" only (not "{endpoint}")'
         )
     return ReasoningSpec(effort, thinking)
@@ -661,23 +661,23 @@ def _images(t: Table | None, base_dir: Path) -> ImagesSpec | None:
     if t.has("files"):
         for name in ("width", "height", "format"):
             if t.has(name):
-                raise SpecError(t.key(name), t.raw(name), "applies to generated images; remove it or files")
+                raise TableError(t.key(name), t.raw(name), "applies to generated images; remove it or files")
         files = t.get_list("files")
         urls = []
         for i, raw in enumerate(files):
             key = f"{t.key('files')}[{i}]"
             if not isinstance(raw, str):
-                raise SpecError(key, raw, f"must be a string (a path), not {type_name(raw)}")
+                raise TableError(key, raw, f"must be a string (a path), not {type_name(raw)}")
             p = _resolve(base_dir, raw)
             mime = mime_type(p)
             if mime is None:
-                raise SpecError(key, raw, "is not a .png, .jpg, .jpeg, .webp or .gif file")
+                raise TableError(key, raw, "is not a .png, .jpg, .jpeg, .webp or .gif file")
             try:
                 data = p.read_bytes()
             except FileNotFoundError:
-                raise SpecError(key, raw, f"no such image file: {p}") from None
+                raise TableError(key, raw, f"no such image file: {p}") from None
             except OSError as exc:
-                raise SpecError(key, raw, f"cannot read {p}: {exc}") from None
+                raise TableError(key, raw, f"cannot read {p}: {exc}") from None
             urls.append(data_url(data, mime))
         t.finish()
         return ImagesSpec(count, files=tuple(str(_resolve(base_dir, f)) for f in files), file_urls=tuple(urls))
@@ -700,7 +700,7 @@ def _pixels(t: Table, name: str) -> Distribution:
     elif isinstance(dist, Empirical):
         high = max(dist.values)
     if high != math.inf and high > MAX_SIDE:
-        raise SpecError(t.key(name), t.raw(name), f"an image side must be at most {MAX_SIDE} pixels")
+        raise TableError(t.key(name), t.raw(name), f"an image side must be at most {MAX_SIDE} pixels")
     return dist
 
 
@@ -711,11 +711,11 @@ def _numbers(t: Table, name: str, *, integer: bool, default: Any = None) -> tupl
         key = f"{t.key(name)}[{i}]"
         if isinstance(v, bool) or not isinstance(v, int if integer else (int, float)):
             want = "an integer" if integer else "a number"
-            raise SpecError(key, v, f"must be {want}, not {type_name(v)}")
+            raise TableError(key, v, f"must be {want}, not {type_name(v)}")
         if v <= 0:
-            raise SpecError(key, v, "must be > 0")
+            raise TableError(key, v, "must be > 0")
         if not integer and not v <= 1e308:  # nan, inf, or an integer float() cannot hold
-            raise SpecError(key, v, "must be a finite number")
+            raise TableError(key, v, "must be a finite number")
         out.append(v if integer else float(v))
     return tuple(out)
 
@@ -725,7 +725,7 @@ def _load(t: Table, trace: TraceSpec | None) -> LoadSpec:
     step_seconds = t.get_float("step_seconds", 60.0, positive=True)
     warmup_seconds = t.get_float("warmup_seconds", 0.0, min_value=0.0)
     if warmup_seconds >= step_seconds:
-        raise SpecError(
+        raise TableError(
             t.key("warmup_seconds"), warmup_seconds, f"must be shorter than step_seconds ({step_seconds:g})"
         )
     requests_per_step = t.get_int("requests_per_step", 0, min_value=0)
@@ -734,7 +734,7 @@ def _load(t: Table, trace: TraceSpec | None) -> LoadSpec:
     for name in only:
         if t.has(name):
             other = "closed" if mode == "open" else "open"
-            raise SpecError(
+            raise TableError(
                 t.key(name), t.raw(name), f'applies to mode = "{other}" only (this table has mode = "{mode}")'
             )
     if mode == "closed":
@@ -754,13 +754,15 @@ def _load(t: Table, trace: TraceSpec | None) -> LoadSpec:
     for name, wanted in (("burstiness", ("gamma",)), ("time_scales", ("trace",)), ("rates", ("poisson", "gamma"))):
         if t.has(name) and arrival not in wanted:
             shown = " or ".join(f'"{w}"' for w in wanted)
-            raise SpecError(t.key(name), t.raw(name), f'applies to arrival = {shown} only (this table has "{arrival}")')
+            raise TableError(
+                t.key(name), t.raw(name), f'applies to arrival = {shown} only (this table has "{arrival}")'
+            )
     rates: tuple[float, ...] = ()
     time_scales: tuple[float, ...] = (1.0,)
     burstiness = 1.0
     if arrival == "trace":
         if trace is None:
-            raise SpecError(t.key("arrival"), arrival, "needs a [trace] table with the trace's path")
+            raise TableError(t.key("arrival"), arrival, "needs a [trace] table with the trace's path")
         time_scales = _numbers(t, "time_scales", integer=False, default=[1.0])
     else:
         rates = _numbers(t, "rates", integer=False)
@@ -796,7 +798,7 @@ def _thresholds(t: Table, name: str) -> Thresholds | None:
     try:
         return parse_thresholds(text, name)
     except ThresholdError as exc:
-        raise SpecError(t.key(name), text, str(exc).split(": ", 1)[-1]) from None
+        raise TableError(t.key(name), text, str(exc).split(": ", 1)[-1]) from None
 
 
 def _matrix(t: Table | None, context_limit: int) -> tuple[int, ...]:
@@ -806,7 +808,7 @@ def _matrix(t: Table | None, context_limit: int) -> tuple[int, ...]:
     t.finish()
     for i, v in enumerate(values):
         if v >= context_limit:
-            raise SpecError(
+            raise TableError(
                 f"matrix.context_tokens[{i}]",
                 v,
                 f"must be below context_limit ({context_limit}) to leave room for output",

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from loadgen.workload.errors import WorkloadError
-from loadgen.workload.spec import user_path
+from loadgen.workload.tables import user_path
 
 # Maximal runs of one character class; adjacent runs always differ in class, so any substring cut
 # at run boundaries splits into the same runs again (the additivity the prompt builder needs).

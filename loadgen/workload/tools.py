@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadgen.workload.errors import NO_VALUE, SpecError
-from loadgen.workload.spec import Table, type_name, user_path
+from loadgen.workload.errors import NO_VALUE, TableError
+from loadgen.workload.tables import Table, type_name, user_path
 
 TOOL_CHOICES = ("auto", "required", "none")
 # OpenAI's rule for function names; servers that render them into a chat template need no more
@@ -41,7 +41,7 @@ class ToolsSpec:
         return tuple(str(t["function"]["name"]) for t in self.tools)
 
 
-class ToolError(SpecError):
+class ToolError(TableError):
     """A bad tool: ``where`` names it (``tools.function[1] 'search'``), ``key`` locates its line."""
 
     def __init__(self, key: str, where: str, problem: str) -> None:
@@ -55,7 +55,7 @@ class ToolError(SpecError):
 def parse_tools(t: Table, base_dir: Path) -> ToolsSpec:
     """The ``[tools]`` table: ``function`` (inline tools) or ``file``, and ``choice``."""
     if t.has("file") and t.has("function"):
-        raise SpecError(t.key("file"), t.raw("file"), "give tools inline ([[tools.function]]) or in a file, not both")
+        raise TableError(t.key("file"), t.raw("file"), "give tools inline ([[tools.function]]) or in a file, not both")
     file: str | None = None
     if t.has("file"):
         raw = t.get_str("file")
@@ -87,7 +87,7 @@ def parse_tools(t: Table, base_dir: Path) -> ToolsSpec:
             choice = {"type": "function", "function": {"name": raw_choice}}
         else:
             shown = ", ".join(f'"{c}"' for c in (*TOOL_CHOICES, *names))
-            raise SpecError(t.key("choice"), raw_choice, f"must be one of {shown} (a declared tool's name)")
+            raise TableError(t.key("choice"), raw_choice, f"must be one of {shown} (a declared tool's name)")
     t.finish()
     return ToolsSpec(tuple(tools), choice, file)
 
@@ -96,15 +96,15 @@ def _from_file(key: str, raw: str, path: Path) -> list[dict[str, Any]]:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise SpecError(key, raw, f"no such file: {path}") from None
+        raise TableError(key, raw, f"no such file: {path}") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(key, raw, f"cannot read {path}: {exc}") from None
+        raise TableError(key, raw, f"cannot read {path}: {exc}") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise SpecError(key, raw, f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from None
+        raise TableError(key, raw, f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from None
     if not isinstance(data, list) or not data:
-        raise SpecError(key, raw, f"{path}: must hold a non-empty JSON list of tools, not {type_name(data)}")
+        raise TableError(key, raw, f"{path}: must hold a non-empty JSON list of tools, not {type_name(data)}")
     tools = []
     for i, item in enumerate(data):
         at = f'tools.file "{path}" [{i}]'

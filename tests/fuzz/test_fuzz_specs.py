@@ -17,7 +17,7 @@ from fuzz_strategies import TOML_ANY, examples, to_toml, toml_table
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from loadgen.campaign.spec import CampaignError, parse_campaign
+from loadgen.campaign.file import CampaignError, parse_campaign
 from loadgen.workload.scenario import Scenario, ScenarioError, parse_scenario
 
 # Files a scenario or campaign may point at: good ones, and a few that are not what they claim.

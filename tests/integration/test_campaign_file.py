@@ -185,8 +185,8 @@ def test_every_option_of_the_tables_campaign_surface_is_a_ramp_key(tmp_path: Pat
     """The campaign's [ramp] keys are the flag table's campaign surface (issue 29: the table named
     arrival, burstiness, endpoint, call_type and gpu_count campaign options, and the file refused
     them as unknown keys); each is checked as its flag is and reaches the ramp's command line."""
+    from loadgen.campaign.file import RAMP_KEYS
     from loadgen.campaign.runner import _ramp_argv
-    from loadgen.campaign.spec import RAMP_KEYS
     from loadgen.spec import flags
 
     surface = {f.name.replace("-", "_") for f in flags.FLAGS if "campaign" in f.surfaces} - {"find_knee"}

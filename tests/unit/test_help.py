@@ -173,7 +173,7 @@ def _check(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     elif sub in delegated:
         ns = delegated[sub]().parse_args(rest)
         if sub == "campaign":
-            from loadgen.campaign.spec import load_campaign
+            from loadgen.campaign.file import load_campaign
 
             campaign = load_campaign(ns.file)
             assert set(ns.only) <= {v.name for v in campaign.variants}, argv

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from loadgen.campaign import CampaignError, parse_campaign
-from loadgen.campaign.spec import slug
+from loadgen.campaign.file import slug
 from loadgen.telemetry.monitor import main as monitor_main
 from loadgen.telemetry.monitor import serve, token_problem
 from loadgen.webui.auth import AUTH_ENV, credentials, exposure_warning

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from loadgen.campaign.file import CampaignError, parse_campaign
 from loadgen.campaign.runner import _ramp_argv
-from loadgen.campaign.spec import CampaignError, parse_campaign
 from loadgen.workload.scenario import ScenarioError, parse_scenario
 
 CAMPAIGN = """\

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from loadgen.workload.errors import SpecError
+from loadgen.workload.errors import TableError
 from loadgen.workload.lengths import Distribution, parse_distribution, sample_length
 
 TRACES = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "traces"
@@ -147,6 +147,6 @@ BAD = [
 
 @pytest.mark.parametrize(("spec", "message"), BAD)
 def test_bad_distributions_are_explained(spec: Any, message: str) -> None:
-    with pytest.raises(SpecError) as info:
+    with pytest.raises(TableError) as info:
         parse_distribution(spec, "x", integer=True)
     assert message in str(info.value)

@@ -2,7 +2,7 @@
 
 A :class:`Table` hands out typed values by key and, once the caller has read everything it knows,
 :meth:`Table.finish` rejects the keys nobody asked for (with a "did you mean"). Every failure is a
-:class:`~loadgen.workload.errors.SpecError` carrying the key's dotted path, the value and what is
+:class:`~loadgen.workload.errors.TableError` carrying the key's dotted path, the value and what is
 allowed; the scenario loader adds file and line.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from loadgen.workload.errors import NO_VALUE, SpecError, suggest, unknown_key
+from loadgen.workload.errors import NO_VALUE, TableError, suggest, unknown_key
 
 T = TypeVar("T")
 
@@ -51,7 +51,7 @@ class Table:
 
     def __init__(self, data: Any, path: str = "") -> None:
         if not isinstance(data, dict):
-            raise SpecError(path or "(root)", data, f"must be a table, not {type_name(data)}")
+            raise TableError(path or "(root)", data, f"must be a table, not {type_name(data)}")
         self.data: dict[str, Any] = data
         self.path = path
         self._read: set[str] = set()
@@ -67,7 +67,7 @@ class Table:
         self._read.add(name)
         if name not in self.data:
             if default is _MISSING:
-                raise SpecError(self.key(name), NO_VALUE, "is required")
+                raise TableError(self.key(name), NO_VALUE, "is required")
             return default
         return self.data[name]
 
@@ -76,9 +76,9 @@ class Table:
             return self.raw(name, default)
         value = self.raw(name)
         if isinstance(value, bool) or not isinstance(value, int):
-            raise SpecError(self.key(name), value, f"must be an integer, not {type_name(value)}")
+            raise TableError(self.key(name), value, f"must be an integer, not {type_name(value)}")
         if min_value is not None and value < min_value:
-            raise SpecError(self.key(name), value, f"must be >= {min_value}")
+            raise TableError(self.key(name), value, f"must be >= {min_value}")
         return value
 
     def get_float(
@@ -94,19 +94,19 @@ class Table:
             return self.raw(name, default)
         raw = self.raw(name)
         if isinstance(raw, bool) or not isinstance(raw, (int, float)):
-            raise SpecError(self.key(name), raw, f"must be a number, not {type_name(raw)}")
+            raise TableError(self.key(name), raw, f"must be a number, not {type_name(raw)}")
         try:
             value = float(raw)
         except OverflowError:  # an integer past any float (TOML's parser does not bound them)
             value = math.inf
         if not math.isfinite(value):
-            raise SpecError(self.key(name), raw, "must be a finite number")
+            raise TableError(self.key(name), raw, "must be a finite number")
         if positive and value <= 0:
-            raise SpecError(self.key(name), raw, "must be > 0")
+            raise TableError(self.key(name), raw, "must be > 0")
         if min_value is not None and value < min_value:
-            raise SpecError(self.key(name), raw, f"must be >= {min_value:g}")
+            raise TableError(self.key(name), raw, f"must be >= {min_value:g}")
         if max_value is not None and value > max_value:
-            raise SpecError(self.key(name), raw, f"must be <= {max_value:g}")
+            raise TableError(self.key(name), raw, f"must be <= {max_value:g}")
         return value
 
     def get_bool(self, name: str, default: Any = _MISSING) -> Any:
@@ -114,7 +114,7 @@ class Table:
             return self.raw(name, default)
         value = self.raw(name)
         if not isinstance(value, bool):
-            raise SpecError(self.key(name), value, f"must be true or false, not {type_name(value)}")
+            raise TableError(self.key(name), value, f"must be true or false, not {type_name(value)}")
         return value
 
     def get_str(self, name: str, default: Any = _MISSING) -> Any:
@@ -122,7 +122,7 @@ class Table:
             return self.raw(name, default)
         value = self.raw(name)
         if not isinstance(value, str):
-            raise SpecError(self.key(name), value, f"must be a string, not {type_name(value)}")
+            raise TableError(self.key(name), value, f"must be a string, not {type_name(value)}")
         return value
 
     def get_choice(self, name: str, choices: Sequence[str], default: Any = _MISSING) -> Any:
@@ -131,7 +131,7 @@ class Table:
         value = self.get_str(name)
         if value not in choices:
             allowed = ", ".join(f'"{c}"' for c in choices)
-            raise SpecError(self.key(name), value, f"must be one of {allowed}{suggest(value, choices)}")
+            raise TableError(self.key(name), value, f"must be one of {allowed}{suggest(value, choices)}")
         return value
 
     def get_list(self, name: str, default: Any = _MISSING, *, non_empty: bool = True) -> Any:
@@ -139,9 +139,9 @@ class Table:
             return self.raw(name, default)
         value = self.raw(name)
         if not isinstance(value, list):
-            raise SpecError(self.key(name), value, f"must be an array, not {type_name(value)}")
+            raise TableError(self.key(name), value, f"must be an array, not {type_name(value)}")
         if non_empty and not value:
-            raise SpecError(self.key(name), value, "must not be empty")
+            raise TableError(self.key(name), value, "must not be empty")
         return value
 
     def sub(self, name: str) -> Table | None:

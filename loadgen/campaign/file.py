@@ -30,8 +30,8 @@ from loadgen.lifecycle import split_command
 from loadgen.spec import flags
 from loadgen.spec.gates import ThresholdError, parse_thresholds
 from loadgen.spec.options import OptionError
-from loadgen.workload.errors import NO_VALUE, SpecError
-from loadgen.workload.spec import Table
+from loadgen.workload.errors import NO_VALUE, TableError
+from loadgen.workload.tables import Table
 
 PLACEHOLDERS = ("python", "port", "url", "variant", "variant_dir", "campaign_dir", "log_file")
 _PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
@@ -162,10 +162,12 @@ def _command(t: Table, name: str, required: bool = False) -> Command | None:
         try:
             return split_command(value, t.key(name))
         except ValueError as exc:
-            raise SpecError(t.key(name), value, str(exc).split(": ", 1)[-1]) from None
+            raise TableError(t.key(name), value, str(exc).split(": ", 1)[-1]) from None
     if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
         return list(value)
-    raise SpecError(t.key(name), value, "must be a command: a string (split like a shell would) or an array of strings")
+    raise TableError(
+        t.key(name), value, "must be a command: a string (split like a shell would) or an array of strings"
+    )
 
 
 def _commands(t: Table, name: str) -> list[Command]:
@@ -173,7 +175,7 @@ def _commands(t: Table, name: str) -> list[Command]:
         return []
     value = t.raw(name)
     if not isinstance(value, list):
-        raise SpecError(t.key(name), value, 'must be an array of commands, e.g. [["systemctl", "restart", "sglang"]]')
+        raise TableError(t.key(name), value, 'must be an array of commands, e.g. [["systemctl", "restart", "sglang"]]')
     out: list[Command] = []
     for i, item in enumerate(value):
         key = f"{t.key(name)}[{i}]"
@@ -181,11 +183,11 @@ def _commands(t: Table, name: str) -> list[Command]:
             try:
                 out.append(split_command(item, key))
             except ValueError as exc:
-                raise SpecError(key, item, str(exc).split(": ", 1)[-1]) from None
+                raise TableError(key, item, str(exc).split(": ", 1)[-1]) from None
         elif isinstance(item, list) and item and all(isinstance(v, str) for v in item):
             out.append(list(item))
         else:
-            raise SpecError(key, item, "must be a command: a string or a non-empty array of strings")
+            raise TableError(key, item, "must be a command: a string or a non-empty array of strings")
     return out
 
 
@@ -194,7 +196,7 @@ def _check_placeholders(key: str, values: Sequence[str]) -> None:
         for m in _PLACEHOLDER.finditer(v):
             if m.group(1) not in PLACEHOLDERS:
                 allowed = ", ".join("{" + p + "}" for p in PLACEHOLDERS)
-                raise SpecError(key, v, f"unknown placeholder {{{m.group(1)}}}; allowed: {allowed}")
+                raise TableError(key, v, f"unknown placeholder {{{m.group(1)}}}; allowed: {allowed}")
 
 
 def _thresholds(t: Table, name: str, default: str | None) -> str | None:
@@ -205,7 +207,7 @@ def _thresholds(t: Table, name: str, default: str | None) -> str | None:
     try:
         parse_thresholds(text, name)
     except ThresholdError as exc:
-        raise SpecError(t.key(name), text, str(exc).split(": ", 1)[-1]) from None
+        raise TableError(t.key(name), text, str(exc).split(": ", 1)[-1]) from None
     return text
 
 
@@ -221,8 +223,8 @@ def _table_value(t: Table, key: str, f: flags.Flag) -> Any:
         try:
             return flags.parse_value(f, value, key)
         except OptionError as exc:
-            raise SpecError(t.key(key), t.raw(key), str(exc).split(": ", 1)[-1]) from None
-    raise SpecError(t.key(key), t.raw(key), f"a {f.kind} option has no campaign key yet; give it in args")
+            raise TableError(t.key(key), t.raw(key), str(exc).split(": ", 1)[-1]) from None
+    raise TableError(t.key(key), t.raw(key), f"a {f.kind} option has no campaign key yet; give it in args")
 
 
 def _load(t: Table | None, base: LoadSpec) -> LoadSpec:
@@ -233,15 +235,15 @@ def _load(t: Table | None, base: LoadSpec) -> LoadSpec:
     if t.has("concurrency"):
         values = t.get_list("concurrency")
         if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
-            raise SpecError(t.key("concurrency"), values, "must be an array of whole numbers above 0")
+            raise TableError(t.key("concurrency"), values, "must be an array of whole numbers above 0")
         spec.concurrency, spec.rate = list(values), None
     if t.has("rate"):
         values = t.get_list("rate")
         if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 1e308 for v in values):
-            raise SpecError(t.key("rate"), values, "must be an array of finite request rates above 0 (req/s)")
+            raise TableError(t.key("rate"), values, "must be an array of finite request rates above 0 (req/s)")
         spec.rate, spec.concurrency = [float(v) for v in values], None
     if t.has("concurrency") and t.has("rate"):
-        raise SpecError(t.key("rate"), t.raw("rate"), "give concurrency or rate, not both")
+        raise TableError(t.key("rate"), t.raw("rate"), "give concurrency or rate, not both")
     spec.step_seconds = t.get_float("step_seconds", spec.step_seconds, positive=True)
     spec.warmup_seconds = t.get_float("warmup_seconds", spec.warmup_seconds, min_value=0)
     spec.requests_per_step = t.get_int("requests_per_step", spec.requests_per_step, min_value=1)
@@ -259,14 +261,16 @@ def _load(t: Table | None, base: LoadSpec) -> LoadSpec:
             flags.check_combination(spec.options, "campaign")
         except OptionError as exc:
             key = "burstiness" if t.has("burstiness") else "arrival"
-            raise SpecError(t.key(key), t.raw(key), str(exc).split(": ", 1)[-1].replace("--", "")) from None
+            raise TableError(t.key(key), t.raw(key), str(exc).split(": ", 1)[-1].replace("--", "")) from None
     if t.has("args"):
         args = t.get_list("args", non_empty=False)
         if not all(isinstance(a, str) for a in args):
-            raise SpecError(t.key("args"), args, "must be an array of strings (extra `loadgen ramp` flags)")
+            raise TableError(t.key("args"), args, "must be an array of strings (extra `loadgen ramp` flags)")
         for a in args:
             if a == "--api-key" or a.startswith("--api-key="):
-                raise SpecError(t.key("args"), a, "no secrets in campaign files: set OPENAI_API_KEY in the environment")
+                raise TableError(
+                    t.key("args"), a, "no secrets in campaign files: set OPENAI_API_KEY in the environment"
+                )
         _check_written_paths(t.key("args"), args)
         _check_placeholders(t.key("args"), args)
         spec.args = list(args)
@@ -284,14 +288,14 @@ def _check_written_paths(key: str, args: list[str]) -> None:
     for i, a in enumerate(args):
         flag, eq, value = a.partition("=")
         if flag == "--out":
-            raise SpecError(key, a, "the campaign decides where each ramp writes (its variant folder): remove --out")
+            raise TableError(key, a, "the campaign decides where each ramp writes (its variant folder): remove --out")
         if flag not in _WRITTEN_PATH_FLAGS:
             continue
         if not eq:
             value = args[i + 1] if i + 1 < len(args) else ""
         parts = value.replace("\\", "/").split("/")
         if parts[0] not in ("{variant_dir}", "{campaign_dir}") or ".." in parts:
-            raise SpecError(
+            raise TableError(
                 key,
                 value,
                 f"{flag} must write inside the campaign directory: start it with {{variant_dir}}/ "
@@ -302,7 +306,7 @@ def _check_written_paths(key: str, args: list[str]) -> None:
 def _variant(t: Table, defaults: dict[str, Any], load: LoadSpec) -> Variant:
     name = t.get_str("name")
     if not name.strip():
-        raise SpecError(t.key("name"), name, "must not be empty")
+        raise TableError(t.key("name"), name, "must not be empty")
     v = Variant(name=name)
     v.description = t.get_str("description", "")
     v.url = t.get_str("url", defaults["url"])
@@ -317,9 +321,9 @@ def _variant(t: Table, defaults: dict[str, Any], load: LoadSpec) -> Variant:
     v.load = _load(t.sub("ramp"), load)
     t.finish()
     if not v.url:
-        raise SpecError(t.key("url"), v.url, 'is required (here or in [campaign]), e.g. "http://127.0.0.1:{port}"')
+        raise TableError(t.key("url"), v.url, 'is required (here or in [campaign]), e.g. "http://127.0.0.1:{port}"')
     if v.start is None and not v.apply:
-        raise SpecError(
+        raise TableError(
             t.key("start"), NO_VALUE, "a variant needs a start command or apply commands (how its server is configured)"
         )
     _check_placeholders(t.key("url"), [v.url])
@@ -332,7 +336,7 @@ def _variant(t: Table, defaults: dict[str, Any], load: LoadSpec) -> Variant:
     if v.log_file:
         _check_placeholders(t.key("log_file"), [v.log_file])
     if v.load.concurrency is None and v.load.rate is None and v.load.scenario is None:
-        raise SpecError(t.key("ramp.concurrency"), NO_VALUE, "is required (in [ramp] or here), or give a scenario")
+        raise TableError(t.key("ramp.concurrency"), NO_VALUE, "is required (in [ramp] or here), or give a scenario")
     return v
 
 
@@ -354,7 +358,7 @@ def parse_campaign(text: str, path: str = "(campaign)", base_dir: Path | None = 
         root = Table(data)
         head = root.sub("campaign")
         if head is None:
-            raise SpecError("campaign", NO_VALUE, 'is required: a [campaign] table with at least name = "..."')
+            raise TableError("campaign", NO_VALUE, 'is required: a [campaign] table with at least name = "..."')
         name = head.get_str("name")
         defaults = {
             "url": head.get_str("url", ""),
@@ -369,10 +373,10 @@ def parse_campaign(text: str, path: str = "(campaign)", base_dir: Path | None = 
         load = _load(root.sub("ramp"), LoadSpec())
         raw_variants = root.raw("variant", None)
         if not isinstance(raw_variants, list) or not raw_variants:
-            raise SpecError("variant", NO_VALUE, "is required: one [[variant]] table per server configuration")
+            raise TableError("variant", NO_VALUE, "is required: one [[variant]] table per server configuration")
         variants = [_variant(Table(item, f"variant[{i}]"), defaults, load) for i, item in enumerate(raw_variants)]
         root.finish()
-    except SpecError as exc:
+    except TableError as exc:
         line = _line_of(text, exc.key)
         where = f"{path}:{line}" if line else path
         raise CampaignError(f"{where}: {exc.describe(exc.key)}") from None
