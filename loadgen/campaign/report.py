@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from loadgen.analysis.formats import sig3
 from loadgen.campaign.file import Campaign
 
 
@@ -94,7 +95,7 @@ def _cell(text: Any) -> str:
 
 
 def _num(v: Any) -> str:
-    return "—" if v is None else f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
+    return sig3(v, missing="—")  # as loadgen compare's tables
 
 
 def render_markdown(report: dict[str, Any]) -> str:

@@ -1,6 +1,6 @@
 """``loadgen predict --html``: the deployments side by side on one self-contained page.
 
-Every deployment that starts is drawn on the report's comparison plots (``report.plots.overlay_plots``:
+Every deployment that starts is drawn on the report's comparison plots (``report.plots_overlay.overlay_plots``:
 throughput, TTFT p99, TPOT p99, GPU power and tokens per joule against load, and one Pareto plot of
 output tok/s per GPU against per-user tok/s), one colour each; then the choice (with ``--slo``), the
 start-up checks and each deployment's rows. Every figure on it is predicted, and the page says so
@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from loadgen.analysis.values import load_axis
-from loadgen.report.html import PAGE_CSS, figure
-from loadgen.report.plots import overlay_plots
+from loadgen.report.html_common import PAGE_CSS, figure
+from loadgen.report.plots_overlay import overlay_plots
 from loadgen.report.svg import PALETTE
 
 _CSS = """

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from loadgen.analysis.contracts import LatencyStats, RunSummary, StepSummary
+from loadgen.analysis.formats import fixed
 from loadgen.analysis.values import as_dict, as_list, number, stat, steps_of
 from loadgen.report.markdown import Section, escape_cell
 
@@ -28,12 +29,7 @@ class Table:
 
 
 def _num(value: float | None, digits: int = 1) -> str:
-    v = number(value)
-    if v is None:
-        return "–"
-    if isinstance(value, int) and not isinstance(value, bool):
-        return f"{value:,}"
-    return f"{v:,.{digits}f}"
+    return fixed(value, digits)
 
 
 def _ms(value: float | None) -> str:

@@ -30,10 +30,12 @@ from pathlib import Path
 from typing import Any, TypedDict, cast
 
 from loadgen.analysis.contracts import AxisLoad, LoadAxis, RunSummary, StepSummary
+from loadgen.analysis.formats import ratio as as_ratio
+from loadgen.analysis.formats import sig3
 from loadgen.analysis.repeats import has_repeats, merged_steps, ratio_ci, repeat_groups, repeat_of
 from loadgen.analysis.values import at_axis, load_axis, number, stat
-from loadgen.report.html import PAGE_CSS, figure
-from loadgen.report.plots import overlay_plots
+from loadgen.report.html_common import PAGE_CSS, figure
+from loadgen.report.plots_overlay import overlay_plots
 from loadgen.report.svg import PALETTE
 from loadgen.rundir.records import RunDirError
 
@@ -150,19 +152,20 @@ def _value(step: Mapping[str, Any], key: str, sub: str | None) -> float | None:
     return stat(step, key, sub) if sub is not None else number(step.get(key))
 
 
-def _key(step: StepSummary, axis: LoadAxis) -> tuple[int | None, float] | None:
+_Key = tuple[int | None, float]
+_Samples = dict[_Key, dict[str, list[float]]]
+
+
+def _key(step: StepSummary, axis: LoadAxis) -> _Key | None:
     load = number(step.get(axis))
     if load is None:
         return None
     return step.get("context_tokens"), (int(load) if load.is_integer() else load)
 
 
-def compare_runs(
-    summaries: Sequence[RunSummary | Sequence[StepSummary]], labels: Sequence[str] | None = None
-) -> Comparison:
-    """Match steps across runs and compute each run's ratio to the first, per step and metric."""
-    if len(summaries) < 2:
-        raise ValueError(f"compare needs at least two runs, got {len(summaries)}")
+def _labels_of(summaries: Sequence[RunSummary | Sequence[StepSummary]], labels: Sequence[str] | None) -> Sequence[str]:
+    """The runs' labels: those given (one per run, all distinct; ValueError otherwise), else each
+    summary's ``label``, else ``run<i>``."""
     if labels is None:
         labels = [
             str(s.get("label") or f"run{i + 1}") if isinstance(s, Mapping) else f"run{i + 1}"
@@ -172,15 +175,14 @@ def compare_runs(
         raise ValueError(f"{len(labels)} labels for {len(summaries)} runs")
     if len(set(labels)) != len(labels):
         raise ValueError(f"labels must be distinct, got {list(labels)}")
-    raw_runs = [_steps(s) for s in summaries]
-    all_steps = [s for run in raw_runs for s in run]
-    axis = load_axis(all_steps)
-    # a run with --repeat compares by its means over the repeats, and keeps each repeat's figures
-    # (the samples of the noise)
-    runs = [merged_steps(run, repeat_groups(run)) if has_repeats(run) else run for run in raw_runs]
-    samples: list[dict[tuple[int | None, float], dict[str, list[float]]]] = []
+    return labels
+
+
+def _noise_samples(raw_runs: Sequence[Sequence[StepSummary]], axis: LoadAxis) -> list[_Samples]:
+    """Per run, per load: each valid repeat's figures of ``NOISE_METRICS`` (the samples of the noise)."""
+    samples: list[_Samples] = []
     for run in raw_runs:
-        per: dict[tuple[int | None, float], dict[str, list[float]]] = {}
+        per: _Samples = {}
         for s in run:
             k = _key(s, axis)
             if k is None or repeat_of(s) is None or s.get("valid", True) is False:
@@ -190,16 +192,26 @@ def compare_runs(
                 if v is not None:
                     per.setdefault(k, {}).setdefault(m, []).append(v)
         samples.append(per)
+    return samples
 
-    indexed: list[dict[tuple[int | None, float], StepSummary]] = []
+
+def _indexed(runs: Sequence[Sequence[StepSummary]], axis: LoadAxis) -> list[dict[_Key, StepSummary]]:
+    """Per run, its steps by (context_tokens, load)."""
+    indexed: list[dict[_Key, StepSummary]] = []
     for run in runs:
-        idx: dict[tuple[int | None, float], StepSummary] = {}
+        idx: dict[_Key, StepSummary] = {}
         for s in run:
             k = _key(s, axis)
             if k is not None:
                 idx[k] = s  # without --repeat, a load measured twice keeps its last measurement
         indexed.append(idx)
+    return indexed
 
+
+def _matched(
+    labels: Sequence[str], indexed: Sequence[Mapping[_Key, StepSummary]]
+) -> tuple[list[_Key], dict[str, list[list[Any]]]]:
+    """The loads every run measured (by context length, then load), and per run those only some have."""
     keys = set(indexed[0])
     for idx in indexed[1:]:
         keys &= set(idx)
@@ -208,55 +220,87 @@ def compare_runs(
         label: sorted(([k[0], k[1]] for k in idx if k not in keys), key=lambda k: (str(k[0]), k[1]))
         for label, idx in zip(labels, indexed, strict=True)
     }
+    return everywhere, unmatched
 
+
+def _ratios(
+    labels: Sequence[str], values: Mapping[str, Mapping[str, float | None]], valid: Mapping[str, bool]
+) -> dict[str, dict[str, float | None]]:
+    """Each later run's value over the baseline's, per metric; None unless both steps are valid and
+    both values present (the baseline's above 0)."""
     base = labels[0]
-    rows: list[CompareRow] = []
-    for k in everywhere:
-        values: dict[str, dict[str, float | None]] = {}
-        valid: dict[str, bool] = {}
-        for label, idx in zip(labels, indexed, strict=True):
-            s = idx[k]
-            valid[label] = s.get("valid", True) is not False
-            values[label] = {m: _value(s, m, sub) for m, sub, _, _ in METRICS}
-        ratios: dict[str, dict[str, float | None]] = {}
-        for label in labels[1:]:
-            r: dict[str, float | None] = {}
-            for m, *_ in METRICS:
-                a, b = values[base][m], values[label][m]
-                ok = valid[base] and valid[label] and a is not None and b is not None and a > 0
-                r[m] = b / a if ok and a is not None and b is not None else None
-            ratios[label] = r
-        row: CompareRow = {
-            "context_tokens": k[0],
-            **at_axis(axis, k[1]),
-            "valid": valid,
-            "values": values,
-            "ratios": ratios,
-        }
-        noise: dict[str, dict[str, dict[str, Any]]] = {}
-        for i, label in enumerate(labels[1:], start=1):
-            for m, _ in NOISE_METRICS:
-                base_samples = samples[0].get(k, {}).get(m, [])
-                run_samples = samples[i].get(k, {}).get(m, [])
-                if len(base_samples) >= 2 and len(run_samples) >= 2:
-                    noise.setdefault(label, {})[m] = ratio_ci(run_samples, base_samples)
-        if noise:
-            row["noise"] = noise
-        rows.append(row)
+    ratios: dict[str, dict[str, float | None]] = {}
+    for label in labels[1:]:
+        r: dict[str, float | None] = {}
+        for m, *_ in METRICS:
+            a, b = values[base][m], values[label][m]
+            ok = valid[base] and valid[label] and a is not None and b is not None and a > 0
+            r[m] = b / a if ok and a is not None and b is not None else None
+        ratios[label] = r
+    return ratios
+
+
+def _row(
+    k: _Key,
+    axis: LoadAxis,
+    labels: Sequence[str],
+    indexed: Sequence[Mapping[_Key, StepSummary]],
+    samples: Sequence[_Samples],
+) -> CompareRow:
+    """One load every run measured: each run's values and validity, the ratios to the baseline, and
+    the ratios' noise where both sides have two repeats or more."""
+    values: dict[str, dict[str, float | None]] = {}
+    valid: dict[str, bool] = {}
+    for label, idx in zip(labels, indexed, strict=True):
+        s = idx[k]
+        valid[label] = s.get("valid", True) is not False
+        values[label] = {m: _value(s, m, sub) for m, sub, _, _ in METRICS}
+    row: CompareRow = {
+        "context_tokens": k[0],
+        **at_axis(axis, k[1]),
+        "valid": valid,
+        "values": values,
+        "ratios": _ratios(labels, values, valid),
+    }
+    noise: dict[str, dict[str, dict[str, Any]]] = {}
+    for i, label in enumerate(labels[1:], start=1):
+        for m, _ in NOISE_METRICS:
+            base_samples = samples[0].get(k, {}).get(m, [])
+            run_samples = samples[i].get(k, {}).get(m, [])
+            if len(base_samples) >= 2 and len(run_samples) >= 2:
+                noise.setdefault(label, {})[m] = ratio_ci(run_samples, base_samples)
+    if noise:
+        row["noise"] = noise
+    return row
+
+
+def compare_runs(
+    summaries: Sequence[RunSummary | Sequence[StepSummary]], labels: Sequence[str] | None = None
+) -> Comparison:
+    """Match steps across runs and compute each run's ratio to the first, per step and metric."""
+    if len(summaries) < 2:
+        raise ValueError(f"compare needs at least two runs, got {len(summaries)}")
+    labels = _labels_of(summaries, labels)
+    raw_runs = [_steps(s) for s in summaries]
+    all_steps = [s for run in raw_runs for s in run]
+    axis = load_axis(all_steps)
+    # a run with --repeat compares by its means over the repeats, and keeps each repeat's figures
+    # (the samples of the noise)
+    runs = [merged_steps(run, repeat_groups(run)) if has_repeats(run) else run for run in raw_runs]
+    samples = _noise_samples(raw_runs, axis)
+    indexed = _indexed(runs, axis)
+    everywhere, unmatched = _matched(labels, indexed)
+    rows = [_row(k, axis, labels, indexed, samples) for k in everywhere]
     repeated = {label: has_repeats(run) for label, run in zip(labels, raw_runs, strict=True)}
     return {
         "labels": list(labels),
-        "baseline": base,
+        "baseline": labels[0],
         "axis": axis,
         "metrics": [{"key": m, "stat": sub, "title": t, "higher_is_better": h} for m, sub, t, h in METRICS],
         "rows": rows,
         "unmatched": unmatched,
         "headline": _headline(labels, indexed, samples, repeated, rows, axis),
     }
-
-
-_Key = tuple[int | None, float]
-_Samples = dict[_Key, dict[str, list[float]]]
 
 
 def where_label(axis: LoadAxis, load: float, ctx: object) -> str:
@@ -432,11 +476,8 @@ def _headline(
 
 
 def _fmt(v: float | None, ratio: bool = False) -> str:
-    if v is None:
-        return "—"
-    if ratio:
-        return f"{v:.2f}x"
-    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
+    # the comparison's tables mark a figure a run lacks with an em dash, apart from "–" (not measured)
+    return as_ratio(v, missing="—") if ratio else sig3(v, missing="—")
 
 
 def _load(v: float) -> str:

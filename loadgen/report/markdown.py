@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable, Sequence
 
 from loadgen.analysis.contracts import LatencyStats, RunSummary, StepSummary
+from loadgen.analysis.formats import fixed
 from loadgen.analysis.thresholds import verdict_lines
 
 Section = Callable[[RunSummary], "str | None"]
@@ -37,11 +38,7 @@ def escape_cell(text: object, limit: int | None = MAX_MESSAGE_CHARS) -> str:
 
 
 def _num(value: float | str | None, digits: int = 1) -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, float):
-        return f"{value:,.{digits}f}"
-    return f"{value:,}" if isinstance(value, int) else escape_cell(value)
+    return escape_cell(value) if isinstance(value, str) else fixed(value, digits)
 
 
 def _ms(value: float | None) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 from loadgen.analysis.contracts import CapacityPlan, RunSummary, StepSummary
+from loadgen.analysis.formats import fixed, percent
 from loadgen.analysis.knee import deciding_detectors, rule_text
 from loadgen.analysis.values import as_dict
 from loadgen.report.calltables import markdown_sections
@@ -16,13 +17,9 @@ from loadgen.report.markdown import escape_cell
 
 
 def _f(value: float | str | None, digits: int = 1, pct: bool = False) -> str:
-    if value is None:
-        return "–"
-    if pct:
-        return f"{100 * float(value):.{digits}f}%"
-    if isinstance(value, float):
-        return f"{value:,.{digits}f}"
-    return f"{value:,}" if isinstance(value, int) else escape_cell(value)
+    if isinstance(value, str):
+        return escape_cell(value)
+    return percent(value, digits) if pct else fixed(value, digits)
 
 
 def _load(step: StepSummary) -> str:

@@ -121,20 +121,6 @@ def format_ticks(ticks: Sequence[float]) -> list[str]:
     return [format_number(t, step) for t in ticks]
 
 
-def format_value(value: float) -> str:
-    """A measured value in prose: three significant figures, thousands separators."""
-    if not math.isfinite(value):
-        return "–"
-    av = abs(value)
-    if av >= 100:
-        return f"{value:,.0f}"
-    if av >= 10:
-        return f"{value:,.1f}"
-    if av >= 1:
-        return f"{value:,.2f}"
-    return f"{value:.3g}"
-
-
 # ------------------------------------------------------------------------------------- downsample
 
 
@@ -327,15 +313,33 @@ def _y_domain(chart: Chart) -> tuple[float, float]:
     return lo, hi
 
 
-def render(chart: Chart) -> str:
-    """The chart as one ``<svg>`` element (standalone-valid: carries its own xmlns and fonts)."""
-    w, h = chart.width, chart.height
+@dataclass
+class _Frame:
+    """Where a chart's parts go, in px: the plot area (``left``, ``top``, ``pw`` x ``ph``), its
+    scales and ticks, the legend's rows (each item with its x offset) and the event lanes above it."""
+
+    left: int
+    top: int
+    pw: int
+    ph: int
+    sx: _Scale
+    sy: _Scale
+    log2: bool
+    xticks: list[float]
+    yticks: list[float]
+    legend_rows: list[list[tuple[Series, float]]]
+    lanes: list[str]
+    lane_h: int
+    band_row: int
+    clip: str  # the clip-path attribute that keeps lines inside the plot area
+
+
+def _legend_rows(chart: Chart) -> list[list[tuple[Series, float]]]:
+    """The legend's items in rows that fit the chart's width, each with its x offset."""
     legend_items = [s for s in chart.series if s.legend]
-    # layout: title, legend rows, mark lanes, plot, x axis
-    top = 30
     legend_rows: list[list[tuple[Series, float]]] = [[]]
     x_cursor = 0.0
-    avail = w - 70
+    avail = chart.width - 70
     for s in legend_items:
         item_w = 26 + _text_width(s.name, 11) + 16
         if x_cursor + item_w > avail and legend_rows[-1]:
@@ -345,19 +349,13 @@ def render(chart: Chart) -> str:
         x_cursor += item_w
     if not legend_items:
         legend_rows = []
-    top += 18 * len(legend_rows) + 6
-    lanes = list(chart.mark_lanes) if chart.marks else []
-    lane_h = 14
-    top += lane_h * len(lanes)
-    band_row = 14 if chart.bands else 0
-    top += band_row
-    left, right, bottom = 62, 18, 46
-    pw, ph = w - left - right, h - top - bottom
+    return legend_rows
 
-    # x scale
+
+def _x_ticks(chart: Chart, pw: int) -> tuple[list[float], float, float]:
+    """The x ticks and the drawn x domain (lo, hi): log2 padded a little, linear on the ticks."""
     xlo, xhi = _x_domain(chart)
-    log2 = chart.x_scale == "log2"
-    if log2:
+    if chart.x_scale == "log2":
         xticks = log2_ticks(xlo, xhi)
         pad = max(0.15, (math.log2(xhi) - math.log2(xlo)) * 0.04) if xhi > xlo else 0.5
         dlo, dhi = 2 ** (math.log2(xlo) - pad), 2 ** (math.log2(xhi) + pad)
@@ -367,28 +365,55 @@ def render(chart: Chart) -> str:
         dlo, dhi = (xlo, xhi) if chart.bands else (xticks[0], xticks[-1])
         if dhi <= dlo:
             dlo, dhi = xticks[0], xticks[-1]
+    return xticks, dlo, dhi
+
+
+def _frame(chart: Chart) -> _Frame:
+    """The layout, top to bottom: title, legend rows, mark lanes, band labels, plot, x axis."""
+    w, h = chart.width, chart.height
+    legend_rows = _legend_rows(chart)
+    top = 30
+    top += 18 * len(legend_rows) + 6
+    lanes = list(chart.mark_lanes) if chart.marks else []
+    lane_h = 14
+    top += lane_h * len(lanes)
+    band_row = 14 if chart.bands else 0
+    top += band_row
+    left, right, bottom = 62, 18, 46
+    pw, ph = w - left - right, h - top - bottom
+    log2 = chart.x_scale == "log2"
+    xticks, dlo, dhi = _x_ticks(chart, pw)
     sx = _Scale(dlo, dhi, left, left + pw, log2)
     # y scale: always nice
     ylo, yhi = _y_domain(chart)
     yticks = nice_ticks(ylo, yhi, max(3, ph // 55))
     sy = _Scale(yticks[0], yticks[-1], top + ph, top, False)
+    clip = f'clip-path="url(#clip-{esc(chart.slug)})"'
+    return _Frame(left, top, pw, ph, sx, sy, log2, xticks, yticks, legend_rows, lanes, lane_h, band_row, clip)
 
-    out: list[str] = [
+
+def _opening(chart: Chart, f: _Frame) -> list[str]:
+    """The ``<svg>`` element's start: its size and fonts, hover title, paper, title and clip path."""
+    w, h, left = chart.width, chart.height, f.left
+    return [
         f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="{w}" height="{h}" '
         f'role="img" aria-label="{esc(chart.title)}" class="chart" data-chart="{esc(chart.slug)}" '
         f'font-family="{esc(FONT)}" font-size="11" fill="{INK}">',
         f"<title>{esc(chart.title)}</title>",
         f'<rect x="0" y="0" width="{w}" height="{h}" fill="{PAPER}"/>',
         f'<text x="{left - 50}" y="19" font-size="14" font-weight="600">{esc(chart.title)}</text>',
-        f'<clipPath id="clip-{esc(chart.slug)}"><rect x="{left}" y="{top}" width="{pw}" height="{ph}"/></clipPath>',
+        f'<clipPath id="clip-{esc(chart.slug)}">'
+        f'<rect x="{left}" y="{f.top}" width="{f.pw}" height="{f.ph}"/></clipPath>',
     ]
-    clip = f'clip-path="url(#clip-{esc(chart.slug)})"'
 
-    # legend
-    for row_i, row in enumerate(legend_rows):
+
+def _legend(f: _Frame) -> list[str]:
+    """Each legend item: its line sample and/or marker, then its name."""
+    out: list[str] = []
+    for row_i, row in enumerate(f.legend_rows):
         ly = 30 + 18 * row_i + 6
         for s, off in row:
-            lx = left - 50 + off
+            lx = f.left - 50 + off
             dash = f' stroke-dasharray="{s.dash}"' if s.dash else ""
             if s.line:
                 out.append(
@@ -398,8 +423,12 @@ def render(chart: Chart) -> str:
             if s.markers:
                 out.append(_marker(s.marker, lx + 11, ly, 3.2, s.color, False, None))
             out.append(f'<text x="{_fmt(lx + 27)}" y="{ly + 4}" fill="{MUTED}">{esc(s.name)}</text>')
+    return out
 
-    # bands (under the grid)
+
+def _bands(chart: Chart, f: _Frame) -> list[str]:
+    """The shaded bands (under the grid), their inner ranges darker, labelled where they fit."""
+    left, top, pw, ph, sx = f.left, f.top, f.pw, f.ph, f.sx
     band_g: list[str] = []
     for i, b in enumerate(chart.bands):
         x0, x1 = max(sx(b.x0), left), min(sx(b.x1), left + pw)
@@ -423,14 +452,19 @@ def render(chart: Chart) -> str:
                 f'<text x="{_fmt((x0 + x1) / 2)}" y="{top - 4}" text-anchor="middle" font-size="10" '
                 f'fill="{BAD if b.bad else MUTED}">{esc(b.label)}</text>'
             )
-    out.extend(band_g)
+    return band_g
 
-    # grid and axes
-    for t, label in zip(yticks, format_ticks(yticks), strict=True):
+
+def _axes(chart: Chart, f: _Frame) -> list[str]:
+    """The grid, the tick labels and the axis titles (no vertical grid lines over bands)."""
+    left, top, pw, ph, sx, sy = f.left, f.top, f.pw, f.ph, f.sx, f.sy
+    out: list[str] = []
+    for t, label in zip(f.yticks, format_ticks(f.yticks), strict=True):
         y = sy(t)
         out.append(f'<line x1="{left}" y1="{_fmt(y)}" x2="{left + pw}" y2="{_fmt(y)}" stroke="{GRID}"/>')
         out.append(f'<text x="{left - 6}" y="{_fmt(y + 3.5)}" text-anchor="end" fill="{MUTED}">{esc(label)}</text>')
-    x_labels = format_ticks(xticks) if not log2 else [format_number(t, 1.0) if t >= 1 else f"{t:g}" for t in xticks]
+    xticks = f.xticks
+    x_labels = format_ticks(xticks) if not f.log2 else [format_number(t, 1.0) if t >= 1 else f"{t:g}" for t in xticks]
     for t, label in zip(xticks, x_labels, strict=True):
         x = sx(t)
         if x < left - 0.5 or x > left + pw + 0.5:
@@ -441,103 +475,121 @@ def render(chart: Chart) -> str:
         out.append(f'<text x="{_fmt(x)}" y="{top + ph + 16}" text-anchor="middle" fill="{MUTED}">{esc(label)}</text>')
     out.append(f'<line x1="{left}" y1="{top + ph}" x2="{left + pw}" y2="{top + ph}" stroke="{FAINT}"/>')
     out.append(
-        f'<text x="{left + pw / 2:.1f}" y="{h - 8}" text-anchor="middle" fill="{MUTED}">{esc(chart.x_label)}</text>'
+        f'<text x="{left + pw / 2:.1f}" y="{chart.height - 8}" text-anchor="middle" fill="{MUTED}">'
+        f"{esc(chart.x_label)}</text>"
     )
     out.append(
         f'<text transform="translate(14 {top + ph / 2:.1f}) rotate(-90)" text-anchor="middle" '
         f'fill="{MUTED}">{esc(chart.y_label)}</text>'
     )
+    return out
 
-    # reference lines
+
+def _ref_line(r: RefLine, f: _Frame) -> list[str]:
+    """One reference line and its label; nothing for a vertical one outside the plot."""
+    left, top, pw, ph = f.left, f.top, f.pw, f.ph
+    dash = f' stroke-dasharray="{r.dash}"' if r.dash else ""
+    tip = f"<title>{esc(r.tip or r.label)}</title>"
+    if r.axis == "x":
+        if f.log2 and r.value <= 0:
+            return []
+        x = f.sx(r.value)
+        if not left - 0.5 <= x <= left + pw + 0.5:
+            return []
+        anchor, dx = ("end", -4) if x > left + pw * 0.75 else ("start", 4)
+        ly = top + 14 if r.label_at == "top" else top + ph - 6
+        return [
+            f'<line class="ref-x" x1="{_fmt(x)}" y1="{top}" x2="{_fmt(x)}" y2="{top + ph}" stroke="{r.color}" '
+            f'stroke-width="1.5"{dash}>{tip}</line>',
+            f'<text x="{_fmt(x + dx)}" y="{ly}" text-anchor="{anchor}" font-size="10.5" font-weight="600" '
+            f'fill="{r.color}">{esc(r.label)}</text>',
+        ]
+    y = f.sy(r.value)
+    return [
+        f'<line class="ref-y" x1="{left}" y1="{_fmt(y)}" x2="{left + pw}" y2="{_fmt(y)}" stroke="{r.color}" '
+        f'stroke-width="1.5"{dash}>{tip}</line>',
+        f'<text x="{left + pw - 4}" y="{_fmt(y - 4)}" text-anchor="end" font-size="10.5" '
+        f'fill="{r.color}">{esc(r.label)}</text>',
+    ]
+
+
+def _series(s: Series, f: _Frame) -> list[str]:
+    """One series: its line (broken at gaps, clipped to the plot), markers and point labels."""
+    sx, sy, log2 = f.sx, f.sy, f.log2
+    out: list[str] = []
+    xs = [float(v) for v in s.x]
+    ys = [math.nan if v is None else float(v) for v in s.y]
+    hollow = list(s.hollow) if s.hollow is not None else [False] * len(xs)
+    tips: list[str | None] = list(s.tips) if s.tips is not None else [None] * len(xs)
+    dash = f' stroke-dasharray="{s.dash}"' if s.dash else ""
+    if s.line:
+        segs: list[list[str]] = [[]]
+        for x, y in zip(xs, ys, strict=True):
+            if not math.isfinite(y) or (log2 and x <= 0):
+                if segs[-1]:
+                    segs.append([])
+                continue
+            segs[-1].append(f"{_fmt(sx(x))},{_fmt(sy(y))}")
+        for seg in segs:
+            if len(seg) >= 2:
+                out.append(
+                    f'<polyline class="series" points="{" ".join(seg)}" fill="none" stroke="{s.color}" '
+                    f'stroke-width="{s.width}" stroke-linejoin="round" stroke-linecap="round"{dash} {f.clip}/>'
+                )
+    if s.markers:
+        for x, y, hol, hover in zip(xs, ys, hollow, tips, strict=True):
+            if not math.isfinite(y) or (log2 and x <= 0):
+                continue
+            color = FAINT if hol else s.color
+            out.append(_marker(s.marker, sx(x), sy(y), s.size, color, hol, hover))
+    if s.labels is not None:
+        for x, y, text in zip(xs, ys, s.labels, strict=True):
+            if text and math.isfinite(y) and not (log2 and x <= 0):
+                out.append(
+                    f'<text class="point-label" x="{_fmt(sx(x) + s.size + 2)}" y="{_fmt(sy(y) - s.size - 1)}" '
+                    f'font-size="9.5" fill="{MUTED}">{esc(text)}</text>'
+                )
+    return out
+
+
+def _lanes(chart: Chart, f: _Frame) -> list[str]:
+    """The event lanes above the plot: each lane's name, each mark's tick and its faint line down."""
+    if not f.lanes:
+        return []
+    left, top, pw, ph, lane_h = f.left, f.top, f.pw, f.ph, f.lane_h
+    out: list[str] = []
+    lane_top = top - f.band_row - lane_h * len(f.lanes)
+    for li, name in enumerate(f.lanes):
+        ly = lane_top + li * lane_h
+        out.append(
+            f'<text x="{left - 6}" y="{ly + 10}" text-anchor="end" font-size="9.5" fill="{MUTED}">{esc(name)}</text>'
+        )
+    for m in chart.marks:
+        if f.log2 and m.x <= 0:
+            continue
+        x = f.sx(m.x)
+        if not left - 1 <= x <= left + pw + 1:
+            continue
+        ly = lane_top + m.lane * lane_h
+        out.append(
+            f'<rect class="mark" x="{_fmt(x - 1.5)}" y="{ly + 2}" width="3" height="{lane_h - 4}" '
+            f'fill="{m.color}"><title>{esc(m.tip)}</title></rect>'
+        )
+        out.append(
+            f'<line x1="{_fmt(x)}" y1="{top}" x2="{_fmt(x)}" y2="{top + ph}" stroke="{m.color}" stroke-opacity="0.25"/>'
+        )
+    return out
+
+
+def render(chart: Chart) -> str:
+    """The chart as one ``<svg>`` element (standalone-valid: carries its own xmlns and fonts)."""
+    f = _frame(chart)
+    out = [*_opening(chart, f), *_legend(f), *_bands(chart, f), *_axes(chart, f)]
     for r in chart.refs:
-        dash = f' stroke-dasharray="{r.dash}"' if r.dash else ""
-        tip = f"<title>{esc(r.tip or r.label)}</title>"
-        if r.axis == "x":
-            if log2 and r.value <= 0:
-                continue
-            x = sx(r.value)
-            if not left - 0.5 <= x <= left + pw + 0.5:
-                continue
-            out.append(
-                f'<line class="ref-x" x1="{_fmt(x)}" y1="{top}" x2="{_fmt(x)}" y2="{top + ph}" stroke="{r.color}" '
-                f'stroke-width="1.5"{dash}>{tip}</line>'
-            )
-            anchor, dx = ("end", -4) if x > left + pw * 0.75 else ("start", 4)
-            ly = top + 14 if r.label_at == "top" else top + ph - 6
-            out.append(
-                f'<text x="{_fmt(x + dx)}" y="{ly}" text-anchor="{anchor}" font-size="10.5" font-weight="600" '
-                f'fill="{r.color}">{esc(r.label)}</text>'
-            )
-        else:
-            y = sy(r.value)
-            out.append(
-                f'<line class="ref-y" x1="{left}" y1="{_fmt(y)}" x2="{left + pw}" y2="{_fmt(y)}" stroke="{r.color}" '
-                f'stroke-width="1.5"{dash}>{tip}</line>'
-            )
-            out.append(
-                f'<text x="{left + pw - 4}" y="{_fmt(y - 4)}" text-anchor="end" font-size="10.5" '
-                f'fill="{r.color}">{esc(r.label)}</text>'
-            )
-
-    # series
+        out.extend(_ref_line(r, f))
     for s in chart.series:
-        xs = [float(v) for v in s.x]
-        ys = [math.nan if v is None else float(v) for v in s.y]
-        hollow = list(s.hollow) if s.hollow is not None else [False] * len(xs)
-        tips: list[str | None] = list(s.tips) if s.tips is not None else [None] * len(xs)
-        dash = f' stroke-dasharray="{s.dash}"' if s.dash else ""
-        if s.line:
-            segs: list[list[str]] = [[]]
-            for x, y in zip(xs, ys, strict=True):
-                if not math.isfinite(y) or (log2 and x <= 0):
-                    if segs[-1]:
-                        segs.append([])
-                    continue
-                segs[-1].append(f"{_fmt(sx(x))},{_fmt(sy(y))}")
-            for seg in segs:
-                if len(seg) >= 2:
-                    out.append(
-                        f'<polyline class="series" points="{" ".join(seg)}" fill="none" stroke="{s.color}" '
-                        f'stroke-width="{s.width}" stroke-linejoin="round" stroke-linecap="round"{dash} {clip}/>'
-                    )
-        if s.markers:
-            for x, y, hol, hover in zip(xs, ys, hollow, tips, strict=True):
-                if not math.isfinite(y) or (log2 and x <= 0):
-                    continue
-                color = FAINT if hol else s.color
-                out.append(_marker(s.marker, sx(x), sy(y), s.size, color, hol, hover))
-        if s.labels is not None:
-            for x, y, text in zip(xs, ys, s.labels, strict=True):
-                if text and math.isfinite(y) and not (log2 and x <= 0):
-                    out.append(
-                        f'<text class="point-label" x="{_fmt(sx(x) + s.size + 2)}" y="{_fmt(sy(y) - s.size - 1)}" '
-                        f'font-size="9.5" fill="{MUTED}">{esc(text)}</text>'
-                    )
-
-    # event lanes above the plot
-    if lanes:
-        lane_top = top - band_row - lane_h * len(lanes)
-        for li, name in enumerate(lanes):
-            ly = lane_top + li * lane_h
-            out.append(
-                f'<text x="{left - 6}" y="{ly + 10}" text-anchor="end" font-size="9.5" '
-                f'fill="{MUTED}">{esc(name)}</text>'
-            )
-        for m in chart.marks:
-            if log2 and m.x <= 0:
-                continue
-            x = sx(m.x)
-            if not left - 1 <= x <= left + pw + 1:
-                continue
-            ly = lane_top + m.lane * lane_h
-            out.append(
-                f'<rect class="mark" x="{_fmt(x - 1.5)}" y="{ly + 2}" width="3" height="{lane_h - 4}" '
-                f'fill="{m.color}"><title>{esc(m.tip)}</title></rect>'
-            )
-            out.append(
-                f'<line x1="{_fmt(x)}" y1="{top}" x2="{_fmt(x)}" y2="{top + ph}" stroke="{m.color}" '
-                f'stroke-opacity="0.25"/>'
-            )
+        out.extend(_series(s, f))
+    out.extend(_lanes(chart, f))
     out.append("</svg>")
     return "\n".join(out)
 
@@ -568,7 +620,6 @@ __all__ = [
     "esc",
     "format_number",
     "format_ticks",
-    "format_value",
     "log2_ticks",
     "nice_step",
     "nice_ticks",

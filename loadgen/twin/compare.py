@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from loadgen.analysis.formats import fixed, percent
 from loadgen.analysis.knee import KneeOptions
 from loadgen.analysis.load import Run
 from loadgen.analysis.sampling import combined_noise, relative_half_width, step_sampling
@@ -260,11 +261,9 @@ def compare_runs(measured: Run, twin: Run, what_if: Run | None = None) -> dict[s
 
 
 def _fmt(v: float | None, m: Metric | None = None) -> str:
-    if v is None:
-        return "–"
     if m is not None and m.percent:
-        return f"{v * 100:.1f}%"
-    return f"{v:,.1f}"
+        return percent(v, 1)
+    return fixed(None if v is None else float(v), 1)  # a whole count too gets its decimal here
 
 
 def _err(d: dict[str, Any], m: Metric) -> str:

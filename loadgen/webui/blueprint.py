@@ -23,7 +23,9 @@ from typing import Any
 import orjson
 from flask import Blueprint, Response, abort, request, send_from_directory
 
-from loadgen.webui.live import LiveRun, empty_payload
+from loadgen.analysis.formats import fixed
+from loadgen.webui.live import LiveRun
+from loadgen.webui.livejson import empty_payload
 from loadgen.webui.promexport import CONTENT_TYPE, LoadgenMetrics
 
 STATIC = Path(__file__).with_name("static")
@@ -54,9 +56,7 @@ TABLE = [
 
 def fmt_num(v: float | None, digits: int = 1) -> str:
     """A figure as the report's tables print it (``report.markdown._num``): "1,234.5"; "" for none."""
-    if v is None:
-        return ""
-    return f"{v:,.{digits}f}" if isinstance(v, float) else f"{v:,}"
+    return fixed(v, digits, missing="")
 
 
 def fmt_ms(v: float | None) -> str:

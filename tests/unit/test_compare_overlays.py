@@ -12,8 +12,8 @@ import pytest
 
 from loadgen.analysis.pareto import pareto_summary
 from loadgen.report.compare import compare_runs, render_compare_page
-from loadgen.report.plots import OVERLAY_SLUGS
 from loadgen.report.plots_demo import write_demo_run
+from loadgen.report.plots_overlay import OVERLAY_SLUGS
 from loadgen.report.svg import PALETTE, PAPER
 
 NS = "{http://www.w3.org/2000/svg}"

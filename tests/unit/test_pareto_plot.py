@@ -13,8 +13,8 @@ import pytest
 
 from loadgen.analysis.pareto import pareto_summary
 from loadgen.report.html import write_html
-from loadgen.report.plots import pareto_plot
 from loadgen.report.plots_demo import write_demo_run
+from loadgen.report.plots_pareto import pareto_plot
 from loadgen.report.svg import FAINT, PAPER
 
 NS = "{http://www.w3.org/2000/svg}"

@@ -17,8 +17,9 @@ from loadgen.analysis.load import RunLoadError, load_run
 from loadgen.analysis.summary import build_summary
 from loadgen.analysis.synthetic import make_record, step_lines, write_run_dir
 from loadgen.report.html import render_html, write_html
-from loadgen.report.plots import PLOT_SLUGS, Failure, build_plots
+from loadgen.report.plots import PLOT_SLUGS, build_plots
 from loadgen.report.plots_demo import MARKUP_ERROR, MARKUP_LOG, write_demo_run
+from loadgen.report.plots_time import Failure
 
 NS = "{http://www.w3.org/2000/svg}"
 
@@ -292,7 +293,7 @@ def test_long_time_series_render_fast_and_thinned(tmp_path: Path) -> None:
 def test_total_power_sums_each_gpus_latest_reading() -> None:
     """Two GPUs at 100 W and 300 W sampled at different instants sum to 400 W; while GPU 1 is silent
     for longer than the stale limit the total is GPU 0 alone; the limit is the sum of both limits."""
-    from loadgen.report.plots import _gpus, _TimeAxis, _total_power
+    from loadgen.report.plots_time import _gpus, _TimeAxis, _total_power
 
     s = 1_000_000_000
     samples = [
@@ -315,7 +316,7 @@ def test_total_power_drops_a_lost_gpu_as_the_step_figures_do() -> None:
     """A GPU lost at 5 s: its last reading holds neither in the plot nor in the step's power,
     even within the stale limit (both read GPU power through analysis.telemetry.as_of)."""
     from loadgen.analysis.telemetry import step_telemetry
-    from loadgen.report.plots import _gpus, _TimeAxis, _total_power
+    from loadgen.report.plots_time import _gpus, _TimeAxis, _total_power
 
     s = 1_000_000_000
     samples = [

@@ -16,8 +16,8 @@ from loadgen.analysis.knee import knee_verdict
 from loadgen.report.calltables import output_kinds_table
 from loadgen.report.html import render_html
 from loadgen.report.markdown import render_markdown
-from loadgen.report.plots import pareto_plot
 from loadgen.report.plots_demo import write_demo_run
+from loadgen.report.plots_pareto import pareto_plot
 from loadgen.report.sections import LEAD_SECTIONS, TRAILING_SECTIONS
 from tests.unit.test_knee import demo_steps
 from tests.unit.test_report_html import Page
