@@ -2,7 +2,7 @@
 
 A Run is the manifest, one :class:`Step` per step id folded from ``steps.jsonl``, every request
 record of every ``requests*.jsonl`` file as numpy columns (:class:`Requests`, parsed by
-:mod:`loadgen.analysis.columns`), and the raw telemetry ``samples.jsonl`` / ``events.jsonl`` lines.
+:mod:`loadgen.analysis.columns_load`), and the raw telemetry ``samples.jsonl`` / ``events.jsonl`` lines.
 
 Robust to a killed load generator: a torn last line (or any line that is not a JSON object) is
 skipped and counted in ``Run.skipped_lines``; a step without an ``end`` line ends at the last end
@@ -26,8 +26,8 @@ from loadgen.analysis.columns import (
     Categorical,
     Requests,
     RunLoadError,
-    load_requests,
 )
+from loadgen.analysis.columns_load import load_requests
 from loadgen.rundir.layout import read_manifest
 from loadgen.rundir.records import read_jsonl
 
@@ -95,6 +95,28 @@ def fold_steps(lines: Sequence[dict[str, Any]], requests: Requests) -> list[Step
     Missing ``start`` (only ``steady``/``end`` lines survive): the step starts at its first line.
     Records whose step has no line at all get a step spanning their send and end times.
     """
+    by_step = _step_entries(lines)
+    last_end = _add_record_steps(by_step, requests)
+    for entry in by_step.values():
+        if "start" not in entry:
+            entry["start"] = min(entry.get("steady", entry.get("end", 0)), entry.get("end", 1 << 62))
+    ordered = sorted(by_step.items(), key=lambda kv: (kv[1]["start"], kv[0]))
+    steps: list[Step] = []
+    for k, (sid, entry) in enumerate(ordered):
+        start = int(entry["start"])
+        if "end" in entry:
+            end = int(entry["end"])
+        elif k + 1 < len(ordered):
+            end = int(ordered[k + 1][1]["start"])
+        else:
+            end = max(last_end.get(sid, start), start)
+        steps.append(_step(sid, entry, start, end))
+    return steps
+
+
+def _step_entries(lines: Sequence[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """Step id -> its ``start``/``steady``/``end`` times (those it has a line for) and ``fields``,
+    every other key of its lines (a later line's value wins)."""
     by_step: dict[int, dict[str, Any]] = {}
     for line in lines:
         sid = _opt_int(line.get("step"))
@@ -111,7 +133,12 @@ def fold_steps(lines: Sequence[dict[str, Any]], requests: Requests) -> list[Step
         else:
             entry[event] = t
         entry["fields"].update(extra)
+    return by_step
 
+
+def _add_record_steps(by_step: dict[int, dict[str, Any]], requests: Requests) -> dict[int, int]:
+    """Add an entry spanning their records for the step ids that records have and no line does;
+    return the last ``end_ns`` of each step id's records."""
     req_steps = requests.step
     last_end: dict[int, int] = {}
     first_sent: dict[int, int] = {}
@@ -132,46 +159,33 @@ def fold_steps(lines: Sequence[dict[str, Any]], requests: Requests) -> list[Step
                     "end": last_end[s],
                     "fields": {"reason": "unknown"},
                 }
+    return last_end
 
-    for entry in by_step.values():
-        if "start" not in entry:
-            entry["start"] = min(entry.get("steady", entry.get("end", 0)), entry.get("end", 1 << 62))
-    ordered = sorted(by_step.items(), key=lambda kv: (kv[1]["start"], kv[0]))
-    steps: list[Step] = []
-    for k, (sid, entry) in enumerate(ordered):
-        f: dict[str, Any] = entry["fields"]
-        start = int(entry["start"])
-        warmup_s = _opt_float(f.get("warmup_s"))
-        steady_logged = "steady" in entry
-        steady = int(entry["steady"]) if steady_logged else start + int((warmup_s or 0.0) * 1e9)
-        if "end" in entry:
-            end = int(entry["end"])
-            reason = f.get("reason")
-            end_reason: str | None = str(reason) if reason is not None else "unknown"
-        else:
-            end_reason = None
-            has_next = k + 1 < len(ordered)
-            end = int(ordered[k + 1][1]["start"]) if has_next else max(last_end.get(sid, start), start)
-        steps.append(
-            Step(
-                step=sid,
-                concurrency=_opt_int(f.get("concurrency")),
-                context_tokens=_opt_int(f.get("context_tokens")),
-                rate=_opt_float(f.get("rate")),
-                warmup_s=warmup_s,
-                start_ns=start,
-                steady_ns=steady,
-                end_ns=end,
-                end_reason=end_reason,
-                steady_logged=steady_logged,
-                fields={
-                    k2: v
-                    for k2, v in f.items()
-                    if k2 not in ("concurrency", "context_tokens", "rate", "warmup_s", "reason")
-                },
-            )
-        )
-    return steps
+
+def _step(sid: int, entry: dict[str, Any], start: int, end: int) -> Step:
+    """The Step of one entry, given its start and end; without an ``end`` line its ``end_reason`` is
+    None, without a ``steady`` line it is steady ``warmup_s`` after its start."""
+    f: dict[str, Any] = entry["fields"]
+    warmup_s = _opt_float(f.get("warmup_s"))
+    steady_logged = "steady" in entry
+    steady = int(entry["steady"]) if steady_logged else start + int((warmup_s or 0.0) * 1e9)
+    end_reason: str | None = None
+    if "end" in entry:
+        reason = f.get("reason")
+        end_reason = str(reason) if reason is not None else "unknown"
+    return Step(
+        step=sid,
+        concurrency=_opt_int(f.get("concurrency")),
+        context_tokens=_opt_int(f.get("context_tokens")),
+        rate=_opt_float(f.get("rate")),
+        warmup_s=warmup_s,
+        start_ns=start,
+        steady_ns=steady,
+        end_ns=end,
+        end_reason=end_reason,
+        steady_logged=steady_logged,
+        fields={k: v for k, v in f.items() if k not in ("concurrency", "context_tokens", "rate", "warmup_s", "reason")},
+    )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -38,7 +38,10 @@ from loadgen.analysis.contracts import (
     LatencyKey,
     LatencyStats,
     LoadAxis,
+    OperatingPoint,
     PerReplica,
+    PlanCost,
+    PlanEnergy,
     StepSummary,
 )
 from loadgen.analysis.values import at_axis, load_axis, number, stat
@@ -142,31 +145,13 @@ def capacity_plan(
     ``energy``, ``cost`` (when ``gpu_hour_cost`` is given) and ``notes``. With several context lengths the
     largest is planned unless ``context_tokens`` picks one.
     """
-    if not slo:
-        raise SLOError("no SLO given: pass limits like ttft_p99=2s,tpot_p99=50ms")
-    for key in slo:
-        if not SLO_KEY.match(key):
-            raise SLOError(f"unknown SLO key {key!r}: use {SLO_NAMES} with _ms (e.g. ttft_p99_ms)")
-    if not 0 <= headroom < 1:
-        raise ValueError(f"headroom must be in [0, 1), got {headroom}: 0.2 plans each replica at 80% of capacity")
-    if gpus_per_replica < 1:
-        raise ValueError(f"gpus_per_replica must be >= 1, got {gpus_per_replica}")
-
+    _check_arguments(slo, headroom, gpus_per_replica)
     notes: list[str] = []
     contexts = sorted({int(c) for s in steps if (c := s.get("context_tokens")) is not None})
     if context_tokens is None and len(contexts) > 1:
         context_tokens = contexts[-1]
         notes.append(f"several context lengths measured ({contexts}); planned for the largest, {context_tokens}")
-    chosen = [s for s in steps if context_tokens is None or s.get("context_tokens") == context_tokens]
-    axis: LoadAxis = load_axis(chosen) if chosen else "concurrency"
-    valid = sorted(
-        (s for s in chosen if s.get("valid", True) is not False and number(s.get(axis)) is not None),
-        key=lambda s: float(_load(s, axis)),
-    )
-    skipped = len(chosen) - len(valid)
-    if skipped:
-        notes.append(f"{skipped} invalid step(s) left out")
-
+    axis, valid = _valid_steps(steps, context_tokens, notes)
     result: CapacityPlan = {
         "slo": dict(slo),
         "axis": axis,
@@ -183,21 +168,9 @@ def capacity_plan(
         "cost": None,
         "notes": notes,
     }
-
-    best: StepSummary | None = None
-    first_fail: tuple[StepSummary, list[str]] | None = None
-    for s in valid:
-        why = _check(s, slo, max_error_frac)
-        if why:
-            first_fail = (s, why)
-            break
-        best = s
+    best, first_fail = _last_passing(valid, slo, max_error_frac)
     if best is None:
-        if first_fail is None:
-            result["reason"] = "no valid step to plan from"
-        else:
-            s, why = first_fail
-            result["reason"] = f"no valid step meets the SLO; the lowest, {axis}={s[axis]}, has {'; '.join(why)}"
+        result["reason"] = _no_plan_reason(first_fail, axis)
         return result
 
     load = float(_load(best, axis))
@@ -210,27 +183,115 @@ def capacity_plan(
                 f"operating point interpolated linearly between {axis}={best[axis]} and "
                 f"{axis}={first_fail[0][axis]} to where the first SLO limit is reached"
             )
+    result["operating_point"] = point = _operating_point(
+        best, step_for_rates, first_fail, slo, axis, load, interpolated, goodput_frac, notes
+    )
+    keep = 1.0 - headroom
+    good_rps, good_tok_s = point["goodput_req_s"], point["goodput_tok_s"]
+    per_replica: PerReplica = {
+        "req_s": good_rps * keep if good_rps is not None else None,
+        "tok_s": good_tok_s * keep if good_tok_s is not None else None,
+        **at_axis(axis, load * keep),
+    }
+    result["per_replica"] = per_replica
+    replicas = _replicas(per_replica, target_rps, target_users, axis, load * keep, notes)
+    if replicas is not None:
+        result["replicas"] = replicas
+        result["gpus"] = replicas * gpus_per_replica
+    result["energy"] = _energy(best, notes)
+    if gpu_hour_cost is not None:
+        result["cost"] = _cost(per_replica, gpu_hour_cost, gpus_per_replica, replicas, notes)
+    return result
 
-    ok_rps, how = _ok_req_per_s(step_for_rates, axis, load)
-    notes.append(f"request rate from {how}")
-    success = _success(best)
+
+def _check_arguments(slo: Mapping[str, float], headroom: float, gpus_per_replica: int) -> None:
+    """Raise SLOError for a missing or unknown SLO key, ValueError for a headroom or GPU count out of range."""
+    if not slo:
+        raise SLOError("no SLO given: pass limits like ttft_p99=2s,tpot_p99=50ms")
+    for key in slo:
+        if not SLO_KEY.match(key):
+            raise SLOError(f"unknown SLO key {key!r}: use {SLO_NAMES} with _ms (e.g. ttft_p99_ms)")
+    if not 0 <= headroom < 1:
+        raise ValueError(f"headroom must be in [0, 1), got {headroom}: 0.2 plans each replica at 80% of capacity")
+    if gpus_per_replica < 1:
+        raise ValueError(f"gpus_per_replica must be >= 1, got {gpus_per_replica}")
+
+
+def _valid_steps(
+    steps: Sequence[StepSummary], context_tokens: int | None, notes: list[str]
+) -> tuple[LoadAxis, list[StepSummary]]:
+    """The load axis of the steps at ``context_tokens`` (all steps when None), and those of them
+    that are valid and have a load, by increasing load; notes how many were left out."""
+    chosen = [s for s in steps if context_tokens is None or s.get("context_tokens") == context_tokens]
+    axis: LoadAxis = load_axis(chosen) if chosen else "concurrency"
+    valid = sorted(
+        (s for s in chosen if s.get("valid", True) is not False and number(s.get(axis)) is not None),
+        key=lambda s: float(_load(s, axis)),
+    )
+    skipped = len(chosen) - len(valid)
+    if skipped:
+        notes.append(f"{skipped} invalid step(s) left out")
+    return axis, valid
+
+
+def _last_passing(
+    valid: Sequence[StepSummary], slo: Mapping[str, float], max_error_frac: float
+) -> tuple[StepSummary | None, tuple[StepSummary, list[str]] | None]:
+    """The highest step of the passing run from the lowest load (None when the lowest fails), and the
+    first failing step with why it fails (None when every step passes)."""
+    best: StepSummary | None = None
+    for s in valid:
+        why = _check(s, slo, max_error_frac)
+        if why:
+            return best, (s, why)
+        best = s
+    return best, None
+
+
+def _no_plan_reason(first_fail: tuple[StepSummary, list[str]] | None, axis: LoadAxis) -> str:
+    if first_fail is None:
+        return "no valid step to plan from"
+    s, why = first_fail
+    return f"no valid step meets the SLO; the lowest, {axis}={s[axis]}, has {'; '.join(why)}"
+
+
+def _goodput_fraction(
+    best: StepSummary, slo: Mapping[str, float], goodput_frac: Mapping[int, float] | None, notes: list[str]
+) -> float:
+    """The step's measured goodput fraction (the argument's, else its own key), else the union bound."""
     given = (goodput_frac or {}).get(int(best.get("step", -1))) if best.get("step") is not None else None
     if given is None:
         given = number(best.get("goodput_frac"))
     if given is not None:
-        frac = float(given)
         notes.append("goodput fraction measured per request")
-    else:
-        frac = _slo_fraction(slo)
-        notes.append(
-            f"goodput approximated: at least {frac:.1%} of successful requests meet every SLO, "
-            "bounded from the step's percentiles (union bound), no per-request data"
-        )
-    tok_s = number(step_for_rates.get("output_tok_s"))
-    good_rps = ok_rps * frac if ok_rps is not None else None
-    good_tok_s = tok_s * frac if tok_s is not None else None
+        return float(given)
+    frac = _slo_fraction(slo)
+    notes.append(
+        f"goodput approximated: at least {frac:.1%} of successful requests meet every SLO, "
+        "bounded from the step's percentiles (union bound), no per-request data"
+    )
+    return frac
 
-    result["operating_point"] = {
+
+def _operating_point(
+    best: StepSummary,
+    step_for_rates: StepSummary,
+    first_fail: tuple[StepSummary, list[str]] | None,
+    slo: Mapping[str, float],
+    axis: LoadAxis,
+    load: float,
+    interpolated: bool,
+    goodput_frac: Mapping[int, float] | None,
+    notes: list[str],
+) -> OperatingPoint:
+    """The operating point at ``load``: ``best`` when measured, or ``step_for_rates``, ``best``
+    with its throughput and latencies interpolated to ``load``, when ``interpolated``."""
+    ok_rps, how = _ok_req_per_s(step_for_rates, axis, load)
+    notes.append(f"request rate from {how}")
+    success = _success(best)
+    frac = _goodput_fraction(best, slo, goodput_frac, notes)
+    tok_s = number(step_for_rates.get("output_tok_s"))
+    return {
         "step": best.get("step"),
         **at_axis(axis, load),
         "interpolated": interpolated,
@@ -238,21 +299,24 @@ def capacity_plan(
         "output_tok_s": tok_s,
         "success_frac": success,
         "goodput_frac": frac,
-        "goodput_req_s": good_rps,
-        "goodput_tok_s": good_tok_s,
+        "goodput_req_s": ok_rps * frac if ok_rps is not None else None,
+        "goodput_tok_s": tok_s * frac if tok_s is not None else None,
         "slo_values": {k: _stat(step_for_rates, k) for k in slo},
         "next_step_fails": (
             {**at_axis(axis, _load(first_fail[0], axis)), "why": first_fail[1]} if first_fail is not None else None
         ),
     }
-    keep = 1.0 - headroom
-    per_replica: PerReplica = {
-        "req_s": good_rps * keep if good_rps is not None else None,
-        "tok_s": good_tok_s * keep if good_tok_s is not None else None,
-        **at_axis(axis, load * keep),
-    }
-    result["per_replica"] = per_replica
 
+
+def _replicas(
+    per_replica: PerReplica,
+    target_rps: float | None,
+    target_users: float | None,
+    axis: LoadAxis,
+    planned_load: float,
+    notes: list[str],
+) -> int | None:
+    """Replicas for the target rate and/or users (the larger), None without a usable target."""
     replicas: int | None = None
     if target_rps is not None:
         if per_replica["req_s"]:
@@ -261,38 +325,40 @@ def capacity_plan(
             notes.append("target req/s given but the request rate at the operating point is unknown")
     if target_users is not None:
         if axis == "concurrency":
-            by_users = math.ceil(target_users / (load * keep) - 1e-9)
+            by_users = math.ceil(target_users / planned_load - 1e-9)
             replicas = max(replicas or 0, by_users)
         else:
             notes.append("target users needs a closed-loop (concurrency) ramp; ignored for this open-loop run")
-    if replicas is not None:
-        result["replicas"] = replicas
-        result["gpus"] = replicas * gpus_per_replica
+    return replicas
 
+
+def _energy(best: StepSummary, notes: list[str]) -> PlanEnergy | None:
     tpj = number(best.get("tokens_per_joule"))
-    if tpj and tpj > 0:
-        power = best.get("gpu_power_w")
-        result["energy"] = {
-            "tokens_per_joule": tpj,
-            "kwh_per_million_tokens": 1e6 / tpj / 3.6e6,
-            "gpu_power_w_mean": number(power.get("mean")) if isinstance(power, Mapping) else None,
-            "measured_at": "operating step, full load",
-        }
-    else:
+    if not (tpj and tpj > 0):
         notes.append("no energy figures: the operating step has no valid tokens_per_joule")
+        return None
+    power = best.get("gpu_power_w")
+    return {
+        "tokens_per_joule": tpj,
+        "kwh_per_million_tokens": 1e6 / tpj / 3.6e6,
+        "gpu_power_w_mean": number(power.get("mean")) if isinstance(power, Mapping) else None,
+        "measured_at": "operating step, full load",
+    }
 
-    if gpu_hour_cost is not None:
-        if per_replica["tok_s"]:
-            hourly = gpu_hour_cost * gpus_per_replica
-            result["cost"] = {
-                "gpu_hour_cost": gpu_hour_cost,
-                "replica_hour_cost": hourly,
-                "per_million_tokens": hourly / (per_replica["tok_s"] * 3600.0) * 1e6,
-                "total_hour_cost": hourly * replicas if replicas is not None else None,
-            }
-        else:
-            notes.append("no cost per token: output tok/s unknown at the operating point")
-    return result
+
+def _cost(
+    per_replica: PerReplica, gpu_hour_cost: float, gpus_per_replica: int, replicas: int | None, notes: list[str]
+) -> PlanCost | None:
+    if not per_replica["tok_s"]:
+        notes.append("no cost per token: output tok/s unknown at the operating point")
+        return None
+    hourly = gpu_hour_cost * gpus_per_replica
+    return {
+        "gpu_hour_cost": gpu_hour_cost,
+        "replica_hour_cost": hourly,
+        "per_million_tokens": hourly / (per_replica["tok_s"] * 3600.0) * 1e6,
+        "total_hour_cost": hourly * replicas if replicas is not None else None,
+    }
 
 
 def _interpolate(

@@ -32,7 +32,7 @@ The window of a step is ``[steady_ns, end_ns)``: warm-up excluded, half-open.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -127,6 +127,17 @@ def failure_class_names(req: Requests, rows: IArr) -> list[str]:
         else:
             out.append("other")
     return out
+
+
+class _Latencies(NamedTuple):
+    """The latencies of a step's successful requests (ns): ``ttft`` of those with a first chunk
+    (``has_first``), ``tpot`` of those with one and at least 2 output tokens (``out``)."""
+
+    out: IArr
+    has_first: BArr
+    ttft: IArr
+    e2e: IArr
+    tpot: FArr
 
 
 class StepAnalysis:
@@ -315,39 +326,22 @@ class StepAnalysis:
         return rows[self.ok[rows]]
 
     def row(self, step: Step) -> StepSummary:
+        """The summary row of one step (see the module docstring for each figure)."""
         req = self.req
         a, b = step.steady_ns, step.end_ns
         window_ns = b - a
-        of_step = req.step == step.step
         sent = req.sent_ns
         rows = self.window_rows(step)
         ok_rows = rows[self.ok[rows]]
         bad_rows = rows[~self.ok[rows] & ~self.cancelled[rows]]
-
-        intended = req.intended_ns[ok_rows]
-        first = req.first_chunk_ns[ok_rows]
-        end = req.end_ns[ok_rows]
-        out = self.out_eff[ok_rows]
-        has_first = first != MISSING
-        ttft = (first - intended)[has_first]
-        e2e = end - intended
-        tpot_rows = has_first & (out > 1)
-        tpot = (end - first)[tpot_rows] / (out[tpot_rows] - 1)
-
-        rate_rows = (out > 0) & (e2e > 0)
-        per_req = out[rate_rows] / (e2e[rate_rows] / NS_PER_S)  # values.per_request_tok_s, vectorized
+        lat = self.latencies_ns(ok_rows)
+        out = lat.out
+        rate_rows = (out > 0) & (lat.e2e > 0)
+        per_req = out[rate_rows] / (lat.e2e[rate_rows] / NS_PER_S)  # values.per_request_tok_s, vectorized
         n_chunks = self.counts[ok_rows]
-        streamed = n_chunks > 0
         chunk_total = int(n_chunks.sum())
-        prompt = req.prompt_tokens[ok_rows]
-        prompt = prompt[prompt != MISSING]
-        prompt_all = req.prompt_tokens[ok_rows]
-        cached = req.cached_tokens[ok_rows]
-        known_cache = (cached != MISSING) & (prompt_all != MISSING) & (prompt_all > 0)
-        requested = req.context_tokens[ok_rows]
-        requested = requested[requested != MISSING]
+        prompt_mean, requested_mean, cached_frac = self.prompt_figures(ok_rows)
         lag = (sent[rows] - req.intended_ns[rows]).astype(np.float64) / NS_PER_MS
-
         tokens_in_window = self.tokens_arrived(a, b) if window_ns > 0 else 0.0
         ok_count, bad_count = len(ok_rows), len(bad_rows)
         row: StepSummary = {
@@ -366,24 +360,21 @@ class StepAnalysis:
             "requests_ok": ok_count,
             "requests_failed": bad_count,
             "requests_cancelled": int(self.cancelled[rows].sum()),
-            "requests_warmup": int((of_step & (sent < a)).sum()),
+            "requests_warmup": int(((req.step == step.step) & (sent < a)).sum()),
             "errors": self.error_counts(bad_rows),
-            "ttft_ms": dist_ms(ttft),
+            "ttft_ms": dist_ms(lat.ttft),
             "itl_ms": self.itl_ms(ok_rows),
-            "tpot_ms": dist_ms(tpot),
-            "e2e_ms": dist_ms(e2e),
-            "tokens_per_chunk_mean": float(out[streamed].sum()) / chunk_total if chunk_total else None,
-            "prompt_tokens_mean": float(prompt.mean()) if len(prompt) else None,
-            "prompt_tokens_requested_mean": float(requested.mean()) if len(requested) else None,
-            # share of prompt tokens the server served from its prefix cache (its usage says so)
-            "prefix_cached_frac": (
-                float(cached[known_cache].sum() / prompt_all[known_cache].sum()) if known_cache.any() else None
-            ),
+            "tpot_ms": dist_ms(lat.tpot),
+            "e2e_ms": dist_ms(lat.e2e),
+            "tokens_per_chunk_mean": float(out[n_chunks > 0].sum()) / chunk_total if chunk_total else None,
+            "prompt_tokens_mean": prompt_mean,
+            "prompt_tokens_requested_mean": requested_mean,
+            "prefix_cached_frac": cached_frac,
             "output_tokens_total": int(out.sum()),
             "output_tokens_mean": float(out.mean()) if ok_count else None,
             "output_tokens_in_window": tokens_in_window,
             "output_tokens_source": self.source_counts(ok_rows),
-            "timing": self.timing(ok_rows, has_first, n_chunks),
+            "timing": self.timing(ok_rows, lat.has_first, n_chunks),
             "schedule_lag_ms": {
                 "mean": float(lag.mean()) if len(lag) else None,
                 "max": float(lag.max()) if len(lag) else None,
@@ -393,13 +384,50 @@ class StepAnalysis:
         }
         if step.fields:
             row["step_fields"] = dict(step.fields)
-        if window_ns <= 0:
+        self.mark_validity(row, step, ok_count)
+        return row
+
+    def latencies_ns(self, ok_rows: IArr) -> _Latencies:
+        """TTFT, E2E and TPOT of the successful rows (ns), with their output tokens."""
+        req = self.req
+        intended = req.intended_ns[ok_rows]
+        first = req.first_chunk_ns[ok_rows]
+        end = req.end_ns[ok_rows]
+        out = self.out_eff[ok_rows]
+        has_first = first != MISSING
+        tpot_rows = has_first & (out > 1)
+        return _Latencies(
+            out=out,
+            has_first=has_first,
+            ttft=(first - intended)[has_first],
+            e2e=end - intended,
+            tpot=(end - first)[tpot_rows] / (out[tpot_rows] - 1),
+        )
+
+    def prompt_figures(self, ok_rows: IArr) -> tuple[float | None, float | None, float | None]:
+        """Mean prompt tokens (the server's count), mean prompt tokens asked for, and the share of
+        prompt tokens the server served from its prefix cache (its usage says so); None without data."""
+        req = self.req
+        prompt_all = req.prompt_tokens[ok_rows]
+        prompt = prompt_all[prompt_all != MISSING]
+        cached = req.cached_tokens[ok_rows]
+        known_cache = (cached != MISSING) & (prompt_all != MISSING) & (prompt_all > 0)
+        requested = req.context_tokens[ok_rows]
+        requested = requested[requested != MISSING]
+        return (
+            float(prompt.mean()) if len(prompt) else None,
+            float(requested.mean()) if len(requested) else None,
+            float(cached[known_cache].sum() / prompt_all[known_cache].sum()) if known_cache.any() else None,
+        )
+
+    def mark_validity(self, row: StepSummary, step: Step, ok_count: int) -> None:
+        """Mark a step's row invalid when it had no steady window or too few successful requests."""
+        if step.end_ns - step.steady_ns <= 0:
             mark_invalid(row, not_steady_reason(step))
         elif ok_count == 0:
             mark_invalid(row, "server served nothing")
         elif ok_count < self.min_ok_requests:
             mark_invalid(row, f"too few requests ({ok_count} < {self.min_ok_requests})")
-        return row
 
     def timing(self, ok_rows: IArr, has_first: BArr, n_chunks: IArr) -> TimingSummary:
         req = self.req

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -159,88 +159,106 @@ def write_bulk_run(
     (run / "manifest.json").write_text(
         json.dumps({"label": "bulk synthetic", "url": "http://127.0.0.1:0", "model": "synthetic"})
     )
-    pool = 512
-    ttft = rng.integers(50 * MS, 150 * MS, size=pool)
-    gaps = rng.integers(15 * MS, 25 * MS, size=(pool, chunks))
-    gaps[:, 0] = ttft
-    offsets_pool = np.cumsum(gaps, axis=1).tolist()
-    tokens_pool = rng.integers(1, 4, size=(pool, chunks)).tolist()
-    token_sums = [sum(t) for t in tokens_pool]
+    pool = _BulkPool.draw(rng, chunks)
     per_step = -(-n_records // len(concurrencies))
     step_out: list[bytes] = []
     files = [open(run / f"requests-w{w}.jsonl", "wb") for w in range(workers)]  # noqa: SIM115
     try:
-        base = asdict(RequestRecord(id="", worker="", step=0, intended_ns=0, sent_ns=0))
-        base.update(status=200, tokens_source="usage", finish_reason="length", prompt_tokens=1000)
         t = T0_NS
         written = 0
-        dumps = orjson.dumps
         for sid, conc in enumerate(concurrencies):
             n = min(per_step, n_records - written)
             mean_e2e_ns = 50 * MS + chunks * 20 * MS
             span = max(n * mean_e2e_ns // conc, 10 * 10**9)
             warm = span // 10
-            step_out.append(
-                dumps(
-                    {
-                        "step": sid,
-                        "event": "start",
-                        "t_ns": t,
-                        "concurrency": conc,
-                        "context_tokens": 1000,
-                        "rate": None,
-                        "warmup_s": warm / 1e9,
-                    }
-                )
-                + b"\n"
-            )
-            step_out.append(dumps({"step": sid, "event": "steady", "t_ns": t + warm}) + b"\n")
+            start = {"concurrency": conc, "context_tokens": 1000, "rate": None, "warmup_s": warm / 1e9}
+            step_out.append(_jsonl({"step": sid, "event": "start", "t_ns": t, **start}))
+            step_out.append(_jsonl({"step": sid, "event": "steady", "t_ns": t + warm}))
             sends = np.sort(rng.integers(t, t + span, size=n)).tolist()
-            picks = rng.integers(0, pool, size=n).tolist()
-            buffers: list[list[bytes]] = [[] for _ in range(workers)]
-            for k in range(n):
-                rec = base.copy()
-                sent = sends[k]
-                p = picks[k]
-                offs = offsets_pool[p]
-                w = k % workers
-                rec["id"] = f"r{written + k:08d}"
-                rec["worker"] = f"w{w}"
-                rec["step"] = sid
-                rec["intended_ns"] = sent
-                rec["sent_ns"] = sent
-                if (written + k) % error_every == error_every - 1:
-                    cut = chunks // 2
-                    rec.update(
-                        chunk_offsets_ns=offs[:cut],
-                        chunk_tokens=tokens_pool[p][:cut],
-                        first_chunk_ns=sent + offs[0],
-                        end_ns=sent + offs[cut - 1] + 30 * 10**9,
-                        output_tokens=None,
-                        tokens_source="none",
-                        finish_reason=None,
-                        status=200,
-                        error_class="read_timeout",
-                        error="no chunk for 30 s",
-                    )
-                else:
-                    rec["first_chunk_ns"] = sent + offs[0]
-                    rec["end_ns"] = sent + offs[-1] + MS
-                    rec["chunk_offsets_ns"] = offs
-                    rec["chunk_tokens"] = tokens_pool[p]
-                    rec["output_tokens"] = token_sums[p]
-                buffers[w].append(dumps(rec) + b"\n")
+            picks = rng.integers(0, _BULK_POOL, size=n).tolist()
+            buffers = pool.step_records(sid, written, sends, picks, workers, error_every)
             for fh, buf in zip(files, buffers, strict=True):
                 fh.write(b"".join(buf))
             written += n
             t += span
-            step_out.append(dumps({"step": sid, "event": "end", "t_ns": t, "reason": "duration"}) + b"\n")
+            step_out.append(_jsonl({"step": sid, "event": "end", "t_ns": t, "reason": "duration"}))
             t += 10**9
     finally:
         for fh in files:
             fh.close()
     (run / "steps.jsonl").write_bytes(b"".join(step_out))
     return run
+
+
+def _jsonl(line: dict[str, Any]) -> bytes:
+    return orjson.dumps(line) + b"\n"
+
+
+_BULK_POOL = 512  # chunk patterns a bulk run's requests draw from
+
+
+@dataclass(frozen=True, slots=True)
+class _BulkPool:
+    """The chunk patterns a bulk run's requests draw from (offsets ns, tokens, their sums), and the
+    record every request starts as."""
+
+    chunks: int
+    offsets: list[list[int]]
+    tokens: list[list[int]]
+    token_sums: list[int]
+    base: dict[str, Any]
+
+    @classmethod
+    def draw(cls, rng: np.random.Generator, chunks: int) -> _BulkPool:
+        ttft = rng.integers(50 * MS, 150 * MS, size=_BULK_POOL)
+        gaps = rng.integers(15 * MS, 25 * MS, size=(_BULK_POOL, chunks))
+        gaps[:, 0] = ttft
+        offsets: list[list[int]] = np.cumsum(gaps, axis=1).tolist()
+        tokens: list[list[int]] = rng.integers(1, 4, size=(_BULK_POOL, chunks)).tolist()
+        base = asdict(RequestRecord(id="", worker="", step=0, intended_ns=0, sent_ns=0))
+        base.update(status=200, tokens_source="usage", finish_reason="length", prompt_tokens=1000)
+        return cls(chunks, offsets, tokens, [sum(t) for t in tokens], base)
+
+    def step_records(
+        self, sid: int, written: int, sends: list[int], picks: list[int], workers: int, error_every: int
+    ) -> list[list[bytes]]:
+        """The JSON lines of one step's requests, per worker file (request k goes to file k % workers);
+        ``written``: requests of the earlier steps (it numbers the ids and places the failures)."""
+        buffers: list[list[bytes]] = [[] for _ in range(workers)]
+        dumps = orjson.dumps
+        for k in range(len(sends)):
+            rec = self.base.copy()
+            sent = sends[k]
+            p = picks[k]
+            offs = self.offsets[p]
+            w = k % workers
+            rec["id"] = f"r{written + k:08d}"
+            rec["worker"] = f"w{w}"
+            rec["step"] = sid
+            rec["intended_ns"] = sent
+            rec["sent_ns"] = sent
+            if (written + k) % error_every == error_every - 1:
+                cut = self.chunks // 2
+                rec.update(
+                    chunk_offsets_ns=offs[:cut],
+                    chunk_tokens=self.tokens[p][:cut],
+                    first_chunk_ns=sent + offs[0],
+                    end_ns=sent + offs[cut - 1] + 30 * 10**9,
+                    output_tokens=None,
+                    tokens_source="none",
+                    finish_reason=None,
+                    status=200,
+                    error_class="read_timeout",
+                    error="no chunk for 30 s",
+                )
+            else:
+                rec["first_chunk_ns"] = sent + offs[0]
+                rec["end_ns"] = sent + offs[-1] + MS
+                rec["chunk_offsets_ns"] = offs
+                rec["chunk_tokens"] = self.tokens[p]
+                rec["output_tokens"] = self.token_sums[p]
+            buffers[w].append(dumps(rec) + b"\n")
+        return buffers
 
 
 __all__ = ["MS", "T0_NS", "at_ms", "make_record", "step_lines", "write_bulk_run", "write_run_dir"]

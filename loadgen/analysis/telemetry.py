@@ -279,7 +279,6 @@ def _gpu_part(
     gpus: dict[int, _Series], a: int, b: int, stale_ns: int, lost: dict[int, int]
 ) -> tuple[GpuTelemetry, float]:
     """The GPU keys of a step, and for how many seconds of it some GPU had no reading."""
-    out: GpuTelemetry = {}
     window_s = (b - a) / 1e9
     grid_parts = [s.t[(s.t >= a) & (s.t < b)] for s in gpus.values()]
     grid = np.unique(np.concatenate([np.array([a], dtype=np.int64), *grid_parts]))
@@ -290,7 +289,7 @@ def _gpu_part(
     energy_sum = 0.0
     methods: set[EnergyMethod] = set()
     energy_ok = True
-    util, util_mem, sm, memclk, reasons = [], [], [], [], []
+    rows: list[_GpuRows] = []
     for gpu, s in gpus.items():
         vals = as_of(s.t, s.cols["power_w"], grid, stale_ns, lost.get(gpu))
         good = ~np.isnan(vals)
@@ -301,62 +300,77 @@ def _gpu_part(
         lim = lim[~np.isnan(lim)]
         if len(lim) and gpu not in lost:
             limit_sum += float(lim[-1])
-        e: float | None = None
-        if gpu not in lost:  # a lost GPU's energy after the loss is unknown, so is the step's total
-            e = _energy_counter_j(s, a, b, stale_ns)
-            if e is not None:
-                methods.add("counter")
-            else:
-                e = _power_integral_j(s, a, b, stale_ns)
-                if e is not None:
-                    methods.add("power_integral")
+        # a lost GPU's energy after the loss is unknown, so is the step's total
+        e = None if gpu in lost else _gpu_energy_j(s, a, b, stale_ns, methods)
         if e is None:
             energy_ok = False
         else:
             energy_sum += e
         w = _durations(s.t[lo:hi], a, b)
-        p_stats = _stats(s.cols["power_w"][lo:hi], w)
         per_gpu.append(
             {
                 "gpu": gpu,
-                "power_w": p_stats,
+                "power_w": _stats(s.cols["power_w"][lo:hi], w),
                 "energy_j": e,
                 "power_limit_w": float(lim[-1]) if len(lim) else None,
                 "lost": gpu in lost,
             }
         )
-        util.append((s.cols["util_gpu"][lo:hi], w))
-        util_mem.append((s.cols["util_mem"][lo:hi], w))
-        sm.append((s.cols["sm_clock_mhz"][lo:hi], w))
-        memclk.append((s.cols["mem_clock_mhz"][lo:hi], w))
-        reasons.append(s.cols["clock_reasons"][lo:hi])
-    n_gpus = len(gpus)
-    full = present == n_gpus
+        rows.append((s.cols, lo, hi, w))
+    full = present == len(gpus)
     weights = _durations(grid, a, b)
-    total_vals = np.where(present > 0, totals, np.nan)
-    out["gpu_count"] = n_gpus
-    out["gpu_power_w"] = power = _stats(total_vals, weights)
-    out["gpu_power_limit_w"] = limit_sum or None
+    power = _stats(np.where(present > 0, totals, np.nan), weights)
     mean_w = power["mean"] if power else None
-    out["gpu_power_frac_of_limit"] = (mean_w / limit_sum) if (mean_w is not None and limit_sum > 0) else None
-    out["energy_j"] = energy = energy_sum if energy_ok and methods else None
-    out["energy_method"] = (methods.pop() if len(methods) == 1 else "mixed") if energy is not None else None
-    out["gpus"] = per_gpu
+    energy = energy_sum if energy_ok and methods else None
+    out: GpuTelemetry = {
+        "gpu_count": len(gpus),
+        "gpu_power_w": power,
+        "gpu_power_limit_w": limit_sum or None,
+        "gpu_power_frac_of_limit": (mean_w / limit_sum) if (mean_w is not None and limit_sum > 0) else None,
+        "energy_j": energy,
+        "energy_method": (methods.pop() if len(methods) == 1 else "mixed") if energy is not None else None,
+        "gpus": per_gpu,
+    }
+    out.update(_gpu_activity(rows))
     incomplete_s = float(weights[~full].sum()) if len(weights) else window_s
-
-    def cat(parts: list[tuple[F64, F64]]) -> tuple[F64, F64]:
-        if not parts:
-            return np.zeros(0), np.zeros(0)
-        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
-
-    out["util_gpu"] = _mean_max(*cat(util))
-    out["util_mem"] = _mean_max(*cat(util_mem))
-    sm_v, sm_w = cat(sm)
-    sm_stats = _stats(sm_v, sm_w)
-    out["sm_clock_mhz"] = None if sm_stats is None else {"mean": sm_stats["mean"], "min": float(np.nanmin(sm_v))}
-    out["mem_clock_mhz"] = _mean_max(*cat(memclk))
-    out["clock_reasons"] = _reasons(np.concatenate(reasons)) if reasons else None
     return out, incomplete_s
+
+
+_GpuRows = tuple[dict[str, F64], int, int, F64]
+"""One GPU's columns, the [lo, hi) rows of a window and how long each row's value holds in it (s)."""
+
+
+def _gpu_energy_j(s: _Series, a: int, b: int, stale_ns: int, methods: set[EnergyMethod]) -> float | None:
+    """A GPU's energy in [a, b]: from its counter, else its power integral (None: neither); adds the
+    method used to ``methods``."""
+    e = _energy_counter_j(s, a, b, stale_ns)
+    if e is not None:
+        methods.add("counter")
+        return e
+    e = _power_integral_j(s, a, b, stale_ns)
+    if e is not None:
+        methods.add("power_integral")
+    return e
+
+
+def _gpu_activity(rows: list[_GpuRows]) -> GpuTelemetry:
+    """Utilisation, clocks and clock reasons of a window, pooled over the GPUs, time-weighted."""
+
+    def pooled(name: str) -> tuple[F64, F64]:
+        if not rows:
+            return np.zeros(0), np.zeros(0)
+        return np.concatenate([cols[name][lo:hi] for cols, lo, hi, _ in rows]), np.concatenate([w for *_, w in rows])
+
+    sm_v, sm_w = pooled("sm_clock_mhz")
+    sm_stats = _stats(sm_v, sm_w)
+    reasons = [cols["clock_reasons"][lo:hi] for cols, lo, hi, _ in rows]
+    return {
+        "util_gpu": _mean_max(*pooled("util_gpu")),
+        "util_mem": _mean_max(*pooled("util_mem")),
+        "sm_clock_mhz": None if sm_stats is None else {"mean": sm_stats["mean"], "min": float(np.nanmin(sm_v))},
+        "mem_clock_mhz": _mean_max(*pooled("mem_clock_mhz")),
+        "clock_reasons": _reasons(np.concatenate(reasons)) if reasons else None,
+    }
 
 
 def _server_part(server: _Series, a: int, b: int) -> ServerTelemetry:
@@ -452,71 +466,79 @@ def _join(
         raise ValueError(f"{len(windows)} windows but {len(ok_requests_per_step)} ok-request counts")
     if output_tokens_per_step is not None and len(output_tokens_per_step) != len(windows):
         raise ValueError(f"{len(windows)} windows but {len(output_tokens_per_step)} output-token counts")
-    gpus = _gpu_series(samples)
-    gpu_gap_ns = gpu_stale_ns([s.t for s in gpus.values()])
-    all_gpu_t = np.unique(np.concatenate([s.t for s in gpus.values()])) if gpus else np.zeros(0, np.int64)
-    server_recs = [r for r in samples if r.get("src") == "server" and "t_ns" in r]
-    server = _Series.of(server_recs, _SERVER_GAUGES + _SERVER_COUNTERS) if server_recs else None
-    server_interval = _median_interval_s([server]) if server is not None else None
-    server_gap_ns = int(max(5 * (server_interval or 1.0), 5.0) * 1e9)
-    engines = {r.get("engine") for r in server_recs if r.get("engine")}
-    evs = sorted((e for e in events if "t_ns" in e), key=lambda e: e["t_ns"])
-    ev_t = np.array([e["t_ns"] for e in evs], dtype=np.int64)
-    lost_at = {int(e["gpu"]): int(e["t_ns"]) for e in evs if e.get("kind") == "gpu_lost" and "gpu" in e}
+    sources = _Sources.of(samples, events)
+    tokens = output_tokens_per_step if output_tokens_per_step is not None else [None] * len(windows)
+    return [sources.window(a, b, ok_requests_per_step[i], tokens[i]) for i, (a, b) in enumerate(windows)]
 
-    rows: list[StepTelemetry] = []
-    for i, (a, b) in enumerate(windows):
-        invalid: list[str] = []
+
+@dataclass(frozen=True, slots=True)
+class _Sources:
+    """A run's samples and events, prepared once for every window's join."""
+
+    gpus: dict[int, _Series]
+    gpu_gap_ns: int
+    all_gpu_t: I64
+    server: _Series | None
+    server_gap_ns: int
+    engine: str | None
+    events: list[dict[str, Any]]  # those with a time, in time order
+    event_t: I64
+    lost_at: dict[int, int]  # GPU -> when it was lost
+
+    @classmethod
+    def of(cls, samples: list[dict[str, Any]], events: list[dict[str, Any]]) -> _Sources:
+        gpus = _gpu_series(samples)
+        all_gpu_t = np.unique(np.concatenate([s.t for s in gpus.values()])) if gpus else np.zeros(0, np.int64)
+        server_recs = [r for r in samples if r.get("src") == "server" and "t_ns" in r]
+        server = _Series.of(server_recs, _SERVER_GAUGES + _SERVER_COUNTERS) if server_recs else None
+        server_interval = _median_interval_s([server]) if server is not None else None
+        engines = {r.get("engine") for r in server_recs if r.get("engine")}
+        evs = sorted((e for e in events if "t_ns" in e), key=lambda e: e["t_ns"])
+        return cls(
+            gpus=gpus,
+            gpu_gap_ns=gpu_stale_ns([s.t for s in gpus.values()]),
+            all_gpu_t=all_gpu_t,
+            server=server,
+            server_gap_ns=int(max(5 * (server_interval or 1.0), 5.0) * 1e9),
+            engine=(",".join(sorted(str(e) for e in engines)) or None) if server is not None else None,
+            events=evs,
+            event_t=np.array([e["t_ns"] for e in evs], dtype=np.int64),
+            lost_at={int(e["gpu"]): int(e["t_ns"]) for e in evs if e.get("kind") == "gpu_lost" and "gpu" in e},
+        )
+
+    def window(self, a: int, b: int, ok_requests: int, output_tokens: int | float | None) -> StepTelemetry:
+        """The telemetry of the window [a, b] (see the module docstring for the rules)."""
         gaps: list[TelemetryGap] = []
-        if gpus:
-            lost = {g: t for g, t in lost_at.items() if t <= b}
-            gpu, incomplete_s = _gpu_part(gpus, a, b, gpu_gap_ns, lost)
-            for p, q in _gaps(all_gpu_t, a, b, gpu_gap_ns):
+        if self.gpus:
+            lost = {g: t for g, t in self.lost_at.items() if t <= b}
+            gpu, incomplete_s = _gpu_part(self.gpus, a, b, self.gpu_gap_ns, lost)
+            for p, q in _gaps(self.all_gpu_t, a, b, self.gpu_gap_ns):
                 gaps.append({"src": "gpu", "start_ns": p, "end_ns": q, "s": (q - p) / 1e9})
         else:
             gpu, incomplete_s = _no_gpu(), 0.0
-        if server is not None:
-            srv = _server_part(server, a, b)
-            engine = ",".join(sorted(str(e) for e in engines)) or None
-            for p, q in _gaps(server.t, a, b, server_gap_ns):
+        if self.server is not None:
+            srv = _server_part(self.server, a, b)
+            for p, q in _gaps(self.server.t, a, b, self.server_gap_ns):
                 gaps.append({"src": "server", "start_ns": p, "end_ns": q, "s": (q - p) / 1e9})
         else:
-            srv, engine = _empty_server(), None
-        lo, hi = int(np.searchsorted(ev_t, a, side="left")), int(np.searchsorted(ev_t, b, side="right"))
-        log_events: dict[str, int] = {}
-        tel_events: dict[str, int] = {}
-        for e in evs[lo:hi]:
-            if e.get("src") == "log" and e.get("pattern"):
-                log_events[e["pattern"]] = log_events.get(e["pattern"], 0) + 1
-            elif e.get("src") == "telemetry" and e.get("kind") not in ("started", "stopped", "gpus"):
-                tel_events[e["kind"]] = tel_events.get(e["kind"], 0) + 1
+            srv = _empty_server()
+        log_events, tel_events = self.event_counts(a, b)
         row: StepTelemetry = {
             **gpu,
             **srv,
-            "engine": engine,
+            "engine": self.engine,
             "log_events": log_events,
             "telemetry_events": tel_events,
             "telemetry_gaps": gaps,
         }
-
-        window_s = (b - a) / 1e9
-        gpu_gap_s = sum(g["s"] for g in gaps if g["src"] == "gpu")
-        if ok_requests_per_step[i] <= 0:
-            invalid.append("idle: no request served")
-        if not gpus or row["gpu_power_w"] is None:
-            invalid.append("no GPU telemetry")
-        elif window_s > 0 and gpu_gap_s > GAP_INVALID_FRAC * window_s:
-            invalid.append(f"telemetry gap: {gpu_gap_s:.1f} s of {window_s:.1f} s without GPU samples")
-        elif window_s > 0 and incomplete_s > GAP_INVALID_FRAC * window_s:
-            missing = sorted(g for g in lost_at if lost_at[g] <= b) or "some"
-            invalid.append(f"GPU {missing} missing for {incomplete_s:.1f} s of {window_s:.1f} s (lost or not sampled)")
+        invalid = self.power_invalid(row, a, b, ok_requests, incomplete_s)
         row["power_valid"] = power_valid = not invalid
         row["power_invalid_reason"] = "; ".join(invalid) if invalid else None
-
-        tokens = output_tokens_per_step[i] if output_tokens_per_step is not None else None
         energy = row["energy_j"]
         row["tokens_per_joule"] = (
-            float(tokens) / energy if tokens is not None and energy and energy > 0 and power_valid else None
+            float(output_tokens) / energy
+            if output_tokens is not None and energy and energy > 0 and power_valid
+            else None
         )
         util = row["util_gpu"]
         util_mean = util["mean"] if util else None
@@ -525,8 +547,35 @@ def _join(
             row["memory_bound"] = util_mean >= MEMORY_BOUND_UTIL and frac < MEMORY_BOUND_POWER_FRAC
         else:
             row["memory_bound"] = None
-        rows.append(row)
-    return rows
+        return row
+
+    def event_counts(self, a: int, b: int) -> tuple[dict[str, int], dict[str, int]]:
+        """Log pattern matches and telemetry events (not start, stop or the GPU list) in [a, b], by name."""
+        lo, hi = int(np.searchsorted(self.event_t, a, side="left")), int(np.searchsorted(self.event_t, b, side="right"))
+        log_events: dict[str, int] = {}
+        tel_events: dict[str, int] = {}
+        for e in self.events[lo:hi]:
+            if e.get("src") == "log" and e.get("pattern"):
+                log_events[e["pattern"]] = log_events.get(e["pattern"], 0) + 1
+            elif e.get("src") == "telemetry" and e.get("kind") not in ("started", "stopped", "gpus"):
+                tel_events[e["kind"]] = tel_events.get(e["kind"], 0) + 1
+        return log_events, tel_events
+
+    def power_invalid(self, row: StepTelemetry, a: int, b: int, ok_requests: int, incomplete_s: float) -> list[str]:
+        """Why the window's power figures are not valid ([] when they are)."""
+        invalid: list[str] = []
+        window_s = (b - a) / 1e9
+        gpu_gap_s = sum(g["s"] for g in row["telemetry_gaps"] if g["src"] == "gpu")
+        if ok_requests <= 0:
+            invalid.append("idle: no request served")
+        if not self.gpus or row["gpu_power_w"] is None:
+            invalid.append("no GPU telemetry")
+        elif window_s > 0 and gpu_gap_s > GAP_INVALID_FRAC * window_s:
+            invalid.append(f"telemetry gap: {gpu_gap_s:.1f} s of {window_s:.1f} s without GPU samples")
+        elif window_s > 0 and incomplete_s > GAP_INVALID_FRAC * window_s:
+            missing = sorted(g for g in self.lost_at if self.lost_at[g] <= b) or "some"
+            invalid.append(f"GPU {missing} missing for {incomplete_s:.1f} s of {window_s:.1f} s (lost or not sampled)")
+        return invalid
 
 
 def telemetry_enricher(run: Any, steps: list[StepSummary]) -> None:

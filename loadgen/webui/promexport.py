@@ -29,7 +29,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from loadgen.webui.live import JsonlTail, RecordTail, chunk_gaps_s, ttft_ms
+from loadgen.webui.tail import JsonlTail, RecordTail, chunk_gaps_s, ttft_ms
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

@@ -17,7 +17,8 @@ from loadgen.analysis.pipeline import summarise
 from loadgen.report.markdown import _ms, _num
 from loadgen.rundir.records import LAG_EDGES_MS, RequestRecord
 from loadgen.webui.blueprint import TABLE, LiveSource, fmt_ms, fmt_num, table_rows
-from loadgen.webui.live import LiveRun, empty_payload, live_step
+from loadgen.webui.live import LiveRun
+from loadgen.webui.livejson import empty_payload, live_step
 
 MS = 1_000_000
 S = 1_000_000_000
@@ -303,7 +304,7 @@ def test_a_long_run_forgets_settled_steps_and_reads_them_back_when_needed(tmp_pa
     before = live.payload()["steps"]
     clock["now"] += 200 * S  # every step ended more than SETTLE_NS ago
     assert live.payload()["steps"] == before
-    assert live.samples == [] and all(b.req is None for b in live.records.blocks)
+    assert live.telemetry.samples == [] and all(b.req is None for b in live.records.blocks)
     late_sent = T0 + STEP_S * S + 2 * S
     late = RequestRecord(
         id="late", worker="w0", step=1, intended_ns=late_sent, sent_ns=late_sent, first_chunk_ns=late_sent + 50 * MS,

@@ -1,5 +1,6 @@
-"""The two column helpers the live view reads requests with (``analysis.columns``): a file parsed
-block by block is the file parsed at once, and rows taken from blocks are those rows of the run."""
+"""The two column helpers the live view reads requests with (``analysis.columns_parse``,
+``analysis.columns``): a file parsed block by block is the file parsed at once, and rows taken from
+blocks are those rows of the run."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from loadgen.analysis.columns import Categorical, Requests, load_requests, parse_request_block, take_requests
+from loadgen.analysis.columns import Categorical, Requests, take_requests
+from loadgen.analysis.columns_load import load_requests
+from loadgen.analysis.columns_parse import parse_request_block
 from tests.unit.test_webui_live import make_records
 
 
