@@ -6,6 +6,7 @@ length distributions, arrival processes, and the ``Workload`` that turns them in
 
 from __future__ import annotations
 
-from loadgen.workload.traffic import Session, TraceReplay, Workload
+from loadgen.workload.session import Session
+from loadgen.workload.traffic import TraceReplay, Workload
 
 __all__ = ["Session", "TraceReplay", "Workload"]

@@ -141,6 +141,13 @@ def describe(s: Scenario) -> list[str]:
                 f"images: {im.count.describe()} a request, {im.format}, width {im.width.describe()}, "
                 f"height {im.height.describe()} pixels"
             )
+    lines.extend(_load_lines(s))
+    return lines
+
+
+def _load_lines(s: Scenario) -> list[str]:
+    """The summary lines of a scenario's load: the pattern, the steps and the context matrix."""
+    lines: list[str] = []
     ld = s.load
     if ld.mode == "closed":
         lines.append(f"load: closed loop, concurrency {', '.join(str(c) for c in ld.concurrency)}")

@@ -2,7 +2,7 @@
 
 The interface the Locust users call:
 
-- closed loop, one :class:`Session` per simulated user::
+- closed loop, one :class:`~loadgen.workload.session.Session` per simulated user::
 
       session = workload.session(user_index)
       spec, think_s = session.next(warmup=in_warmup)   # wait think_s, then send spec
@@ -42,15 +42,16 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from loadgen.spec.calls import CALLS, Inputs, assert_never
-from loadgen.spec.request import Endpoint, Reply, RequestSpec, ToolCall
+from loadgen.spec.request import Endpoint, RequestSpec
 from loadgen.workload.arrivals import gamma_offsets, poisson_offsets, schedule_ns, trace_offsets
 from loadgen.workload.calibration import LengthCalibrator
 from loadgen.workload.corpus import get_corpus
 from loadgen.workload.datasets import MOONCAKE_BLOCK_TOKENS, Trace, TraceRow
 from loadgen.workload.images import MAX_SIDE, data_url, png_image
 from loadgen.workload.lengths import Distribution, Fixed, sample_length
-from loadgen.workload.prompts import build_prompt, chat_prompt_with_count, fit_text, prompt_with_count
-from loadgen.workload.scenario import (
+from loadgen.workload.messages import Turn, chat_messages, count_images, transcript, user_message
+from loadgen.workload.prompts import chat_prompt_with_count, fit_text, prompt_with_count
+from loadgen.workload.scenario_types import (
     DEFAULT_CONTEXT_LIMIT,
     EmbeddingsSpec,
     LoadSpec,
@@ -59,6 +60,7 @@ from loadgen.workload.scenario import (
     RerankSpec,
     Scenario,
 )
+from loadgen.workload.session import Session
 from loadgen.workload.tokens import EstimatorCounter, TokenCounter, load_counter
 
 DOCUMENT_TASK = "With the document above as context:\n\n"
@@ -77,20 +79,6 @@ class TraceReplay:
     trace: Trace
     time_scale: float = 1.0
     offset_s: float = 0.0
-
-
-@dataclass
-class _Turn:
-    """What the workload built for one request, before it is rendered for an endpoint."""
-
-    system: str | None
-    user: str
-    prompt_tokens: int  # requested: the target (see the module docstring), not the size built
-    max_tokens: int
-    source: str
-    # A dataset conversation's later user turns, with their reply lengths when known.
-    followups: tuple[tuple[str, int | None], ...] = ()
-    images: tuple[str, ...] = ()  # data URLs, sent after the text
 
 
 class Workload:
@@ -367,7 +355,7 @@ class Workload:
         n = sample_length(spec.tokens, rng, self.scenario.context_limit - 2)
         return prompt_with_count(n, _text_rng(rng), spec.source, counter)
 
-    def _single(self, rng: random.Random, warmup: bool, row: TraceRow | None = None) -> _Turn:
+    def _single(self, rng: random.Random, warmup: bool, row: TraceRow | None = None) -> Turn:
         """A first (or only) turn: optional shared prefix, the prompt, and its output length."""
         s = self.scenario
         limit = s.context_limit
@@ -437,7 +425,7 @@ class Workload:
         # requested: the fixed parts as counted, and the target of the part built to a length
         prompt_tokens = system_tokens + text_tokens - part_tokens + n_in
         max_tokens = max(1, min(max_tokens, limit - prompt_tokens))
-        return _Turn(system, text, prompt_tokens, max_tokens, label, followups, self._images(rng))
+        return Turn(system, text, prompt_tokens, max_tokens, label, followups, self._images(rng))
 
     def _max_tokens(self, rng: random.Random, known: int | None) -> int:
         out = self.scenario.output
@@ -531,10 +519,10 @@ class Workload:
         return extra
 
     def _render(
-        self, turn: _Turn, history: list[dict[str, Any]], conversation: str | None, turn_index: int
+        self, turn: Turn, history: list[dict[str, Any]], conversation: str | None, turn_index: int
     ) -> RequestSpec:
         """A RequestSpec for the scenario's endpoint; ``history`` holds earlier turns (chat form)."""
-        messages = [*history, _user_message(turn)] if history else _chat_messages(turn)
+        messages = [*history, user_message(turn)] if history else chat_messages(turn)
         return self._spec(messages, turn.prompt_tokens, turn.max_tokens, turn.source, conversation, turn_index)
 
     def _spec(
@@ -559,10 +547,10 @@ class Workload:
             turn=turn_index,
             tools=self._tools,
             tool_choice=self._tool_choice,
-            images=_count_images(messages) if self.scenario.images else 0,
+            images=count_images(messages) if self.scenario.images else 0,
         )
         if CALLS[spec.endpoint].inputs is Inputs.PROMPT:
-            spec.prompt = _transcript(messages)
+            spec.prompt = transcript(messages)
         return spec
 
 
@@ -586,15 +574,6 @@ def _text_sources(s: Scenario) -> tuple[str, ...]:
     return s.prompt.corpora
 
 
-def _count_images(messages: list[dict[str, Any]]) -> int:
-    n = 0
-    for m in messages:
-        content = m.get("content")
-        if isinstance(content, list):
-            n += sum(1 for part in content if isinstance(part, dict) and part.get("type") == "image_url")
-    return n
-
-
 def _corpora_used(s: Scenario) -> set[str]:
     names: set[str] = set()
     if s.agent is not None or CALLS[s.endpoint].inputs in (Inputs.BATCH, Inputs.QUERY_DOCUMENTS):
@@ -606,269 +585,3 @@ def _corpora_used(s: Scenario) -> set[str]:
     if s.prompt.source == "trace":
         names.add("prose")
     return names
-
-
-def _transcript(messages: list[dict[str, Any]]) -> str:
-    """Chat messages as one completions prompt (plain text; a single user turn is sent as is)."""
-    if len(messages) == 1:
-        return _content_text(messages[0]["content"])
-    names = {"system": "System", "user": "User", "assistant": "Assistant"}
-    lines = [f"{names.get(m['role'], m['role'])}: {_content_text(m['content'])}" for m in messages]
-    return "\n\n".join(lines) + "\n\nAssistant:"
-
-
-def _content_text(content: Any) -> str:
-    if isinstance(content, list):
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
-    return "" if content is None else str(content)
-
-
-class Session:
-    """The closed-loop request stream of one simulated user: single requests, conversations or
-    agent tasks.
-
-    Not thread-safe: one session belongs to one user. ``next()`` returns the request to send and
-    the think time (s) to wait before sending it; ``record_reply()`` reports how it went. A failed
-    request (``ok=False``), or a ``next()`` without a reply recorded, ends the conversation: the
-    following request starts a new one. A reply recorded as ``None`` (the transport kept no text)
-    is stood in for by corpus text of the requested output length, and the follow-up's ``source``
-    says ``stand-in``.
-
-    Agent tasks (``[agent]``): a task is a user prompt and the tools; a reply that calls tools is
-    answered, while the task has turns left (``max_turns``), by a request that appends the reply
-    (with its ``tool_calls``) and one ``tool`` message per call (a result of ``tool_result_tokens``),
-    after the tools' run time and the think time. A reply without tool calls, a failure or the cap
-    ends the task. ``RequestSpec.conversation`` is the task, ``turn`` its step, ``max_turns`` the cap.
-
-    Responses API (``responses_state = "previous_response_id"``): when a reply came with its
-    ``response_id``, the next turn chains to it (``previous_response_id``) and ``new_from`` marks
-    the messages the stored response does not hold (the new user turn, or the tool results); the
-    whole history stays in ``messages``. Without an id the next turn resends everything.
-    """
-
-    def __init__(self, workload: Workload, user_index: int, step: int = 0, generation: int = 0) -> None:
-        self.workload = workload
-        self.user_index = user_index
-        label = f"{user_index}:{step}:{generation}"
-        self._label = label.replace(":", ".")
-        self._rng = workload.rng(f"user:{label}")
-        separate = workload.scenario.load.warmup_prompts == "separate"
-        self._warm_rng = workload.rng(f"user-warmup:{label}") if separate else self._rng
-        self._history: list[dict[str, Any]] = []
-        self._history_tokens = 0
-        self._turns_left = 0
-        self._turn = 0
-        self._conversations = 0
-        self._conversation: str | None = None
-        self._phase_warmup = False
-        self._pending: RequestSpec | None = None
-        self._stand_in = False
-        self._dataset_turns: list[tuple[str, int | None]] = []
-        self._calls: list[ToolCall] = []  # the last reply's tool calls, to answer next
-        self._response_id: str | None = None  # the stored response the next turn can chain to
-        self._stored = 0  # messages that response holds
-
-    @property
-    def conversations_started(self) -> int:
-        """Conversations (or agent tasks) started so far."""
-        return self._conversations
-
-    def next(self, warmup: bool = False) -> tuple[RequestSpec, float]:
-        """The next request and the think time (seconds) to wait before sending it."""
-        w = self.workload
-        s = w.scenario
-        rng = self._warm_rng if warmup else self._rng
-        if s.agent is not None:
-            return self._agent_next(rng, warmup)
-        conv = s.conversation
-        if conv is None:
-            spec = w.request(rng, warmup)
-            self._pending = spec
-            return spec, max(0.0, s.load.think_time_s.sample(rng))
-        continuing = (
-            self._conversation is not None
-            and self._pending is None
-            and self._turns_left > 0
-            and warmup == self._phase_warmup
-        )
-        if continuing:
-            room = s.context_limit - self._history_tokens - 2
-            if room > 16:
-                known: int | None = None
-                if self._dataset_turns:
-                    text, known = self._dataset_turns.pop(0)
-                    label = f"{s.prompt.source}:followup"
-                    text_tokens = target = w._builder().count(text)
-                else:
-                    text, text_tokens, target = w._followup(rng, room // 2)
-                    label = "followup"
-                max_tokens = w._max_tokens(rng, known)
-                max_tokens = min(max_tokens, s.context_limit - self._history_tokens - target)
-                if max_tokens >= 1:
-                    if self._stand_in:
-                        label += "+stand-in"
-                    turn = _Turn(None, text, self._history_tokens + target, max_tokens, label)
-                    spec = w._render(turn, self._history, self._conversation, self._turn)
-                    self._chain(spec, conv.responses_state)
-                    self._pending = spec
-                    self._history.append({"role": "user", "content": text})
-                    self._history_tokens += text_tokens
-                    self._turns_left -= 1
-                    self._turn += 1
-                    return spec, max(0.0, conv.think_time_s.sample(rng))
-        # A new conversation.
-        self._start(warmup)
-        first = w._single(rng, warmup)
-        turns = sample_length(conv.turns, rng, 1_000_000)
-        self._dataset_turns = list(first.followups)
-        if s.prompt.source in ("sharegpt", "jsonl"):
-            # A dataset conversation has the turns its users wrote, up to the drawn number.
-            turns = min(turns, 1 + len(self._dataset_turns))
-        self._turns_left = turns - 1
-        spec = w._render(first, [], self._conversation, 0)
-        self._history = _chat_messages(first)
-        self._history_tokens = first.prompt_tokens
-        self._pending = spec
-        self._turn = 1
-        return spec, 0.0
-
-    def _start(self, warmup: bool) -> None:
-        """A new conversation or agent task: a new id, nothing to chain to."""
-        s = self.workload.scenario
-        self._phase_warmup = warmup
-        self._conversations += 1
-        phase = "w" if warmup else "m"
-        self._conversation = f"{s.seed}-{phase}-{self._label}-{self._conversations}"
-        self._stand_in = False
-        self._calls = []
-        self._response_id = None
-        self._stored = 0
-
-    def _chain(self, spec: RequestSpec, state: str) -> None:
-        """Chain ``spec`` to the stored response of the previous turn, when there is one."""
-        if state != "previous_response_id" or self._response_id is None:
-            return
-        spec.previous_response_id = self._response_id
-        spec.new_from = self._stored
-        if spec.images and spec.messages is not None:
-            spec.images = _count_images(spec.messages[self._stored :])
-
-    def _agent_next(self, rng: random.Random, warmup: bool) -> tuple[RequestSpec, float]:
-        w = self.workload
-        agent = w.scenario.agent
-        assert agent is not None
-        continuing = (
-            self._conversation is not None
-            and self._pending is None
-            and bool(self._calls)
-            and self._turn < agent.max_turns
-            and warmup == self._phase_warmup
-        )
-        if continuing:
-            answered = self._tool_results(rng)
-            if answered is not None:
-                return answered
-        self._start(warmup)
-        first = w._single(rng, warmup)
-        spec = w._render(first, [], self._conversation, 0)
-        spec.max_turns = agent.max_turns
-        self._history = _chat_messages(first)
-        self._history_tokens = first.prompt_tokens
-        self._pending = spec
-        self._turn = 1
-        return spec, 0.0
-
-    def _tool_results(self, rng: random.Random) -> tuple[RequestSpec, float] | None:
-        """The next step of an agent task: the history and a result for each tool call (None
-        when the context has no room left for it: the task ends)."""
-        w = self.workload
-        s = w.scenario
-        agent = s.agent
-        assert agent is not None
-        calls, self._calls = self._calls, []
-        room = s.context_limit - self._history_tokens - 2
-        if room <= 16 * (len(calls) + 1):
-            return None
-        counter = w._builder()
-        results: list[dict[str, Any]] = []
-        target = tokens = 0
-        for call in calls:
-            n = sample_length(agent.tool_result_tokens, rng, max(1, room // (2 * len(calls))))
-            text, k = w._text(n, rng, counter)
-            results.append({"role": "tool", "tool_call_id": call.call_id, "content": text})
-            target += n
-            tokens += k
-        max_tokens = min(w._max_tokens(rng, None), s.context_limit - self._history_tokens - target)
-        if max_tokens < 1:
-            return None
-        # the calls run side by side: the turn waits for the slowest
-        latency = max(max(0.0, agent.tool_latency_s.sample(rng)) for _ in calls)
-        think = max(0.0, agent.think_time_s.sample(rng))
-        label = "agent:tool-results" + ("+stand-in" if self._stand_in else "")
-        messages = [*self._history, *results]
-        spec = w._spec(messages, self._history_tokens + target, max_tokens, label, self._conversation, self._turn)
-        spec.max_turns = agent.max_turns
-        self._chain(spec, agent.responses_state)
-        self._pending = spec
-        self._history.extend(results)
-        self._history_tokens += tokens
-        self._turn += 1
-        return spec, latency + think
-
-    def record_reply(self, text: str | None, ok: bool, reply: Reply | None = None) -> None:
-        """Report the outcome of the last request: the reply text (None if not kept; ``reply.text``
-        stands in when only ``reply`` has it), success, and what else the reply carried (tool calls,
-        the Responses API's ``response_id``)."""
-        spec = self._pending
-        self._pending = None
-        s = self.workload.scenario
-        if spec is None or (s.conversation is None and s.agent is None):
-            return
-        if not ok:
-            self._conversation = None
-            self._turns_left = 0
-            self._calls = []
-            return
-        if text is None and reply is not None:
-            text = reply.text
-        calls = list(reply.tool_calls) if reply is not None and s.agent is not None else []
-        if s.agent is not None and not (calls and spec.turn + 1 < s.agent.max_turns):
-            self._conversation = None  # no call to answer, or the cap: the task is over
-            return
-        counter = self.workload._builder()
-        if text is None:
-            self._stand_in = True
-            rng = random.Random(f"{s.seed}:stand-in:{spec.conversation}:{spec.turn}")
-            text = build_prompt(spec.max_tokens, rng, "prose", self.workload.counter)
-        message: dict[str, Any] = {"role": "assistant", "content": text}
-        tokens = counter.count(text) if text else 0
-        if calls:
-            message["content"] = text or None
-            message["tool_calls"] = [
-                {"id": c.call_id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-                for c in calls
-            ]
-            tokens += sum(counter.count(f"{c.name} {c.arguments}") for c in calls)
-        self._history.append(message)
-        self._history_tokens += tokens
-        self._calls = calls
-        if reply is not None and reply.response_id:
-            self._response_id = reply.response_id
-            self._stored = len(self._history)
-        else:
-            self._response_id = None
-
-
-def _user_message(turn: _Turn) -> dict[str, Any]:
-    if not turn.images:
-        return {"role": "user", "content": turn.user}
-    parts: list[dict[str, Any]] = [{"type": "text", "text": turn.user}]
-    parts.extend({"type": "image_url", "image_url": {"url": url}} for url in turn.images)
-    return {"role": "user", "content": parts}
-
-
-def _chat_messages(turn: _Turn) -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = [_user_message(turn)]
-    if turn.system:
-        messages.insert(0, {"role": "system", "content": turn.system})
-    return messages
