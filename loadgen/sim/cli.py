@@ -64,6 +64,15 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,
     )
+    _add_serving(ap)
+    _add_faults(ap)
+    for section, cls in SECTION_TYPES.items():
+        _add_profile_fields(ap, section, cls)
+    return ap
+
+
+def _add_serving(ap: argparse.ArgumentParser) -> None:
+    """The "serving" group: address, profile and its parts, logs, engine style, seed, ``--set``."""
     g = ap.add_argument_group("serving")
     g.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     g.add_argument("--port", type=int, default=30000, help="port to bind; 0 picks a free one (default: 30000)")
@@ -126,6 +135,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECTION.FIELD=VALUE",
         help="override any profile field (repeatable; default: none)",
     )
+
+
+def _add_faults(ap: argparse.ArgumentParser) -> None:
+    """The "faults" group: crashes, stalled or broken streams, reject windows, a late readiness."""
     fg = ap.add_argument_group("faults", "Failures to inject, for testing a load generator; none by default.")
     fg.add_argument(
         "--crash-after-s", type=float, default=0.0, help="exit(1) this many seconds after start (default: 0, never)"
@@ -180,25 +193,28 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.0,
         help="stay unready (/health 503) this long after start-up (default: 0)",
     )
-    for section, cls in SECTION_TYPES.items():
-        sg = ap.add_argument_group(
-            f"{section} fields",
-            f"The fields of the profile's [{section}] table (default: the profile's values).",
-        )
-        for f in fields(cls):
-            if section in ("hardware", "model", "spec") and f.name == "name":
-                continue
-            if section == "server" and f.name == "engine":
-                continue  # --engine above: an engine's defaults, not only its name
-            flag = _flag(section, f.name)
-            dest = f"ovr__{section}__{f.name}"
-            kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "str")
-            if kind == "bool":
-                sg.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction, default=None)
-            else:
-                conv: Any = {"int": int, "float": float}.get(kind, str)
-                sg.add_argument(flag, dest=dest, type=conv, default=None, metavar=kind.upper())
-    return ap
+
+
+def _add_profile_fields(ap: argparse.ArgumentParser, section: str, cls: type) -> None:
+    """One group per profile table: a flag for each field of ``cls``, parsed into ``ovr__SECTION__FIELD``
+    (None when not given; a bool field has ``--no-`` too)."""
+    sg = ap.add_argument_group(
+        f"{section} fields",
+        f"The fields of the profile's [{section}] table (default: the profile's values).",
+    )
+    for f in fields(cls):
+        if section in ("hardware", "model", "spec") and f.name == "name":
+            continue
+        if section == "server" and f.name == "engine":
+            continue  # --engine above: an engine's defaults, not only its name
+        flag = _flag(section, f.name)
+        dest = f"ovr__{section}__{f.name}"
+        kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "str")
+        if kind == "bool":
+            sg.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction, default=None)
+        else:
+            conv: Any = {"int": int, "float": float}.get(kind, str)
+            sg.add_argument(flag, dest=dest, type=conv, default=None, metavar=kind.upper())
 
 
 def list_profiles() -> str:

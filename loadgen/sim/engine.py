@@ -5,26 +5,13 @@ monotonic clock); :attr:`Engine.next_event_s` says when the running step ends. T
 drives it on ``perf_counter`` and sleeps until ``next_event_s``; tests drive it on a virtual clock
 by jumping straight there, with no sleeping and no sockets.
 
-Scheduling follows SGLang's scheduler:
-
-* A step is either a prefill batch or a decode batch (no mixing). Waiting requests are prefilled
-  first, first come first served, while the batch stays within ``chunked_prefill_size`` tokens
-  (a long prompt is chunked over several steps), running + new requests stay within
-  ``max_running_requests``, and the KV pool can hold each new prompt plus its ``max_tokens``
-  (clipped at 4096) on top of what running requests reserve: ``new_token_ratio`` times their
-  remaining ``max_tokens``. ``new_token_ratio`` starts at 0.7 and decays to 0.098 over 600
-  decode steps, so admission is cautious after a retraction and then loosens.
-* A prefill commits one token (the first), except for a ``prefill_only`` sequence (a pooling
-  request's input: an embedding, a rerank pair), which reserves no output tokens, finishes when
-  its prefill ends (no token, no TTFT sample, its KV freed) and never joins a decode batch.
-  A decode step commits one token per request, or ``accepted + 1`` with speculative decoding,
-  drawn per request from a truncated geometric acceptance distribution whose mean is the
-  profile's ``tau`` for the prompt's source class.
-  The verify pass costs ``num_draft_tokens`` per request whatever is accepted.
-* Before a decode step the pool must hold the step's new tokens (``C * num_draft_tokens`` with
-  speculative decoding). If it cannot, requests are retracted (fewest output tokens first), their
-  KV freed and they go back to the front of the queue to be re-prefilled (prompt + output so far),
-  with SGLang's log line. A lone request that cannot fit is aborted.
+A scheduler decides what each step holds and what it commits: SGLang's (:mod:`loadgen.sim.sched_sglang`,
+prefill or decode batches, admission that reserves output tokens, retraction) or vLLM's
+(:mod:`loadgen.sim.sched_vllm`, one mixed forward under a token budget, preemption), by
+``server.engine``. The engine owns what both share: the queues, the KV pool and prefix cache, a
+request's tokens and finish, speculative decoding's draws (:mod:`loadgen.sim.acceptance`), the
+statistics (:mod:`loadgen.sim.stats`) and the energy account. Step times come from the step model
+(:mod:`loadgen.sim.model`) or a profile's fixed timing (:mod:`loadgen.sim.fixed_timing`).
 
 Prefix cache (SGLang's RadixAttention; off with ``disable_radix_cache``): a waiting request's
 prompt is matched against cached blocks (:mod:`loadgen.sim.prefix`) when it is first scheduled,
@@ -47,16 +34,17 @@ the ``Prefill batch`` / ``Decode batch`` log lines.
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
 from collections import deque
-from dataclasses import dataclass
 
 import numpy as np
 
+from loadgen.sim.acceptance import class_cdfs
+from loadgen.sim.fixed_timing import FixedStepModel
 from loadgen.sim.memory import MemoryPlan, memory_plan
 from loadgen.sim.model import StepCost, StepModel
-from loadgen.sim.prefix import Block, PrefixCache
-from loadgen.sim.profile import FixedTiming, Profile
+from loadgen.sim.prefix import PrefixCache
+from loadgen.sim.profile import Profile
+from loadgen.sim.sched_sglang import SglangScheduler
 from loadgen.sim.sched_vllm import VllmScheduler
 from loadgen.sim.seq import (
     ABORTED,
@@ -69,210 +57,19 @@ from loadgen.sim.seq import (
     SimRequest,
     Step,
 )
-from loadgen.sim.text import classify_source
+from loadgen.sim.stats import E2E_BOUNDS, ITL_BOUNDS, TTFT_BOUNDS, Counters, Gauges, Histogram
 
 __all__ = [
     "ABORTED",
     "FINISHED",
     "RUNNING",
-    "SOURCE_PREFIX",
     "WAITING",
     "Emission",
     "Engine",
-    "FixedStepModel",
-    "Histogram",
     "RejectError",
     "SimRequest",
-    "acceptance_cdf",
     "natural_length",
-    "request_source",
 ]
-
-CLIP_MAX_NEW_TOKENS = 4096
-INIT_NEW_TOKEN_RATIO = 0.7
-MIN_NEW_TOKEN_RATIO = INIT_NEW_TOKEN_RATIO * 0.14
-NEW_TOKEN_RATIO_DECAY = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / 600
-RETRACT_DECODE_STEPS = 20
-
-
-class Histogram:
-    """Cumulative Prometheus-style histogram."""
-
-    __slots__ = ("bounds", "count", "counts", "total")
-
-    def __init__(self, bounds: tuple[float, ...]) -> None:
-        self.bounds = bounds
-        self.counts = [0] * (len(bounds) + 1)
-        self.total = 0.0
-        self.count = 0
-
-    def observe(self, value: float, n: int = 1) -> None:
-        self.counts[bisect_left(self.bounds, value)] += n
-        self.total += value * n
-        self.count += n
-
-
-TTFT_BOUNDS = (
-    0.001,
-    0.005,
-    0.01,
-    0.02,
-    0.04,
-    0.06,
-    0.08,
-    0.1,
-    0.25,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    15.0,
-    20.0,
-    30.0,
-    60.0,
-)
-ITL_BOUNDS = (
-    0.002,
-    0.005,
-    0.01,
-    0.015,
-    0.02,
-    0.025,
-    0.03,
-    0.035,
-    0.04,
-    0.06,
-    0.08,
-    0.1,
-    0.15,
-    0.2,
-    0.3,
-    0.4,
-    0.5,
-    0.75,
-    1.0,
-    2.0,
-)
-E2E_BOUNDS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 40.0, 60.0, 120.0, 300.0, 600.0, 1200.0)
-
-
-@dataclass
-class Counters:
-    """Monotonic totals since start."""
-
-    requests: int = 0
-    finished: int = 0
-    aborted: int = 0
-    prompt_tokens: int = 0
-    generation_tokens: int = 0
-    retracted_reqs: int = 0
-    retracted_input_tokens: int = 0
-    retracted_output_tokens: int = 0
-    spec_cycles: int = 0  # request-cycles (drafts)
-    spec_draft_tokens: int = 0
-    spec_accepted_tokens: int = 0
-    finished_stop: int = 0
-    finished_length: int = 0
-    prefill_steps: int = 0
-    cached_tokens: int = 0  # prompt tokens served from the prefix cache (first scheduling)
-    prefix_queries: int = 0  # prompt tokens looked up in the prefix cache (first scheduling)
-    decode_steps: int = 0
-    busy_s: float = 0.0
-
-
-@dataclass
-class Gauges:
-    """Values as last published (SGLang refreshes them at log points only)."""
-
-    num_running_reqs: int = 0
-    num_queue_reqs: int = 0
-    num_used_tokens: int = 0
-    token_usage: float = 0.0
-    gen_throughput: float = 0.0
-    spec_accept_length: float = 0.0
-    spec_accept_rate: float = 0.0
-    num_retracted_reqs: int = 0
-    cache_hit_rate: float = 0.0
-
-
-SOURCE_PREFIX = "src:"
-"""A request's ``source`` is this and its workload label when the profile's ``tau_by_source`` names
-the label (the X-Loadgen-Source header), else the classifier's ``code``/``prose``/``default``."""
-
-
-def request_source(taus_by_source: dict[str, float], label: str | None, text: str) -> str:
-    """The acceptance class of a request: its workload label where the profile keys acceptance by
-    it (``SpecConfig.taus_by_source()``), else what the prompt's text classifies as."""
-    if label and label in taus_by_source:
-        return SOURCE_PREFIX + label
-    return classify_source(text)
-
-
-class FixedStepModel:
-    """Step durations from :class:`FixedTiming` (TTFT and per-step time given), same interface."""
-
-    def __init__(self, timing: FixedTiming, real: StepModel) -> None:
-        self.t = timing
-        self.real = real
-        self._batch, self._step_ms = timing.decode_points()
-
-    def decode(self, n_reqs: int, ctx_sum: float) -> StepCost:
-        kv_ms = self.t.decode_ms_per_1k_ctx * ctx_sum / 1000.0
-        if self._batch:
-            return self._cost((self._table_ms(float(n_reqs)) + kv_ms) / 1e3)
-        d = (self.t.itl_ms * (1.0 + self.t.itl_growth * max(0, n_reqs - 1)) + kv_ms) / 1e3
-        return self._cost(d)
-
-    def _table_ms(self, n: float) -> float:
-        xs, ys = self._batch, self._step_ms
-        i = min(max(bisect_left(xs, n), 1), len(xs) - 1)  # segment [i-1, i]; the end ones extend
-        slope = (ys[i] - ys[i - 1]) / (xs[i] - xs[i - 1])
-        return max(ys[i - 1] + slope * (n - xs[i - 1]), 1e-3)
-
-    def prefill(self, n_tokens: int, attn_pairs: float, requests: int = 1) -> StepCost:
-        d = max(self.t.ttft_floor_ms, self.t.ttft_ms + self.t.ttft_per_1k_ms * n_tokens / 1000.0) / 1e3
-        return self._cost(d)
-
-    def mixed(self, n_reqs: int, ctx_sum: float, n_tokens: int, attn_pairs: float, prefill_reqs: int) -> StepCost:
-        # ASSUMPTION: a given timing has no shared forward, so a mixed step costs both of its parts,
-        # unless its prefill time was measured with the decodes beside it (a twin of a vLLM run)
-        if n_tokens <= 0:
-            return self.decode(n_reqs, ctx_sum)
-        if n_reqs <= 0:
-            return self.prefill(n_tokens, attn_pairs, prefill_reqs)
-        dec = self.decode(n_reqs, ctx_sum).duration_s
-        pre = self.prefill(n_tokens, attn_pairs, prefill_reqs).duration_s
-        return self._cost(max(dec, pre) if self.t.prefill_holds_decode else dec + pre)
-
-    def _cost(self, d: float) -> StepCost:
-        hw = self.real.p.hardware
-        busy = min(self.t.power_busy_w, hw.power_limit_w)
-        share = (busy - hw.idle_w) / max(1.0, hw.power_limit_w - hw.idle_w)
-        return StepCost(d, share, share, 0.0, busy)
-
-
-def acceptance_cdf(tau: float, depth: int) -> np.ndarray:
-    """CDF over committed tokens 1..depth+1 with P(committed > j) = p**j and mean ``tau``."""
-    if depth <= 0 or tau <= 1.0:
-        return np.array([1.0])
-    tau = min(tau, depth + 1.0 - 1e-6)
-    lo, hi = 0.0, 1.0
-    for _ in range(60):
-        p = (lo + hi) / 2
-        mean = 1.0 + sum(p**j for j in range(1, depth + 1))
-        if mean < tau:
-            lo = p
-        else:
-            hi = p
-    p = (lo + hi) / 2
-    surv = np.array([p**j for j in range(depth + 1)])  # P(committed > j), j = 0..depth
-    pmf = surv - np.append(surv[1:], 0.0)
-    cdf = np.cumsum(pmf)
-    cdf[-1] = 1.0
-    return cdf
 
 
 class Engine:
@@ -297,7 +94,6 @@ class Engine:
         self.cache: PrefixCache | None = (
             PrefixCache(s.prefix_block_tokens) if not s.disable_radix_cache and s.prefix_block_tokens > 0 else None
         )
-        self.new_token_ratio = INIT_NEW_TOKEN_RATIO
         self.current: Step | None = None
         self.counters = Counters()
         self.gauges = Gauges()
@@ -307,14 +103,7 @@ class Engine:
         self.queue_time = Histogram(TTFT_BOUNDS)
         self.spec = profile.spec if profile.spec.enabled else None
         self.n_v = profile.verify_width
-        self._cdfs: dict[str, np.ndarray] = {}
-        if self.spec is not None:
-            sp = self.spec
-            self._cdfs["default"] = acceptance_cdf(sp.tau, sp.depth)
-            self._cdfs["code"] = acceptance_cdf(sp.tau_code or sp.tau, sp.depth)
-            self._cdfs["prose"] = acceptance_cdf(sp.tau_prose or sp.tau, sp.depth)
-            for label, tau in sp.taus_by_source().items():
-                self._cdfs[SOURCE_PREFIX + label] = acceptance_cdf(tau, sp.depth)
+        self._cdfs: dict[str, np.ndarray] = class_cdfs(self.spec) if self.spec is not None else {}
         # energy / busy accounting per GPU: (time, energy_j, busy_s) at step boundaries
         self.energy_j = 0.0
         self._acct_t: float | None = None
@@ -327,8 +116,10 @@ class Engine:
         self._log_retracted = 0
         self.last_cost: StepCost | None = None
         self._aborted_now: list[SimRequest] = []
-        # vLLM's V1 scheduler (sched_vllm.py) when the deployment is served by vLLM; else SGLang's below
-        self.vllm: VllmScheduler | None = VllmScheduler(self) if s.engine == "vllm" else None
+        # vLLM's V1 scheduler when the deployment is served by vLLM; else SGLang's
+        self.scheduler: SglangScheduler | VllmScheduler = (
+            VllmScheduler(self) if s.engine == "vllm" else SglangScheduler(self)
+        )
 
     # -- submission -----------------------------------------------------------------------------
 
@@ -473,8 +264,6 @@ class Engine:
             self._aborted_now = []
         return out
 
-    # -- step planning --------------------------------------------------------------------------
-
     def _account_idle(self, t: float) -> None:
         if self._acct_t is None:
             self._acct_t = t
@@ -487,75 +276,9 @@ class Engine:
 
     def _start(self, t: float) -> None:
         self._account_idle(t)
-        if self.vllm is not None:
-            self.current = self.vllm.plan(t)
-            return
-        step = self._plan_prefill(t)
-        if step is None and self.running:
-            step = self._plan_decode(t)
-        self.current = step
+        self.current = self.scheduler.plan(t)
 
-    def _reserved_tokens(self) -> float:
-        ratio = self.new_token_ratio
-        total = 0.0
-        for r in self.running:
-            total += min(r.max_new_tokens - r.generated, CLIP_MAX_NEW_TOKENS) * ratio
-        return total
-
-    def _plan_prefill(self, t: float) -> Step | None:
-        if not self.waiting or len(self.running) >= self.max_running:
-            return None
-        budget = self.profile.server.chunked_prefill_size
-        if budget <= 0:
-            budget = 1 << 30
-        rem = self.pool_tokens - self.used_tokens - self._reserved_tokens()
-        batch: list[SimRequest] = []
-        chunks: list[int] = []
-        pairs = 0.0
-        hit_tokens = 0
-        slots = self.max_running - len(self.running)
-        cache = self.cache
-        while self.waiting and len(batch) < slots and budget > 0:
-            req = self.waiting[0]
-            if req.recompute_len + 1 > self.pool_tokens:
-                self.waiting.popleft()
-                self._abort_unfittable(req, t)
-                continue
-            path: list[Block] = []
-            moving = 0
-            if cache is not None and req.prefilled == 0 and req.block_hashes:
-                path = cache.match(req.block_hashes[: self._cacheable_blocks(req)])
-                moving = cache.block_tokens * sum(1 for b in path if b.ref == 0)
-            hit = len(path) * cache.block_tokens if cache is not None else 0
-            need_total = req.recompute_len - req.prefilled - hit
-            reserve = need_total + min(req.max_new_tokens - req.generated, CLIP_MAX_NEW_TOKENS)
-            if reserve + moving > rem and (batch or self.running):
-                break
-            chunk = min(need_total, budget)
-            self.waiting.popleft()
-            if path:
-                assert cache is not None
-                rem -= cache.lock(path)
-                req.locked = path
-                req.prefilled = hit
-            hit_tokens += hit
-            self._leave_queue(req, t, hit)
-            batch.append(req)
-            chunks.append(chunk)
-            pairs += chunk * (req.prefilled + chunk / 2.0)
-            budget -= chunk
-            rem -= reserve
-            # KV for the prompt is taken now
-            self._take(req, chunk)
-            if chunk < need_total:
-                break  # a chunked request ends the batch, as SGLang's single chunked request does
-        if not batch:
-            return None
-        n_tokens = sum(chunks)
-        cost = self.timing.prefill(n_tokens, pairs, len(batch) + len(self.waiting))
-        self.counters.prefill_steps += 1
-        self._log_prefill(len(batch), n_tokens, hit_tokens)
-        return Step("prefill", t, t + cost.duration_s, cost, batch, chunks)
+    # -- for the schedulers: leaving the queue, aborting, a request's KV and cached blocks ------
 
     def _leave_queue(self, req: SimRequest, t: float, hit: int) -> None:
         """First scheduling of ``req`` at ``t`` with ``hit`` prompt tokens from the prefix cache: its
@@ -568,56 +291,6 @@ class Engine:
             req.cached_tokens = hit
             self.counters.cached_tokens += hit
             self.counters.prefix_queries += req.prompt_tokens
-
-    def _plan_decode(self, t: float) -> Step | None:
-        need = len(self.running) * self.n_v
-        if self.free_tokens < need:
-            self._make_room(need)
-            if self.free_tokens < need:
-                self._retract(need, t)
-                if not self.running:
-                    return self._plan_prefill(t)
-                self._make_room(len(self.running) * self.n_v)
-        if self._log_t is None:
-            self._log_t = t
-            self._log_tokens = 0
-        ctx_sum = float(sum(r.prefilled for r in self.running))  # context incl. cached prefix
-        cost = self.timing.decode(len(self.running), ctx_sum)
-        self.counters.decode_steps += 1
-        return Step("decode", t, t + cost.duration_s, cost, list(self.running))
-
-    def _retract(self, need: int, t: float) -> None:
-        """Free KV by retracting requests until the next decode step fits (SGLang's policy)."""
-        order = sorted(self.running, key=lambda r: (r.generated, -r.prompt_tokens), reverse=True)
-        retracted: list[SimRequest] = []
-        while self.free_tokens + self.evictable_tokens < need and len(order) > 1:
-            req = order.pop()
-            self.running.remove(req)
-            self.counters.retracted_input_tokens += req.prompt_tokens
-            self.counters.retracted_output_tokens += req.generated
-            self._free(req)
-            req.prefilled = 0
-            req.state = WAITING
-            req.retractions += 1
-            retracted.append(req)
-            need = len(order) * self.n_v
-        if self.free_tokens + self.evictable_tokens < need and len(order) == 1:
-            req = order.pop()
-            self.running.remove(req)
-            self._abort_unfittable(req, t)
-        for req in reversed(retracted):
-            self.waiting.appendleft(req)
-        if retracted:
-            old = self.new_token_ratio
-            total_decoded = sum(r.generated for r in self.running)
-            total_max_new = sum(r.max_new_tokens for r in self.running) or 1
-            self.new_token_ratio = min(1.0, (total_decoded + RETRACT_DECODE_STEPS * len(self.running)) / total_max_new)
-            self.counters.retracted_reqs += len(retracted)
-            self._log_retracted += len(retracted)
-            self.log(
-                f"KV cache pool is full. Retract requests. #retracted_reqs: {len(retracted)}, "
-                f"#new_token_ratio: {old:.4f} -> {self.new_token_ratio:.4f}"
-            )
 
     def _abort_unfittable(self, req: SimRequest, t: float) -> None:
         self._free(req)
@@ -689,7 +362,6 @@ class Engine:
     # -- step completion ------------------------------------------------------------------------
 
     def _complete(self, step: Step) -> list[Emission]:
-        out: list[Emission] = []
         end = step.end_s
         cost = step.cost
         self.energy_j += cost.power_w * (end - step.start_s)
@@ -699,66 +371,7 @@ class Engine:
         while self.history and self.history[0][0] < end - 5.0 and len(self.history) > 2:
             self.history.popleft()
         self.last_cost = cost
-        if step.kind == "mixed":
-            assert self.vllm is not None
-            return self.vllm.complete(step)
-        if step.kind == "prefill":
-            for req, chunk in zip(step.reqs, step.chunks, strict=True):
-                if req.state == ABORTED:
-                    continue
-                req.prefilled += chunk
-                if req.prefilled < req.recompute_len:
-                    self.waiting.appendleft(req)  # chunked: continue next step
-                    continue
-                self._insert_prompt(req)
-                if req.prefill_only:
-                    self._finish_prefill_only(req, end)
-                    out.append(Emission(req, 0, True))
-                    continue
-                req.state = RUNNING
-                self.running.append(req)
-                out.append(self._commit(req, 1, end))
-        else:
-            n = len(step.reqs)
-            committed: list[int] | None = None
-            if self.spec is not None:
-                committed = self._draw(step.reqs)
-                self.counters.spec_cycles += n
-                self.counters.spec_draft_tokens += n * (self.n_v - 1)
-                self._log_cycles += n
-            gen_total = 0
-            itl = self.itl
-            for i, req in enumerate(step.reqs):
-                if req.state != RUNNING:
-                    continue
-                c = 1
-                if committed is not None:
-                    c = committed[i]
-                    req.verify_ct += 1
-                    self.counters.spec_accepted_tokens += c - 1
-                    self._log_committed += c
-                rem = req.target_tokens - req.generated
-                if c > rem:
-                    c = rem
-                req.generated += c
-                req.kv_tokens += c
-                req.prefilled += c
-                gen_total += c
-                if c > 0:
-                    itl.observe((end - req.last_token_s) / c, c)
-                req.last_token_s = end
-                if req.generated >= req.target_tokens:
-                    self._finish(req, end)
-                    out.append(Emission(req, c, True))
-                else:
-                    out.append(Emission(req, c, False))
-            self._private += gen_total
-            self.counters.generation_tokens += gen_total
-            self._log_tokens += gen_total
-            self.new_token_ratio = max(self.new_token_ratio - NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
-            if self.counters.decode_steps % self.profile.server.decode_log_interval == 0:
-                self._log_decode(end)
-        return out
+        return self.scheduler.complete(step)
 
     def _draw(self, reqs: list[SimRequest]) -> list[int]:
         """Tokens committed this cycle per request (accepted + 1), by the request's prompt source."""

@@ -137,131 +137,213 @@ def run_ramp(
     loads: list[float] = [float(c) for c in concurrencies] if closed else list(rates or [])  # type: ignore[union-attr]
     if not loads or (closed and rates):
         raise ValueError("give concurrencies or rates, not both")
-    engine = Engine(profile, seed=seed)
-    lengths = np.random.default_rng(seed)
-    gaps = np.random.default_rng(seed + 1)
-    turns = np.random.default_rng(seed + 2)
-    server = profile.server
-    block = engine.cache.block_tokens if engine.cache is not None else 0
-    n_blocks = input_tokens // block if block else 0
-    n_shared = min(n_blocks, (shared_prefix_tokens or 0) // block) if block else 0
-    period = warmup_s + window_s
-    n_steps = len(loads)
-    t_last = n_steps * period  # the last window's end: nothing is sent after it
-    t_end = t_last + drain_s
-    outs = [
-        PointResult(window_s=window_s, output_tokens=0, requests_done=0, energy_j=0.0, busy_s=0.0, retracted=0)
-        for _ in loads
-    ]
-    owner: dict[str, int] = {}  # request id -> the step whose window it was sent in
-    last_chunk: dict[str, float] = {}
-    marks: list[tuple[float, float, int] | None] = [None] * n_steps  # (energy, busy, retracted) at window start
-    ends: list[tuple[float, float, int] | None] = [None] * n_steps  # the same at window end
-    arrivals: list[tuple[float, int]] = []
-    active: set[int] = set()  # closed loop: users with a request in flight or about to send
-    step = -1
-    seq = 0
-    now = 0.0
+    ramp = _Ramp(
+        profile,
+        loads,
+        closed,
+        seed=seed,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        warmup_s=warmup_s,
+        window_s=window_s,
+        drain_s=drain_s,
+        client_gap_s=client_gap_s,
+        stagger_s=stagger_s,
+        source=source,
+        shared_prefix_tokens=shared_prefix_tokens,
+        natural_lengths=natural_lengths,
+        client_gaps_s=client_gaps_s,
+    )
+    ramp.run()
+    return ramp.results()
 
-    def step_at(t: float) -> int:
-        return min(n_steps - 1, int(t // period))
 
-    def in_window(t: float, k: int) -> bool:
-        return k * period + warmup_s <= t <= (k + 1) * period
+class _Ramp:
+    """One :func:`run_ramp` on the virtual clock: the engine, the users or arrivals that feed it,
+    and what each step's window measured. :meth:`run` moves the clock from event to event (an
+    engine step ending, a request due, a step starting) until the last window and its drain end;
+    :meth:`results` then closes each step's figures."""
 
-    def start_step(k: int) -> None:
-        t0 = k * period
-        if closed:
+    def __init__(
+        self,
+        profile: Profile,
+        loads: list[float],
+        closed: bool,
+        *,
+        seed: int,
+        input_tokens: int,
+        output_tokens: int,
+        warmup_s: float,
+        window_s: float,
+        drain_s: float,
+        client_gap_s: float,
+        stagger_s: float,
+        source: str,
+        shared_prefix_tokens: int | None,
+        natural_lengths: bool,
+        client_gaps_s: Sequence[float] | None,
+    ) -> None:
+        self.loads = loads
+        self.closed = closed
+        self.input_tokens = input_tokens
+        self.output_tokens = output_tokens
+        self.warmup_s = warmup_s
+        self.drain_s = drain_s
+        self.client_gap_s = client_gap_s
+        self.stagger_s = stagger_s
+        self.source = source
+        self.shared_prefix_tokens = shared_prefix_tokens
+        self.natural_lengths = natural_lengths
+        self.client_gaps_s = client_gaps_s
+        self.engine = engine = Engine(profile, seed=seed)
+        self.lengths = np.random.default_rng(seed)
+        self.gaps = np.random.default_rng(seed + 1)
+        self.turns = np.random.default_rng(seed + 2)
+        self.server = profile.server
+        self.block = block = engine.cache.block_tokens if engine.cache is not None else 0
+        self.n_blocks = input_tokens // block if block else 0
+        self.n_shared = min(self.n_blocks, (shared_prefix_tokens or 0) // block) if block else 0
+        self.period = period = warmup_s + window_s
+        self.n_steps = n_steps = len(loads)
+        self.t_last = n_steps * period  # the last window's end: nothing is sent after it
+        self.t_end = self.t_last + drain_s
+        self.outs = [
+            PointResult(window_s=window_s, output_tokens=0, requests_done=0, energy_j=0.0, busy_s=0.0, retracted=0)
+            for _ in loads
+        ]
+        self.owner: dict[str, int] = {}  # request id -> the step whose window it was sent in
+        self.last_chunk: dict[str, float] = {}
+        # (energy, busy, retracted) at each window's start, and the same at its end
+        self.marks: list[tuple[float, float, int] | None] = [None] * n_steps
+        self.ends: list[tuple[float, float, int] | None] = [None] * n_steps
+        self.arrivals: list[tuple[float, int]] = []
+        self.active: set[int] = set()  # closed loop: users with a request in flight or about to send
+        self.step = -1
+        self.seq = 0
+        self.now = 0.0
+
+    def _step_at(self, t: float) -> int:
+        return min(self.n_steps - 1, int(t // self.period))
+
+    def _in_window(self, t: float, k: int) -> bool:
+        return k * self.period + self.warmup_s <= t <= (k + 1) * self.period
+
+    def _start_step(self, k: int) -> None:
+        t0 = k * self.period
+        if self.closed:
             # the step's users not already active start now, stagger_s apart (ids >= the step's
             # concurrency retire when they would next send)
-            new = [i for i in range(int(loads[k])) if i not in active]
+            new = [i for i in range(int(self.loads[k])) if i not in self.active]
             for j, i in enumerate(new):
-                heapq.heappush(arrivals, (t0 + j * stagger_s, i))
-                active.add(i)
+                heapq.heappush(self.arrivals, (t0 + j * self.stagger_s, i))
+                self.active.add(i)
         else:
             # the open loop's next arrival at the new rate (a pending one of the old rate is dropped)
-            arrivals.clear()
-            if loads[k] > 0:
-                heapq.heappush(arrivals, (t0 + float(gaps.exponential(1.0 / loads[k])), 0))
+            self.arrivals.clear()
+            if self.loads[k] > 0:
+                heapq.heappush(self.arrivals, (t0 + float(self.gaps.exponential(1.0 / self.loads[k])), 0))
 
-    start_step(0)
-    step = 0
-    while True:
-        nxt = engine.next_event_s
-        t_arr = arrivals[0][0] if arrivals else None
-        t_step = (step + 1) * period if step + 1 < n_steps else None
-        candidates = [t for t in (nxt, t_arr, t_step) if t is not None]
-        if not candidates:
-            break
-        t_next = min(candidates)
-        for k in range(n_steps):  # close the windows this moment passes (the engine keeps ~5 s of history)
-            w1 = (k + 1) * period
-            if ends[k] is None and t_next >= w1:
-                ends[k] = (*engine.totals_at(w1), engine.counters.retracted_reqs)
-        if (
-            t_step is not None
-            and t_next == t_step
-            and (t_arr is None or t_step <= t_arr)
-            and (nxt is None or t_step <= nxt)
-        ):
-            step += 1
-            start_step(step)
-            continue
-        if t_arr is not None and (nxt is None or t_arr <= nxt):
-            now = t_arr
-            if now > t_end:
+    def run(self) -> None:
+        """Advance the clock to the next event, again and again, until nothing is left to do."""
+        engine = self.engine
+        arrivals = self.arrivals
+        n_steps, period = self.n_steps, self.period
+        self._start_step(0)
+        self.step = 0
+        while True:
+            nxt = engine.next_event_s
+            t_arr = arrivals[0][0] if arrivals else None
+            t_step = (self.step + 1) * period if self.step + 1 < n_steps else None
+            candidates = [t for t in (nxt, t_arr, t_step) if t is not None]
+            if not candidates:
                 break
-            while arrivals and arrivals[0][0] <= now:
-                at, user = heapq.heappop(arrivals)
-                if at > t_last:
-                    continue  # a ramp sends nothing after its last window; what was sent drains
-                k = step_at(at)
-                if closed and user >= int(loads[k]):
-                    active.discard(user)
-                    continue  # this step has fewer users: this one retires
-                target, reason = output_tokens, "length"
-                if natural_lengths:
-                    natural = natural_length(lengths, server.natural_len_median, server.natural_len_sigma)
-                    if natural < output_tokens:
-                        target, reason = natural, "stop"
-                req = SimRequest(
-                    rid=f"u{user}-{seq}",
-                    prompt_tokens=input_tokens,
-                    max_new_tokens=output_tokens,
-                    target_tokens=target,
-                    stop_reason=reason,
-                    source=source,
-                )
-                if shared_prefix_tokens is not None and block:
-                    # shared blocks are keys 1..n_shared; the request's own blocks are unique keys
-                    own = (seq + 1) << 24
-                    req.block_hashes = [i + 1 if i < n_shared else own + i for i in range(n_blocks)]
-                seq += 1
-                req.context = user
-                if in_window(now, k):
-                    owner[req.rid] = k
-                engine.submit(req, now)
-                if not closed:
-                    heapq.heappush(arrivals, (now + float(gaps.exponential(1.0 / loads[k])), 0))
-            if not engine.busy:
-                engine.advance(now)
-            continue
-        assert nxt is not None
-        now = nxt
-        if now > t_end or (now > t_last and not owner and drain_s > 0):
-            break  # past the last window, and every request sent in a window has ended
-        k = step_at(now)
-        if marks[k] is None and now >= k * period + warmup_s:
-            w0 = k * period + warmup_s
-            marks[k] = (engine.energy_at(w0), engine.totals_at(w0)[1], engine.counters.retracted_reqs)
+            t_next = min(candidates)
+            self._close_windows(t_next)
+            if (
+                t_step is not None
+                and t_next == t_step
+                and (t_arr is None or t_step <= t_arr)
+                and (nxt is None or t_step <= nxt)
+            ):
+                self.step += 1
+                self._start_step(self.step)
+                continue
+            if t_arr is not None and (nxt is None or t_arr <= nxt):
+                self.now = t_arr
+                if t_arr > self.t_end:
+                    break
+                self._send_due(t_arr)
+                if not engine.busy:
+                    engine.advance(t_arr)
+                continue
+            assert nxt is not None
+            self.now = nxt
+            if nxt > self.t_end or (nxt > self.t_last and not self.owner and self.drain_s > 0):
+                break  # past the last window, and every request sent in a window has ended
+            self._end_engine_step(nxt)
+
+    def _close_windows(self, t_next: float) -> None:
+        """Record the totals at the end of each window ``t_next`` passes (the engine keeps ~5 s of history)."""
+        for k in range(self.n_steps):
+            w1 = (k + 1) * self.period
+            if self.ends[k] is None and t_next >= w1:
+                self.ends[k] = (*self.engine.totals_at(w1), self.engine.counters.retracted_reqs)
+
+    def _send_due(self, now: float) -> None:
+        """Submit every request due at or before ``now`` (an open loop schedules its next arrival)."""
+        arrivals, loads, engine = self.arrivals, self.loads, self.engine
+        output_tokens = self.output_tokens
+        while arrivals and arrivals[0][0] <= now:
+            at, user = heapq.heappop(arrivals)
+            if at > self.t_last:
+                continue  # a ramp sends nothing after its last window; what was sent drains
+            k = self._step_at(at)
+            if self.closed and user >= int(loads[k]):
+                self.active.discard(user)
+                continue  # this step has fewer users: this one retires
+            target, reason = output_tokens, "length"
+            if self.natural_lengths:
+                server = self.server
+                natural = natural_length(self.lengths, server.natural_len_median, server.natural_len_sigma)
+                if natural < output_tokens:
+                    target, reason = natural, "stop"
+            req = SimRequest(
+                rid=f"u{user}-{self.seq}",
+                prompt_tokens=self.input_tokens,
+                max_new_tokens=output_tokens,
+                target_tokens=target,
+                stop_reason=reason,
+                source=self.source,
+            )
+            if self.shared_prefix_tokens is not None and self.block:
+                # shared blocks are keys 1..n_shared; the request's own blocks are unique keys
+                own = (self.seq + 1) << 24
+                n_shared = self.n_shared
+                req.block_hashes = [i + 1 if i < n_shared else own + i for i in range(self.n_blocks)]
+            self.seq += 1
+            req.context = user
+            if self._in_window(now, k):
+                self.owner[req.rid] = k
+            engine.submit(req, now)
+            if not self.closed:
+                heapq.heappush(arrivals, (now + float(self.gaps.exponential(1.0 / loads[k])), 0))
+
+    def _end_engine_step(self, now: float) -> None:
+        """The engine's step ends at ``now``: sample the server if in a window, record what it emitted."""
+        engine = self.engine
+        k = self._step_at(now)
+        w0 = k * self.period + self.warmup_s
+        if self.marks[k] is None and now >= w0:
+            self.marks[k] = (engine.energy_at(w0), engine.totals_at(w0)[1], engine.counters.retracted_reqs)
         emissions = engine.advance(now)
-        window = in_window(now, k)
-        out = outs[k]
+        window = self._in_window(now, k)
+        out = self.outs[k]
         if window:
             pool = engine.pool_tokens
             out.kv_usage.append(engine.used_tokens / pool if pool else 0.0)
             out.queued.append(len(engine.waiting))
             out.running.append(len(engine.running))
+        outs, owner, last_chunk = self.outs, self.owner, self.last_chunk
         for em in emissions:
             req = em.req
             if window:
@@ -288,21 +370,26 @@ def run_ramp(
                 sent.e2e_s.append(e2e)
                 if req.generated > 1:
                     sent.tpot_s.append((req.finish_s - req.first_token_s) / (req.generated - 1))
-            if closed:
-                gap = client_gaps_s[int(turns.integers(len(client_gaps_s)))] if client_gaps_s else client_gap_s
-                heapq.heappush(arrivals, (now + gap, int(req.context)))  # type: ignore[call-overload]
-    for k, out in enumerate(outs):
-        w0, w1 = k * period + warmup_s, (k + 1) * period
-        end = min(now, w1)
-        out.window_s = max(1e-9, end - w0)
-        e0, b0, r0 = marks[k] or (0.0, 0.0, engine.counters.retracted_reqs)
-        e1, b1, r1 = ends[k] or (*engine.totals_at(end), engine.counters.retracted_reqs)
-        if end > w0:
-            out.energy_j = e1 - e0
-            out.busy_s = b1 - b0
-        out.retracted = r1 - r0
-        open_k = sum(1 for v in owner.values() if v == k)
-        out.sent_in_window = len(out.ttft_s) + open_k
-        out.unfinished = open_k
-        out.cache_hit_rate = engine.counters.cached_tokens / max(1, engine.counters.prefix_queries)
-    return outs
+            if self.closed:
+                gaps_s = self.client_gaps_s
+                gap = gaps_s[int(self.turns.integers(len(gaps_s)))] if gaps_s else self.client_gap_s
+                heapq.heappush(self.arrivals, (now + gap, int(req.context)))  # type: ignore[call-overload]
+
+    def results(self) -> list[PointResult]:
+        """Each step's figures over its window (cut short where the run stopped inside it)."""
+        engine, now = self.engine, self.now
+        for k, out in enumerate(self.outs):
+            w0, w1 = k * self.period + self.warmup_s, (k + 1) * self.period
+            end = min(now, w1)
+            out.window_s = max(1e-9, end - w0)
+            e0, b0, r0 = self.marks[k] or (0.0, 0.0, engine.counters.retracted_reqs)
+            e1, b1, r1 = self.ends[k] or (*engine.totals_at(end), engine.counters.retracted_reqs)
+            if end > w0:
+                out.energy_j = e1 - e0
+                out.busy_s = b1 - b0
+            out.retracted = r1 - r0
+            open_k = sum(1 for v in self.owner.values() if v == k)
+            out.sent_in_window = len(out.ttft_s) + open_k
+            out.unfinished = open_k
+            out.cache_hit_rate = engine.counters.cached_tokens / max(1, engine.counters.prefix_queries)
+        return self.outs

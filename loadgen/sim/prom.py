@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import uuid
 
-from loadgen.sim.engine import Engine, Histogram
+from loadgen.sim.engine import Engine
+from loadgen.sim.stats import Histogram
 
 
 def _fmt(value: float) -> str:

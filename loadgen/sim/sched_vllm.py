@@ -1,4 +1,4 @@
-"""vLLM's V1 scheduler on the simulated engine (``server.engine = "vllm"``; SGLang's is engine.py's).
+"""vLLM's V1 scheduler on the simulated engine (``server.engine = "vllm"``; SGLang's is sched_sglang.py).
 
 Read in vLLM's source (``vllm/v1/core/sched/scheduler.py``, ``Scheduler.schedule`` and
 ``_preempt_request``; ``vllm/v1/core/kv_cache_manager.py``, ``allocate_slots``; the same rules in V1
@@ -21,7 +21,7 @@ from 0.8 to the 0.32 CPU build that ../shared/realserver serves):
   served, while budget is left and fewer than ``max_num_seqs`` (``max_running_requests``) run:
   a prefix-cache hit in whole blocks (never the last token), then a chunk of the rest, if its slots
   fit now. The first that does not fit ends admission. Nothing is reserved for the output tokens
-  a request will need later: that is why vLLM preempts where SGLang (engine.py) waits.
+  a request will need later: that is why vLLM preempts where SGLang (sched_sglang.py) waits.
 * A request whose computed tokens reach its prompt (plus its output so far, after a preemption)
   samples one token at the end of the step; a partial chunk samples none.
 

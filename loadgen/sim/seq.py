@@ -1,4 +1,5 @@
-"""A sequence inside the simulated engine, and what one step of it commits (engine.py, sched_vllm.py)."""
+"""A sequence inside the simulated engine, and what one step of it commits (engine.py and its schedulers,
+sched_sglang.py and sched_vllm.py)."""
 
 from __future__ import annotations
 

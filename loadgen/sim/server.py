@@ -44,8 +44,9 @@ from functools import partial
 
 import numpy as np
 
+from loadgen.sim.acceptance import request_source
 from loadgen.sim.bodies import error_body, models_body, server_info_body, sim_stats_body
-from loadgen.sim.engine import Engine, RejectError, SimRequest, natural_length, request_source
+from loadgen.sim.engine import Engine, RejectError, SimRequest, natural_length
 from loadgen.sim.http import Connection
 from loadgen.sim.logsink import LogSink
 from loadgen.sim.output_plan import (

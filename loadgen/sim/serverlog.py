@@ -21,12 +21,13 @@ from collections.abc import Callable
 
 from loadgen.sim.engine import Engine
 from loadgen.sim.logsink import LogSink
-from loadgen.sim.memory import FAIL_DEVICES, FAIL_GRAPHS, FAIL_KV_POOL, FAIL_WEIGHTS
+from loadgen.sim.memory import FAIL_DEVICES, FAIL_GRAPHS, FAIL_KV_POOL, FAIL_WEIGHTS, MemoryPlan
 from loadgen.sim.profile import Profile
 
 GRAPH_BS_LADDER = (1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 288, 320,
                    352, 384, 416, 448, 480, 512)  # fmt: skip
 CHILD_FAILED = "Received sigquit from a child process. It usually means the child failed."
+GIB = 2**30
 
 
 def say(log: LogSink, level: str, sglang: str, vllm: str | None = None) -> None:
@@ -48,12 +49,48 @@ async def start_up(
     """Log the start-up and call ``on_ready`` once the server would accept requests (after a further
     ``ready_delay_s``). False: it failed like the real server (its error lines written); the caller
     ends the process."""
-    p = profile
-    s = p.server
     plan = engine.plan
+    total_s = max(0.0, profile.server.startup_s)
+    _say_args(log, profile, host, port)
+    if plan.failure == FAIL_DEVICES:
+        say(
+            log,
+            "error",
+            "Scheduler hit an exception: RuntimeError: CUDA error: invalid device ordinal "
+            f"(tp_size={plan.tp}, pp_size={plan.pp}, {plan.gpus} GPU(s) visible)",
+            f"ValueError: World size ({plan.tp * plan.pp}) is larger than the number of available GPUs ({plan.gpus}) "
+            "in this node.",
+        )
+        return False
+    if not await _load_weights(log, profile, plan, total_s):
+        return False
+    if plan.failure == FAIL_KV_POOL:
+        say(
+            log,
+            "error",
+            "Scheduler hit an exception: RuntimeError: Not enough memory. Please try to increase "
+            f"--mem-fraction-static. Current value: mem_fraction_static={profile.server.mem_fraction_static}",
+            "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
+            "when initializing the engine.\nRuntimeError: Engine core initialization failed. See root cause "
+            "above. Failed core proc(s): {}",
+        )
+        return False
+    _say_kv_pool(log, profile, plan)
+    if not await _capture_graphs(log, profile, plan, total_s):
+        return False
+    _say_serving(log, profile, engine, host, port, total_s)
+    if ready_delay_s > 0:
+        await asyncio.sleep(ready_delay_s)
+    on_ready()
+    say(log, "info", "The server is fired up and ready to roll!", "Application startup complete.")
+    log.flush()
+    return True
+
+
+def _say_args(log: LogSink, p: Profile, host: str, port: int) -> None:
+    """The first line: the server's arguments (SGLang's ``server_args``, vLLM's non-default ones)."""
+    s = p.server
     name = p.model.served_name
-    total_s = max(0.0, s.startup_s)
-    gib = 2**30
     say(
         log,
         "info",
@@ -71,63 +108,57 @@ async def start_up(
         f"'tensor_parallel_size': {s.tp}, 'gpu_memory_utilization': {s.mem_fraction_static}, "
         f"'max_num_seqs': {p.max_running_requests}, 'max_model_len': {p.context_length}}}",
     )
-    failure = plan.failure
-    if failure == FAIL_DEVICES:
-        say(
-            log,
-            "error",
-            "Scheduler hit an exception: RuntimeError: CUDA error: invalid device ordinal "
-            f"(tp_size={plan.tp}, pp_size={plan.pp}, {plan.gpus} GPU(s) visible)",
-            f"ValueError: World size ({plan.tp * plan.pp}) is larger than the number of available GPUs ({plan.gpus}) "
-            "in this node.",
-        )
-        return False
-    avail = (plan.total_bytes - plan.runtime_bytes) / gib
+
+
+async def _load_weights(log: LogSink, p: Profile, plan: MemoryPlan, total_s: float) -> bool:
+    """Weight loading: 60 % of the start-up time. False: the weights do not fit (error logged)."""
+    name = p.model.served_name
+    avail = (plan.total_bytes - plan.runtime_bytes) / GIB
     say(log, "info", f"Load weight begin. avail mem={avail:.2f} GB", f"Starting to load model {name}...")
     await asyncio.sleep(total_s * 0.6)
     weights = plan.weight_bytes + plan.drafter_bytes
-    if failure == FAIL_WEIGHTS:
+    if plan.failure == FAIL_WEIGHTS:
         oom = (
             "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
-            f"{(weights - avail * gib) / gib + 1:.2f} GiB. GPU 0 has a total capacity of "
-            f"{plan.total_bytes / gib:.2f} GiB of which 0 bytes is free."
+            f"{(weights - avail * GIB) / GIB + 1:.2f} GiB. GPU 0 has a total capacity of "
+            f"{plan.total_bytes / GIB:.2f} GiB of which 0 bytes is free."
         )
         say(log, "error", f"Scheduler hit an exception: {oom}", f"{oom}\nRuntimeError: Engine core "
             "initialization failed. See root cause above. Failed core proc(s): {}")  # fmt: skip
         return False
-    avail -= weights / gib
+    avail -= weights / GIB
     say(
         log,
         "info",
         f"Load weight end. type=SimulatedForCausalLM, dtype=torch.bfloat16, "
-        f"avail mem={avail:.2f} GB, mem usage={weights / gib:.2f} GB.",
-        f"Model loading took {weights / gib:.4f} GiB and {total_s * 0.6:.6f} seconds",
+        f"avail mem={avail:.2f} GB, mem usage={weights / GIB:.2f} GB.",
+        f"Model loading took {weights / GIB:.4f} GiB and {total_s * 0.6:.6f} seconds",
     )
-    if failure == FAIL_KV_POOL:
-        say(
-            log,
-            "error",
-            "Scheduler hit an exception: RuntimeError: Not enough memory. Please try to increase "
-            f"--mem-fraction-static. Current value: mem_fraction_static={s.mem_fraction_static}",
-            "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
-            "when initializing the engine.\nRuntimeError: Engine core initialization failed. See root cause "
-            "above. Failed core proc(s): {}",
-        )
-        return False
+    return True
+
+
+def _say_kv_pool(log: LogSink, p: Profile, plan: MemoryPlan) -> None:
+    """The KV pool allocated: its size in tokens and bytes, and the memory left after it."""
     say(
         log,
         "info",
-        f"KV Cache is allocated. #tokens: {plan.kv_pool_tokens}, KV size: {plan.kv_pool_bytes / gib:.2f} GB",
+        f"KV Cache is allocated. #tokens: {plan.kv_pool_tokens}, KV size: {plan.kv_pool_bytes / GIB:.2f} GB",
         f"GPU KV cache size: {plan.kv_pool_tokens:,} tokens",
     )
     say(
         log,
         "info",
-        f"Memory pool end. avail mem={plan.headroom_bytes / gib:.2f} GB",
+        f"Memory pool end. avail mem={plan.headroom_bytes / GIB:.2f} GB",
         f"Maximum concurrency for {p.context_length:,} tokens per request: "
         f"{plan.kv_pool_tokens / p.context_length:.2f}x",
     )
-    avail = plan.headroom_bytes / gib
+
+
+async def _capture_graphs(log: LogSink, p: Profile, plan: MemoryPlan, total_s: float) -> bool:
+    """CUDA-graph capture: the other 40 % of the start-up time. False: the graphs do not fit in the
+    headroom after the KV pool (PyTorch's out-of-memory error logged, 30 % of the time in)."""
+    s = p.server
+    avail = plan.headroom_bytes / GIB
     max_bs = min(s.cuda_graph_max_bs, p.max_running_requests)
     ladder = [b for b in GRAPH_BS_LADDER if b <= max_bs]
     if not ladder or ladder[-1] != max_bs:
@@ -139,12 +170,12 @@ async def start_up(
         "Capturing CUDA graphs (mixed prefill-decode, PIECEWISE)",
     )
     say(log, "info", f"Capture cuda graph bs {ladder}", f"cudagraph sizes specified by model runner {ladder}")
-    if failure == FAIL_GRAPHS:
+    if plan.failure == FAIL_GRAPHS:
         await asyncio.sleep(total_s * 0.3)
-        tried, free = _failing_allocation(plan.graph_bytes / gib, avail, ladder)
+        tried, free = _failing_allocation(plan.graph_bytes / GIB, avail, ladder)
         oom = (
             f"CUDA out of memory. Tried to allocate {tried:.2f} GiB. GPU 0 has a total capacity of "
-            f"{plan.total_bytes / gib:.2f} GiB of which {free:.2f} GiB is free."
+            f"{plan.total_bytes / GIB:.2f} GiB of which {free:.2f} GiB is free."
         )
         say(
             log,
@@ -161,7 +192,7 @@ async def start_up(
         )
         return False
     await asyncio.sleep(total_s * 0.4)
-    graph_gb = plan.graph_bytes / gib
+    graph_gb = plan.graph_bytes / GIB
     say(
         log,
         "info",
@@ -169,13 +200,20 @@ async def start_up(
         f"avail mem={avail - graph_gb:.2f} GB.",
         f"Graph capturing finished in {total_s * 0.4:.0f} secs, took {graph_gb:.2f} GiB",
     )
+    return True
+
+
+def _say_serving(log: LogSink, p: Profile, engine: Engine, host: str, port: int, total_s: float) -> None:
+    """The engine's limits once initialised, and the HTTP server's address."""
+    s = p.server
+    left_gb = engine.plan.headroom_bytes / GIB - engine.plan.graph_bytes / GIB  # after the graphs
     say(
         log,
         "info",
         f"max_total_num_tokens={engine.pool_tokens}, chunked_prefill_size="
         f"{s.chunked_prefill_size}, max_prefill_tokens=16384, max_running_requests="
         f"{p.max_running_requests}, context_len={p.context_length}, "
-        f"available_gpu_mem={avail - graph_gb:.2f} GB",
+        f"available_gpu_mem={left_gb:.2f} GB",
         f"init engine (profile, create kv cache, warmup model) took {total_s:.2f} seconds",
     )
     say(
@@ -184,12 +222,6 @@ async def start_up(
         f"Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)",
         f"Starting vLLM API server 0 on http://{host}:{port}",
     )
-    if ready_delay_s > 0:
-        await asyncio.sleep(ready_delay_s)
-    on_ready()
-    say(log, "info", "The server is fired up and ready to roll!", "Application startup complete.")
-    log.flush()
-    return True
 
 
 class VllmStats:

@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 from loadgen.analysis.load import load_run
-from loadgen.sim.engine import Engine, acceptance_cdf
+from loadgen.sim.acceptance import acceptance_cdf
+from loadgen.sim.engine import Engine
 from loadgen.sim.profile import ProfileError, apply_overrides, load_profile
 from loadgen.twin.cli import calibrate_main
 from loadgen.twin.emit import apply_sets, profile_text
@@ -301,7 +302,7 @@ def test_twin_profile_round_trips_through_the_simulator_loader(tmp_path: Path) -
 
 def test_the_fixed_timing_prefill_has_a_floor() -> None:
     # a prefill step takes max(floor, ttft_ms + ttft_per_1k_ms * k / 1000): small batches sit on the floor
-    from loadgen.sim.engine import FixedStepModel
+    from loadgen.sim.fixed_timing import FixedStepModel
     from loadgen.sim.profile import FixedTiming
 
     model = FixedStepModel(FixedTiming(ttft_ms=2.0, ttft_per_1k_ms=4.0, ttft_floor_ms=6.0), real=None)  # type: ignore[arg-type]
@@ -350,7 +351,7 @@ def test_speculative_acceptance_is_fitted_from_the_steps_each_request_took(tmp_p
 def test_acceptance_per_workload_label_is_fitted_and_served_by_the_label_header(tmp_path: Path) -> None:
     # code prompts accept 5 tokens a step, prose 3: the twin fits each label's acceptance and its
     # simulator draws it for a request whose X-Loadgen-Source header names the label
-    from loadgen.sim.engine import SOURCE_PREFIX, request_source
+    from loadgen.sim.acceptance import SOURCE_PREFIX, request_source
     from loadgen.sim.profile import load_profile_file
 
     truth = Truth(tau=4.0, depth=6, label_taus=(("chat:x/code", 5.0), ("chat:x/prose", 3.0)))
@@ -472,6 +473,7 @@ def test_one_batch_above_the_floor_does_not_make_a_line() -> None:
 def test_a_run_against_vllm_gives_a_twin_that_schedules_as_vllm_in_its_blocks(tmp_path: Path) -> None:
     from loadgen.sim.engine import Engine
     from loadgen.sim.profile import load_profile_file
+    from loadgen.sim.sched_vllm import VllmScheduler
 
     run = synth_run(tmp_path / "run", Truth(max_running=8), [2, 4, 16], step_s=2.0)
     # the server samples telemetry writes from vLLM's /metrics (its cache_config_info read as the pool)
@@ -486,7 +488,7 @@ def test_a_run_against_vllm_gives_a_twin_that_schedules_as_vllm_in_its_blocks(tm
     path = tmp_path / "twin.toml"
     path.write_text(profile_text(result, name="twin", served_name="m"))
     engine = Engine(load_profile_file(path))
-    assert engine.vllm is not None and engine.pool_tokens == 1920
+    assert isinstance(engine.scheduler, VllmScheduler) and engine.pool_tokens == 1920
     assert engine.profile.server.prefix_block_tokens == 128 and engine.profile.server.chunked_prefill_size == 2048
 
 

@@ -7,7 +7,8 @@ import re
 import numpy as np
 import pytest
 
-from loadgen.sim.engine import ABORTED, FINISHED, Emission, Engine, RejectError, SimRequest, acceptance_cdf
+from loadgen.sim.acceptance import acceptance_cdf
+from loadgen.sim.engine import ABORTED, FINISHED, Emission, Engine, RejectError, SimRequest
 from loadgen.sim.profile import Profile, apply_overrides, load_profile
 
 # the scanner patterns of reference/telemetry-metrics-knee.md section 3.4 (SGLang's own wording)
