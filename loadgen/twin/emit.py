@@ -1,7 +1,7 @@
 """A :class:`~loadgen.twin.fit.TwinFit` written as a simulator profile (``twin.toml``) and a report.
 
 The twin is a normal profile (``loadgen sim --profile-file twin.toml``). Its step times use the
-simulator's fixed-timing model (``[timing]``, ``loadgen.sim.engine.FixedStepModel``), which is the
+simulator's fixed-timing model (``[timing]``, ``loadgen.sim.fixed_timing.FixedStepModel``), which is the
 fitted model with the KV-context term folded in at the run's context per request:
 
     decode step = itl_ms * (1 + itl_growth * (n - 1))      = a + b' * n,  b' = b + c * K/n
@@ -155,22 +155,17 @@ def timing_fields(result: TwinFit) -> dict[str, float | str]:
     }
 
 
-def profile_text(result: TwinFit, *, name: str, served_name: str) -> str:
-    """The twin as profile TOML, every value with its uncertainty and evidence as a comment."""
+def _memory_plan(result: TwinFit) -> tuple[int, float, float]:
+    """The notional GPU that leaves exactly the fitted KV pool: (pool tokens, HBM GB, weight bytes)."""
     pool = round(_get(result, "kv_pool_tokens", 10_000_000))
     hbm_gb = max(NOTIONAL_HBM_GB, math.ceil(pool * KV_CELL_BYTES / MEM_FRACTION / 1e9 * 1.2))
     static = MEM_FRACTION * hbm_gb * 1e9
     weight_bytes = static - (pool + 0.5) * KV_CELL_BYTES
-    depth = int(_get(result, "spec_depth", 0.0))
-    spec = depth > 0
-    tau = min(max(_get(result, "tokens_per_chunk", 1.0), 1.0), depth + 1 - 1e-3) if spec else 1.0
-    max_running = round(_get(result, "max_running_requests", 4096))
-    timing = timing_fields(result)
-    ctx = result.measured.get("ctx_per_request_tokens")
-    idle = _get(result, "idle_w", 40.0)
-    busy = _get(result, "busy_w", 200.0)
-    limit = max(_get(result, "power_limit_w", 0.0), busy, idle) or 300.0
-    prefix_on = _get(result, "prefix_cache", 1.0) >= 0.5
+    return pool, hbm_gb, weight_bytes
+
+
+def _preamble_lines(result: TwinFit, name: str, *, spec: bool) -> list[str]:
+    """The header comment, what could not be fitted, and the profile's top-level keys."""
     lines = [
         "# A digital twin calibrated by `loadgen calibrate` (docs/twin.md). Serve it with",
         f"#   loadgen sim --profile-file {name}.toml",
@@ -186,6 +181,16 @@ def profile_text(result: TwinFit, *, name: str, served_name: str) -> str:
         'model = "tiny"',
         f'spec = "{"tiny-spec" if spec else "none"}"',
         f"sources = {json.dumps([str(s) for s in result.measured.get('sources', [])])}",
+    ]
+    return lines
+
+
+def _hardware_lines(result: TwinFit, hbm_gb: float) -> list[str]:
+    """``[hardware_overrides]``: the notional GPU, its count and its power."""
+    idle = _get(result, "idle_w", 40.0)
+    busy = _get(result, "busy_w", 200.0)
+    limit = max(_get(result, "power_limit_w", 0.0), busy, idle) or 300.0
+    return [
         "",
         "[hardware_overrides]",
         "# a notional GPU: its memory plan leaves exactly the fitted KV pool (see model_overrides)",
@@ -195,6 +200,12 @@ def profile_text(result: TwinFit, *, name: str, served_name: str) -> str:
         "cuda_context_gb = 0.0",
         f"idle_w = {_toml_value(idle)}" + _comment(result, "idle_w"),
         f"power_limit_w = {_toml_value(limit)}" + _comment(result, "power_limit_w"),
+    ]
+
+
+def _model_lines(result: TwinFit, served_name: str, pool: int, weight_bytes: float) -> list[str]:
+    """``[model_overrides]``: the served name and the weights that leave the KV pool of ``pool`` tokens."""
+    return [
         "",
         "[model_overrides]",
         f"served_name = {_toml_value(served_name)}",
@@ -205,27 +216,37 @@ def profile_text(result: TwinFit, *, name: str, served_name: str) -> str:
         f"streamed_dense_bytes = {_toml_value(weight_bytes)}",
         f"context_length = {DEFAULT_CONTEXT}  # ASSUMED: a run directory does not record the server's context length",
     ]
-    if spec:
-        lines += [
-            "",
-            "[spec_overrides]",
-            'algorithm = "chain"',
-            f"depth = {depth}" + _comment(result, "spec_depth"),
-            f"num_draft_tokens = {depth + 1}  # ASSUMED: verify width = depth + 1 (sets KV per step only)",
-            f"tau = {_toml_value(tau)}" + _comment(result, "tokens_per_chunk", "tokens_per_chunk_per_request"),
-            "tau_code = 0.0",
-            "tau_prose = 0.0",
-            "# acceptance per workload label (the X-Loadgen-Source header the load generator sends)",
-            f"tau_by_source = {_toml_value(tau_by_source_text(result, depth))}"
-            + _comment(result, *sorted(k for k in result.params if k.startswith(LABEL_TAU_PREFIX))),
-            "beta = 1.0",
-            "drafter_ms = 0.0  # the fitted step time includes drafting",
-            "drafter_bytes = 0.0",
-            "drafter_kv_bytes_per_token = 0",
-            "draft_block_tokens = 0",
-            "target_hidden_layers = 0",
-        ]
-    lines += [
+
+
+def _spec_lines(result: TwinFit, depth: int) -> list[str]:
+    """``[spec_overrides]`` for speculative decoding ``depth`` tokens deep: the fitted acceptance."""
+    tau = min(max(_get(result, "tokens_per_chunk", 1.0), 1.0), depth + 1 - 1e-3)
+    return [
+        "",
+        "[spec_overrides]",
+        'algorithm = "chain"',
+        f"depth = {depth}" + _comment(result, "spec_depth"),
+        f"num_draft_tokens = {depth + 1}  # ASSUMED: verify width = depth + 1 (sets KV per step only)",
+        f"tau = {_toml_value(tau)}" + _comment(result, "tokens_per_chunk", "tokens_per_chunk_per_request"),
+        "tau_code = 0.0",
+        "tau_prose = 0.0",
+        "# acceptance per workload label (the X-Loadgen-Source header the load generator sends)",
+        f"tau_by_source = {_toml_value(tau_by_source_text(result, depth))}"
+        + _comment(result, *sorted(k for k in result.params if k.startswith(LABEL_TAU_PREFIX))),
+        "beta = 1.0",
+        "drafter_ms = 0.0  # the fitted step time includes drafting",
+        "drafter_bytes = 0.0",
+        "drafter_kv_bytes_per_token = 0",
+        "draft_block_tokens = 0",
+        "target_hidden_layers = 0",
+    ]
+
+
+def _server_lines(result: TwinFit) -> list[str]:
+    """``[server]``: the scheduler, its limits, output lengths and the prefix cache."""
+    max_running = round(_get(result, "max_running_requests", 4096))
+    prefix_on = _get(result, "prefix_cache", 1.0) >= 0.5
+    return [
         "",
         "[server]",
         "tp = 1",
@@ -248,6 +269,15 @@ def profile_text(result: TwinFit, *, name: str, served_name: str) -> str:
         f"disable_radix_cache = {_toml_value(not prefix_on)}" + _comment(result, "prefix_cache"),
         f"prefix_block_tokens = {int(_get(result, 'prefix_block_tokens', 64))}"
         + _comment(result, "prefix_block_tokens"),
+    ]
+
+
+def _timing_lines(result: TwinFit) -> list[str]:
+    """``[timing]``: the fitted step model (:func:`timing_fields`), ending with the file's last newline."""
+    timing = timing_fields(result)
+    ctx = result.measured.get("ctx_per_request_tokens")
+    busy = _get(result, "busy_w", 200.0)
+    return [
         "",
         "[timing]",
         "# decode step = itl_ms * (1 + itl_growth * (running - 1)) + decode_ms_per_1k_ctx * K/1000: the fitted",
@@ -273,6 +303,19 @@ def profile_text(result: TwinFit, *, name: str, served_name: str) -> str:
         "beside the decodes of their step",
         "",
     ]
+
+
+def profile_text(result: TwinFit, *, name: str, served_name: str) -> str:
+    """The twin as profile TOML, every value with its uncertainty and evidence as a comment."""
+    depth = int(_get(result, "spec_depth", 0.0))
+    pool, hbm_gb, weight_bytes = _memory_plan(result)
+    lines = _preamble_lines(result, name, spec=depth > 0)
+    lines += _hardware_lines(result, hbm_gb)
+    lines += _model_lines(result, served_name, pool, weight_bytes)
+    if depth > 0:
+        lines += _spec_lines(result, depth)
+    lines += _server_lines(result)
+    lines += _timing_lines(result)
     return "\n".join(lines)
 
 

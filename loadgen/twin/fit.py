@@ -68,7 +68,7 @@ class TwinFit:
     params: dict[str, Param]
     cannot_fit: list[str] = field(default_factory=list)
     measured: dict[str, Any] = field(default_factory=dict)  # the range the fit saw (what-if distances)
-    # the simulator's scheduler the twin runs (sim/engine.py SGLang's, sim/sched_vllm.py vLLM's) and why
+    # the simulator's scheduler the twin runs (sim/sched_sglang.py SGLang's, sim/sched_vllm.py vLLM's) and why
     engine: str = "sglang"
     engine_evidence: str = "assumed: the run exported no server metrics that name an engine"
 

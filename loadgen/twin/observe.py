@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from loadgen.analysis.columns import Requests
 from loadgen.analysis.load import MISSING, Run
 from loadgen.analysis.steps import ok_mask
 
@@ -116,17 +117,40 @@ def _burst_starts(t_sorted: I64, sep: int = CLUSTER_NS) -> I64:
     return np.maximum.accumulate(np.where(new, np.arange(len(t_sorted)), 0))
 
 
-def _one_run(run: Run) -> dict[str, Any]:
-    server = [s for s in run.samples if s.get("src") == "server"]
-    engines = [str(s["engine"]) for s in server if s.get("engine") in ("sglang", "vllm")]
-    engine = max(set(engines), key=engines.count) if engines else None
-    req = run.requests
-    n = len(req.sent_ns)
-    counts = np.diff(req.chunk_start)
-    ok = ok_mask(req) if n else np.zeros(0, dtype=bool)
-    has_first = (req.first_chunk_ns != MISSING) & (counts > 0) & (req.sent_ns != MISSING)
-    rows = np.flatnonzero(has_first)
-    # every chunk of every record that streamed something (failed ones occupied the batch too)
+@dataclass(frozen=True)
+class _Chunks:
+    """Every chunk of every record that streamed something (failed ones occupied the batch too),
+    flattened in record order, with the sorted views that say who was decoding at a given time."""
+
+    rows: I64  # the records that streamed (indices into run.requests)
+    rec: I64  # per chunk: its record, as an index into rows
+    t: I64  # per chunk: arrival time (ns)
+    tok: F64  # per chunk: tokens it carried
+    pos: I64  # per chunk: its index within its record
+    last_pos: I64  # per chunk: the index of its record's last chunk
+    prompt: F64  # per row: prompt tokens (0 where unknown)
+    order_first: I64  # rows by first-chunk time
+    f_sorted: I64  # first-chunk times, sorted
+    l_sorted: I64  # last-chunk times, sorted
+    t_sorted: I64  # every chunk's time, sorted
+    cum_prompt_f: F64  # prompt tokens of the rows by first-chunk order, cumulated (leading 0)
+    cum_prompt_l: F64  # the same by last-chunk order
+    cum_out_l: F64  # tokens received per row by last-chunk order, cumulated
+    cum_tok: F64  # tokens of every chunk in time order, cumulated
+
+    def batch_ctx(self, x: I64) -> tuple[F64, F64]:
+        """At each time in ``x`` (ns): the requests in their decode phase (first chunk at or before,
+        last chunk at or after) and the tokens they hold in KV (prompt plus output so far)."""
+        a = np.searchsorted(self.f_sorted, x, side="right")
+        b = np.searchsorted(self.l_sorted, x, side="left")  # last < x: left the batch
+        nb = (a - b).astype(np.float64)
+        received = self.cum_tok[np.searchsorted(self.t_sorted, x, side="right")]
+        ctx = (self.cum_prompt_f[a] - self.cum_prompt_l[b]) + (received - self.cum_out_l[b])
+        return nb, ctx
+
+
+def _chunks(req: Requests, rows: I64, counts: I64) -> _Chunks:
+    """The chunks of the records ``rows`` (``counts``: chunks per record, all records)."""
     sel_counts = counts[rows]
     starts = req.chunk_start[rows]
     idx = np.repeat(starts, sel_counts) + (
@@ -140,72 +164,91 @@ def _one_run(run: Run) -> dict[str, Any]:
     first_t = t[pos == 0]
     last_t = t[pos == last_pos]
     prompt = np.where(req.prompt_tokens[rows] >= 0, req.prompt_tokens[rows], 0).astype(np.float64)
-    # decode-phase membership at time x: first <= x and last >= x
     order_first = np.argsort(first_t, kind="stable")
     order_last = np.argsort(last_t, kind="stable")
-    f_sorted, l_sorted = first_t[order_first], last_t[order_last]
-    cum_prompt_f = np.concatenate(([0.0], np.cumsum(prompt[order_first])))
-    cum_prompt_l = np.concatenate(([0.0], np.cumsum(prompt[order_last])))
     rec_tokens = np.bincount(rec, weights=tok, minlength=len(rows))
-    cum_out_l = np.concatenate(([0.0], np.cumsum(rec_tokens[order_last])))
     t_order = np.argsort(t, kind="stable")
-    t_sorted = t[t_order]
-    cum_tok = np.concatenate(([0.0], np.cumsum(tok[t_order])))
+    return _Chunks(
+        rows=rows,
+        rec=rec,
+        t=t,
+        tok=tok,
+        pos=pos,
+        last_pos=last_pos,
+        prompt=prompt,
+        order_first=order_first,
+        f_sorted=first_t[order_first],
+        l_sorted=last_t[order_last],
+        t_sorted=t[t_order],
+        cum_prompt_f=np.concatenate(([0.0], np.cumsum(prompt[order_first]))),
+        cum_prompt_l=np.concatenate(([0.0], np.cumsum(prompt[order_last]))),
+        cum_out_l=np.concatenate(([0.0], np.cumsum(rec_tokens[order_last]))),
+        cum_tok=np.concatenate(([0.0], np.cumsum(tok[t_order]))),
+    )
 
-    def batch_ctx(x: I64) -> tuple[F64, F64]:
-        a = np.searchsorted(f_sorted, x, side="right")
-        b = np.searchsorted(l_sorted, x, side="left")  # last < x: left the batch
-        nb = (a - b).astype(np.float64)
-        ctx = (cum_prompt_f[a] - cum_prompt_l[b]) + (cum_tok[np.searchsorted(t_sorted, x, side="right")] - cum_out_l[b])
-        return nb, ctx
 
-    later = pos > 0
-    g_end = t[later]
-    g_start = t[np.flatnonzero(later) - 1]
+def _decode_gaps(ch: _Chunks, step: I64) -> tuple[dict[str, Any], float]:
+    """The clean decode gaps (module docstring) with their batch, context and step (``step``: each
+    record's step), the tokens per chunk, and half the median clean gap (ns; 0 if none)."""
+    later = ch.pos > 0
+    g_end = ch.t[later]
+    g_start = ch.t[np.flatnonzero(later) - 1]
     mid = (g_start + g_end) // 2
-    nb, ctx = batch_ctx(mid)
-    inside = np.searchsorted(f_sorted, g_end - EDGE_NS, side="left") - np.searchsorted(
-        f_sorted, g_start + EDGE_NS, side="right"
+    nb, ctx = ch.batch_ctx(mid)
+    inside = np.searchsorted(ch.f_sorted, g_end - EDGE_NS, side="left") - np.searchsorted(
+        ch.f_sorted, g_start + EDGE_NS, side="right"
     )
     clean = inside <= 0
-    step_of_gap = req.step[rows][rec[later]]
-    not_last = pos[later] < last_pos[later]
+    step_of_gap = step[ch.rows][ch.rec[later]]
+    not_last = ch.pos[later] < ch.last_pos[later]
     clean_gaps = (g_end - g_start)[clean]
     half_step = float(np.median(clean_gaps)) / 2.0 if len(clean_gaps) else 0.0
-    # vLLM sends a step's tokens, first ones included, from its API server one stream after another,
-    # slower than CLUSTER_NS apart on a busy host: its steps are told apart at half a decode step
-    sep = max(CLUSTER_NS, int(half_step)) if engine == "vllm" else CLUSTER_NS
-    # prefill events
-    if len(f_sorted):
-        split = np.flatnonzero(np.diff(f_sorted) > sep) + 1
-        c_start = np.concatenate(([0], split))
-        c_end = np.concatenate((split, [len(f_sorted)]))
-        c_t = f_sorted[c_start]
-        prev = np.searchsorted(t_sorted, c_t - sep, side="left") - 1
-        # the step before ended when the first chunk of its burst arrived: a server sends a step's
-        # chunks one stream after another while its next step runs. A burst longer than half a
-        # decode step is arrivals of several steps run together (a client that read late): the
-        # last arrival stands then.
-        last_t = t_sorted[np.maximum(prev, 0)]
-        first_t_burst = t_sorted[_burst_starts(t_sorted, sep)][np.maximum(prev, 0)]
-        step_end = np.where(last_t - first_t_burst <= half_step, first_t_burst, last_t)
-        prev_t = np.where(prev >= 0, step_end, np.iinfo(np.int64).min)
-        sent_sorted = req.sent_ns[rows][order_first]
-        cached = np.where(req.cached_tokens[rows] >= 0, req.cached_tokens[rows], 0).astype(np.float64)
-        new_tokens = np.maximum(prompt - cached, 0.0)[order_first]
-        cum_new = np.concatenate(([0.0], np.cumsum(new_tokens)))
-        max_sent = np.maximum.reduceat(sent_sorted, c_start)
-        begin = np.maximum(prev_t, max_sent)
-        p_s = (c_t - begin) / 1e9
-        p_reqs = c_end - c_start
-        p_tok = cum_new[c_end] - cum_new[c_start]
-        good = (p_s > 0) & (prompt[order_first][c_start] > 0)
-        p_s, p_reqs, p_tok = p_s[good], p_reqs[good], p_tok[good]
-    else:
-        p_s = np.zeros(0)
-        p_reqs = np.zeros(0, dtype=np.int64)
-        p_tok = np.zeros(0)
-    # per successful streamed request
+    gaps = {
+        "gap_s": (g_end - g_start)[clean] / 1e9,
+        "gap_batch": nb[clean],
+        "gap_ctx_tokens": ctx[clean],
+        "gap_step": step_of_gap[clean],
+        "chunk_tokens": ch.tok[later][not_last],
+        "chunk_batch": nb[not_last],
+    }
+    return gaps, half_step
+
+
+def _prefill_events(ch: _Chunks, req: Requests, sep: int, half_step: float) -> dict[str, Any]:
+    """The prefill steps (module docstring): first chunks no more than ``sep`` ns apart are one
+    step; its time (s), requests and uncached prompt tokens."""
+    f_sorted, t_sorted = ch.f_sorted, ch.t_sorted
+    if not len(f_sorted):
+        return {"prefill_s": np.zeros(0), "prefill_reqs": np.zeros(0, dtype=np.int64), "prefill_tokens": np.zeros(0)}
+    split = np.flatnonzero(np.diff(f_sorted) > sep) + 1
+    c_start = np.concatenate(([0], split))
+    c_end = np.concatenate((split, [len(f_sorted)]))
+    c_t = f_sorted[c_start]
+    prev = np.searchsorted(t_sorted, c_t - sep, side="left") - 1
+    # the step before ended when the first chunk of its burst arrived: a server sends a step's
+    # chunks one stream after another while its next step runs. A burst longer than half a
+    # decode step is arrivals of several steps run together (a client that read late): the
+    # last arrival stands then.
+    last_t = t_sorted[np.maximum(prev, 0)]
+    first_t_burst = t_sorted[_burst_starts(t_sorted, sep)][np.maximum(prev, 0)]
+    step_end = np.where(last_t - first_t_burst <= half_step, first_t_burst, last_t)
+    prev_t = np.where(prev >= 0, step_end, np.iinfo(np.int64).min)
+    sent_sorted = req.sent_ns[ch.rows][ch.order_first]
+    cached = np.where(req.cached_tokens[ch.rows] >= 0, req.cached_tokens[ch.rows], 0).astype(np.float64)
+    new_tokens = np.maximum(ch.prompt - cached, 0.0)[ch.order_first]
+    cum_new = np.concatenate(([0.0], np.cumsum(new_tokens)))
+    max_sent = np.maximum.reduceat(sent_sorted, c_start)
+    begin = np.maximum(prev_t, max_sent)
+    p_s = (c_t - begin) / 1e9
+    p_reqs = c_end - c_start
+    p_tok = cum_new[c_end] - cum_new[c_start]
+    good = (p_s > 0) & (ch.prompt[ch.order_first][c_start] > 0)
+    return {"prefill_s": p_s[good], "prefill_reqs": p_reqs[good].astype(np.int64), "prefill_tokens": p_tok[good]}
+
+
+def _request_columns(req: Requests, ok: BArr, has_first: BArr, counts: I64) -> dict[str, Any]:
+    """Per successful request: TTFT (s; streamed ones only), tokens, chunks, how it finished and its
+    workload label."""
     streamed_ok = np.flatnonzero(ok & has_first)
     ttft = (req.first_chunk_ns[streamed_ok] - req.intended_ns[streamed_ok]) / 1e9
     okr = np.flatnonzero(ok)
@@ -214,11 +257,37 @@ def _one_run(run: Run) -> dict[str, Any]:
     cached_col[req.cached_tokens[okr] < 0] = np.nan
     out_tok = req.output_tokens[okr].astype(np.float64)
     out_tok[req.output_tokens[okr] < 0] = np.nan
-    # server samples
-    kv_cap = [float(s["kv_capacity_tokens"]) for s in server if isinstance(s.get("kv_capacity_tokens"), (int, float))]
+    return {
+        "ttft_s": ttft,
+        "prompt_tokens": req.prompt_tokens[okr].astype(np.float64),
+        "cached_tokens": cached_col,
+        "output_tokens": out_tok,
+        "output_chunks": counts[okr].astype(np.float64),
+        "finished_stop": np.array([f == "stop" for f in fr], dtype=bool),
+        "max_tokens": req.max_tokens[okr].astype(np.float64),
+        "source": np.array([v or "" for v in req.source.values(okr)], dtype=object),
+    }
+
+
+def _server_engine(server: list[dict[str, Any]]) -> str | None:
+    """The engine most of the server's /metrics samples name (sglang, vllm); None if none does."""
+    engines = [str(s["engine"]) for s in server if s.get("engine") in ("sglang", "vllm")]
+    return max(set(engines), key=engines.count) if engines else None
+
+
+def _numeric_values(samples: list[dict[str, Any]], key: str) -> list[float]:
+    """``key`` of every sample that has it as a number."""
+    return [float(s[key]) for s in samples if isinstance(s.get(key), (int, float))]
+
+
+def _server_facts(server: list[dict[str, Any]], ch: _Chunks) -> dict[str, Any]:
+    """What the server's /metrics samples say: KV capacity and block size, the tokens in KV per unit
+    of reported usage (context from ``ch`` at each sample), the running high mark and whether
+    requests queued there with KV to spare, and the preemptions during the run."""
+    kv_cap = _numeric_values(server, "kv_capacity_tokens")
     kv_ratio: list[float] = []
     blocks = [int(s["kv_block_tokens"]) for s in server if isinstance(s.get("kv_block_tokens"), int)]
-    running = [float(s["running"]) for s in server if isinstance(s.get("running"), (int, float))]
+    running = _numeric_values(server, "running")
     run_max = max(running) if running else None
     queued_at_max = any(
         isinstance(s.get("queued"), (int, float))
@@ -232,17 +301,34 @@ def _one_run(run: Run) -> dict[str, Any]:
     if usage:
         ts = np.array([u[0] for u in usage], dtype=np.int64)
         frac = np.array([u[1] for u in usage])
-        _, ctx_at = batch_ctx(ts)
+        _, ctx_at = ch.batch_ctx(ts)
         keep = frac > 0.01
         kv_ratio = (ctx_at[keep] / frac[keep]).tolist()
-    pre = [float(s["preemptions_total"]) for s in server if isinstance(s.get("preemptions_total"), (int, float))]
+    pre = _numeric_values(server, "preemptions_total")
+    return {
+        "kv_capacity_tokens": max(kv_cap) if kv_cap else None,
+        "kv_block_tokens": max(blocks) if blocks else None,
+        "kv_ratio": np.array(kv_ratio),
+        "running_max": run_max,
+        "queued_while_running_max": queued_at_max,
+        "preemptions": (max(pre) - min(pre)) if pre else None,
+    }
+
+
+def _logged_max_running(events: list[dict[str, Any]]) -> int | None:
+    """The last ``max_running_requests=N`` the server's log printed, or None."""
     logged: int | None = None
-    for ev in run.events:
+    for ev in events:
         m = _CAPACITY.search(str(ev.get("line", "")))
         if m:
             logged = int(m.group(1))
-    # GPU power
-    gpu = [s for s in run.samples if s.get("src") == "gpu" and isinstance(s.get("power_w"), (int, float))]
+    return logged
+
+
+def _gpu_power(samples: list[dict[str, Any]], req: Requests) -> dict[str, Any]:
+    """GPU power samples (W, per GPU) with whether any request was in flight then (1.0 or 0.0), the
+    number of GPUs and their highest power limit."""
+    gpu = [s for s in samples if s.get("src") == "gpu" and isinstance(s.get("power_w"), (int, float))]
     p_w = np.array([float(s["power_w"]) for s in gpu])
     if gpu:
         gt = np.array([int(s["t_ns"]) for s in gpu], dtype=np.int64)
@@ -252,41 +338,42 @@ def _one_run(run: Run) -> dict[str, Any]:
         p_busy = (inflight > 0).astype(np.float64)
     else:
         p_busy = np.zeros(0)
-    limits = [float(s["power_limit_w"]) for s in gpu if isinstance(s.get("power_limit_w"), (int, float))]
+    limits = _numeric_values(gpu, "power_limit_w")
     return {
-        "gap_s": (g_end - g_start)[clean] / 1e9,
-        "gap_batch": nb[clean],
-        "gap_ctx_tokens": ctx[clean],
-        "gap_step": step_of_gap[clean],
-        "chunk_tokens": tok[later][not_last],
-        "chunk_batch": nb[not_last],
-        "prefill_s": p_s,
-        "prefill_reqs": p_reqs.astype(np.int64),
-        "prefill_tokens": p_tok,
-        "ttft_s": ttft,
-        "prompt_tokens": req.prompt_tokens[okr].astype(np.float64),
-        "cached_tokens": cached_col,
-        "output_tokens": out_tok,
-        "output_chunks": counts[okr].astype(np.float64),
-        "finished_stop": np.array([f == "stop" for f in fr], dtype=bool),
-        "max_tokens": req.max_tokens[okr].astype(np.float64),
-        "source": np.array([v or "" for v in req.source.values(okr)], dtype=object),
-        "steps": [StepInfo(s.step, s.concurrency, s.rate, s.context_tokens, s.steady_ns, s.end_ns) for s in run.steps],
-        "records": n,
-        "ok_records": int(ok.sum()),
-        "streamed_records": len(rows),
-        "kv_capacity_tokens": max(kv_cap) if kv_cap else None,
-        "kv_block_tokens": max(blocks) if blocks else None,
-        "engine": engine,
-        "kv_ratio": np.array(kv_ratio),
-        "running_max": run_max,
-        "queued_while_running_max": queued_at_max,
-        "preemptions": (max(pre) - min(pre)) if pre else None,
-        "logged_max_running": logged,
         "power_w": p_w,
         "power_busy": p_busy,
         "gpus": len({s.get("gpu") for s in gpu}),
         "power_limit_w": max(limits) if limits else None,
+    }
+
+
+def _one_run(run: Run) -> dict[str, Any]:
+    """One run's observations, keyed by :class:`Observations` field (``gap_step``: each gap's step
+    number, before ``observe`` labels them)."""
+    server = [s for s in run.samples if s.get("src") == "server"]
+    engine = _server_engine(server)
+    req = run.requests
+    n = len(req.sent_ns)
+    counts = np.diff(req.chunk_start)
+    ok = ok_mask(req) if n else np.zeros(0, dtype=bool)
+    has_first = (req.first_chunk_ns != MISSING) & (counts > 0) & (req.sent_ns != MISSING)
+    ch = _chunks(req, np.flatnonzero(has_first), counts)
+    gaps, half_step = _decode_gaps(ch, req.step)
+    # vLLM sends a step's tokens, first ones included, from its API server one stream after another,
+    # slower than CLUSTER_NS apart on a busy host: its steps are told apart at half a decode step
+    sep = max(CLUSTER_NS, int(half_step)) if engine == "vllm" else CLUSTER_NS
+    return {
+        **gaps,
+        **_prefill_events(ch, req, sep, half_step),
+        **_request_columns(req, ok, has_first, counts),
+        "steps": [StepInfo(s.step, s.concurrency, s.rate, s.context_tokens, s.steady_ns, s.end_ns) for s in run.steps],
+        "records": n,
+        "ok_records": int(ok.sum()),
+        "streamed_records": len(ch.rows),
+        "engine": engine,
+        **_server_facts(server, ch),
+        "logged_max_running": _logged_max_running(run.events),
+        **_gpu_power(run.samples, req),
     }
 
 
