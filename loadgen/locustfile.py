@@ -429,6 +429,68 @@ def _is_worker(env: Environment) -> bool:
     return isinstance(env.runner, WorkerRunner)
 
 
+def _install_web_ui(env: Environment, opts: Namespace, metrics: Any) -> None:
+    """The LLM tab, its login (required beyond loopback), and the two hooks on Locust's own routes:
+    Stop ends the test now; Start chooses, per press, between the form's ramp and a user count."""
+    from flask import jsonify, request
+
+    from loadgen.webui.auth import credentials, exposure_warning, install_login
+    from loadgen.webui.blueprint import install
+
+    assert env.web_ui is not None and env.web_ui.app is not None
+    app = env.web_ui.app
+    web_login = bool(getattr(opts, "web_login", False))
+    warning = exposure_warning(getattr(opts, "web_host", None), int(getattr(opts, "web_port", 8089)), web_login)
+    if warning and not web_login:
+        # beyond loopback the UI can start load against the target: never without a login
+        sys.exit(f"error: {warning}")
+    if warning:
+        log.warning("%s", warning)
+    if web_login:
+        try:
+            install_login(env.web_ui, *credentials())
+        except ValueError as exc:
+            sys.exit(f"error: {exc}")
+    install(env, _current_dir, metrics, running=_running_dir)
+
+    @app.before_request
+    def _stop_now() -> None:
+        # Locust's Stop button: the user ends the test now, as Ctrl-C ends loadgen ramp (the calls in
+        # flight are recorded as cancelled, counted apart from failures); the end of a ramp drains
+        if request.path.rstrip("/").endswith("/stop") and request.method == "POST":
+            env.stop_timeout = 0.0
+
+    @app.before_request
+    def _choose_shape() -> Any:
+        # the form's --lg-steps decides, per Start, between the ramp and Locust's user count
+        if request.path.rstrip("/").endswith("/swarm") and request.method == "POST":
+            from locust.runners import STATE_RUNNING, STATE_SPAWNING
+
+            running = env.runner is not None and env.runner.state in (STATE_RUNNING, STATE_SPAWNING)
+            try:
+                form_opts = _form_options(env, request.form)
+                validate(form_opts)
+                if running and (isinstance(env.shape_class, UIRampShape) or wants_ramp(form_opts)):
+                    # an edit while a test runs: a ramp's steps are fixed once it started
+                    raise OptionError(
+                        "a test is running: Stop it before starting a ramp (steer a running ramp with the LLM "
+                        "tab's Steer panel: hold, skip, add a step, set the load)"
+                    )
+                if wants_ramp(form_opts):
+                    host = str(request.form.get("host") or env.host or "")
+                    run = _begin_run(env, True, form_opts, host)
+                    env.shape_class = UIRampShape(env, run)
+                else:
+                    env.shape_class = None
+                    _open_loop_users(env, False)
+            except (OptionError, ValueError) as exc:
+                from loadgen.webui.start import in_form_words
+
+                # the form's labels, not the hidden field names the option table speaks of
+                return jsonify({"success": False, "message": in_form_words(str(exc)), "host": env.host})
+        return None
+
+
 @events.init.add_listener
 def _on_init(environment: Environment, **_: Any) -> None:
     from loadgen.webui.promexport import LoadgenMetrics, serve_metrics
@@ -459,63 +521,7 @@ def _on_init(environment: Environment, **_: Any) -> None:
 
     _metrics = LoadgenMetrics(_current_dir, users=users, in_flight=in_flight)
     if env.web_ui is not None and env.web_ui.app is not None:
-        from flask import jsonify, request
-
-        from loadgen.webui.auth import credentials, exposure_warning, install_login
-        from loadgen.webui.blueprint import install
-
-        web_login = bool(getattr(opts, "web_login", False))
-        warning = exposure_warning(getattr(opts, "web_host", None), int(getattr(opts, "web_port", 8089)), web_login)
-        if warning and not web_login:
-            # beyond loopback the UI can start load against the target: never without a login
-            sys.exit(f"error: {warning}")
-        if warning:
-            log.warning("%s", warning)
-        if web_login:
-            try:
-                install_login(env.web_ui, *credentials())
-            except ValueError as exc:
-                sys.exit(f"error: {exc}")
-
-        install(env, _current_dir, _metrics, running=_running_dir)
-
-        @env.web_ui.app.before_request
-        def _stop_now() -> None:
-            # Locust's Stop button: the user ends the test now, as Ctrl-C ends loadgen ramp (the calls in
-            # flight are recorded as cancelled, counted apart from failures); the end of a ramp drains
-            if request.path.rstrip("/").endswith("/stop") and request.method == "POST":
-                env.stop_timeout = 0.0
-
-        @env.web_ui.app.before_request
-        def _choose_shape() -> Any:
-            # the form's --lg-steps decides, per Start, between the ramp and Locust's user count
-            if request.path.rstrip("/").endswith("/swarm") and request.method == "POST":
-                from locust.runners import STATE_RUNNING, STATE_SPAWNING
-
-                running = env.runner is not None and env.runner.state in (STATE_RUNNING, STATE_SPAWNING)
-                try:
-                    form_opts = _form_options(env, request.form)
-                    validate(form_opts)
-                    if running and (isinstance(env.shape_class, UIRampShape) or wants_ramp(form_opts)):
-                        # an edit while a test runs: a ramp's steps are fixed once it started
-                        raise OptionError(
-                            "a test is running: Stop it before starting a ramp (steer a running ramp with the LLM "
-                            "tab's Steer panel: hold, skip, add a step, set the load)"
-                        )
-                    if wants_ramp(form_opts):
-                        host = str(request.form.get("host") or env.host or "")
-                        run = _begin_run(env, True, form_opts, host)
-                        env.shape_class = UIRampShape(env, run)
-                    else:
-                        env.shape_class = None
-                        _open_loop_users(env, False)
-                except (OptionError, ValueError) as exc:
-                    from loadgen.webui.start import in_form_words
-
-                    # the form's labels, not the hidden field names the option table speaks of
-                    return jsonify({"success": False, "message": in_form_words(str(exc)), "host": env.host})
-            return None
-
+        _install_web_ui(env, opts, _metrics)
     elif opts.lg_prometheus_port:
         serve_metrics(_metrics, opts.lg_prometheus_port)
     if opts.headless:

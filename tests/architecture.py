@@ -69,8 +69,10 @@ PARTS: tuple[Part, ...] = (
     Part(
         "sim",
         "simulator",
-        "`sim/` (`server.py` wiring and routes, `http.py` HTTP/1.1, `engine.py` the batched step model "
-        "(SGLang's scheduler), `sched_vllm.py` vLLM's V1 scheduler, `model.py` step times and power, "
+        "`sim/` (`server.py` wiring and routes, `http.py` HTTP/1.1, `engine.py` the batched step model's "
+        "core, `sched_sglang.py` SGLang's scheduler, `sched_vllm.py` vLLM's V1 scheduler, `stats.py` the "
+        "engine's counters and histograms, `acceptance.py` speculative acceptance, `fixed_timing.py` step "
+        "times from a table, `model.py` step times and power, "
         "`memory.py` start-up memory, `prefix.py` + `continuation.py` the radix cache, `streams.py` + "
         "`bodies.py` the stream bytes, `responses_api.py` the Responses API, `pooling.py` "
         "embeddings/rerank/score, `predict.py` the hardware table, "
@@ -83,9 +85,12 @@ PARTS: tuple[Part, ...] = (
     Part(
         "workload",
         "workload",
-        "`workload/` (`scenario.py` the scenario format, `traffic.py` the `Workload` (single requests, "
-        "conversations, agent loops), `tools.py`, `images.py`, prompts, corpora, datasets, lengths, arrivals, "
-        "tokenizers, `calibration.py` the prompt-length ratio learned from the server's usage)",
+        "`workload/` (the scenario format: `scenario_types.py` its sections as data, `scenario_sections.py` "
+        "one parser per table, `scenario.py` the file read and checked across sections, `tables.py` typed "
+        "values out of TOML tables; what is sent: `traffic.py` the `Workload` (single requests, traces, "
+        "embeddings, rerank), `session.py` one user's conversations and agent tasks, `messages.py` a turn's "
+        "chat form; `tools.py`, `images.py`, prompts, corpora, datasets, lengths, arrivals, tokenizers, "
+        "`calibration.py` the prompt-length ratio learned from the server's usage)",
         "what a run sends",
         ("spec",),
         "never gevent",
@@ -110,7 +115,8 @@ PARTS: tuple[Part, ...] = (
     Part(
         "analysis",
         "analysis",
-        "`analysis/` (`columns.py` the parallel parser of requests*.jsonl, `load.py` the run model, "
+        "`analysis/` (`columns.py` the request columns, `columns_parse.py` a block of requests*.jsonl into "
+        "columns, `columns_load.py` the files in parallel, `load.py` the run model, "
         "`steps.py`, `summary.py` the per-step summary, `pipeline.py` run directory → the summary with the "
         "SLO, knee, thresholds and plan, `knee/`, `calltypes.py`, `contracts.py` the typed summary, "
         "`values.py` one definition of each metric helper, ...)",
@@ -121,7 +127,8 @@ PARTS: tuple[Part, ...] = (
     Part(
         "load",
         "load side",
-        "`load/compose.py` (the composition root), `load/client.py`, `load/turns.py`, `load/hubclock.py`, "
+        "`load/compose.py` (the composition root), `load/client.py` (the fast transport), `load/sdk.py` "
+        "(`--transport openai`), `load/turns.py`, `load/hubclock.py`, "
         "`load/runtime.py`, `load/user.py`, `load/shape.py`, `load/selfwatch.py`, `load/refusal.py`, "
         "`load/distributed.py`, `load/worker.py`",
         "the gevent process: transports, users, the load shape, composing a run, master/worker links",
@@ -131,7 +138,10 @@ PARTS: tuple[Part, ...] = (
     Part(
         "report",
         "report",
-        "`report/` (`pipeline.py` run dir → every output, markdown, html, plots, svg, compare, junit)",
+        "`report/` (`pipeline.py` run dir → every output; `markdown.py`, `sections.py`, `calltables.py` "
+        "report.md; `html.py` report.html's shell with `html_verdict.py`, `html_steps.py`, `html_sections.py`, "
+        "`html_common.py`; `plots.py` every plot in order from `plots_load.py`, `plots_pareto.py`, "
+        "`plots_time.py`, `plots_overlay.py`, `plots_common.py`; `svg.py`, `compare.py`, `junit.py`)",
         "summary → Markdown, HTML, CSV, SVG plots",
         ("spec", "rundir", "analysis"),
         "never gevent or locust",
@@ -149,7 +159,8 @@ PARTS: tuple[Part, ...] = (
     Part(
         "webui",
         "web UI",
-        "`webui/`",
+        "`webui/` (`live.py` a run directory read as it grows, with `tail.py`, `livetelemetry.py`, "
+        "`livejson.py`; `blueprint.py` the LLM tab; `promexport.py`; `cli.py` `loadgen ui`)",
         "the LLM tab on Locust's Flask app, its live JSON, the Prometheus exporter, `loadgen ui`",
         ("spec", "rundir", "workload", "telemetry", "analysis", "report"),
     ),
@@ -180,7 +191,8 @@ PARTS: tuple[Part, ...] = (
     Part(
         "cli",
         "entry point",
-        "`cli.py` (the `loadgen` command)",
+        "`cli/` (the `loadgen` command: `parser.py` its command line and help, `ramp_options.py` the ramp's "
+        "and the demo's flags into `RampOptions`, `commands.py` each subcommand, `codes.py` exit codes)",
         "parse flags, import the part a subcommand needs, lazily",
         (
             "spec",

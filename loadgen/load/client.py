@@ -9,8 +9,9 @@ Two implementations behind one small interface (``Transport``):
   that reads late still records when the bytes arrived. geventhttpclient's C parser undoes
   chunked transfer encoding and the body bytes go to the SSE decoder. All events completed by one
   read share its timestamp. A stream silent for ``stall_s`` is failed by one watchdog per process.
-* ``OpenAITransport`` (``--transport openai``): the ``openai`` SDK's own HTTP stack (httpx, made
-  cooperative by gevent), as applications call servers; its raw bytes feed the same decoder.
+* ``OpenAITransport`` (``--transport openai``, ``load.sdk``): the ``openai`` SDK's own HTTP stack
+  (httpx, made cooperative by gevent), as applications call servers; its raw bytes feed the same
+  decoder.
 
 Neither raises for a failed call: failures come back as ``CallResult.error_class`` / ``error``.
 
@@ -51,7 +52,7 @@ from loadgen.spec.calls import Decoder, assert_never
 from loadgen.spec.options import Timeouts
 from loadgen.spec.request import split_base_url
 
-_ERROR_BODY_LIMIT = 4096
+ERROR_BODY_LIMIT = 4096
 
 # Bounds on one response (module doc). Generous for real answers: a 128k-token stream with usage
 # in every chunk is ~50 MB and ~130k events; one chunk of a real stream is a few KB.
@@ -83,7 +84,7 @@ class Transport(Protocol):
     def close(self) -> None: ...
 
 
-class _RequestTimeout(Exception):
+class RequestTimeout(Exception):
     """The whole call outlasted ``Timeouts.request_s``."""
 
 
@@ -100,7 +101,7 @@ class FastTransport:
     ) -> None:
         scheme, host, port, prefix = split_base_url(base_url)
         self._prefix = prefix
-        self._turn = turn or _no_turn
+        self._turn = turn or no_turn
         self._timeouts = timeouts
         self._read_size = read_size
         self._stall_ns = int(timeouts.stall_s * 1e9)
@@ -133,9 +134,9 @@ class FastTransport:
         request goes out, which would add that wait to the first TTFT of every user. A failure
         is left for the first call to meet and report."""
         try:
-            with gevent.Timeout(limit_s, _RequestTimeout):
+            with gevent.Timeout(limit_s, RequestTimeout):
                 sock = pool.get_socket()
-        except (_RequestTimeout, OSError, RuntimeError):
+        except (RequestTimeout, OSError, RuntimeError):
             return
         pool.return_socket(sock)
 
@@ -147,7 +148,7 @@ class FastTransport:
     ) -> CallResult:
         sent = perf_ns()
         resp: Any = None
-        timer = gevent.Timeout(self._timeouts.request_s, _RequestTimeout)
+        timer = gevent.Timeout(self._timeouts.request_s, RequestTimeout)
         timer.start()
         try:
             resp = self._client.request("POST", self._prefix + path, body=body, headers=headers)
@@ -162,10 +163,10 @@ class FastTransport:
                     status, sent, end, None, "http_3xx", f"HTTP {status}: redirect to {where} not followed"
                 )
             if status != 200:
-                data = resp.read(_ERROR_BODY_LIMIT) if not resp.message_complete else resp.read()
+                data = resp.read(ERROR_BODY_LIMIT) if not resp.message_complete else resp.read()
                 end = perf_ns()
                 _discard(resp)
-                text = data[:_ERROR_BODY_LIMIT]
+                text = data[:ERROR_BODY_LIMIT]
                 return CallResult(
                     status,
                     sent,
@@ -184,7 +185,7 @@ class FastTransport:
             return CallResult(
                 resp.status_code if resp is not None else 0, sent, perf_ns(), None, "response_too_large", str(exc)
             )
-        except _RequestTimeout:
+        except RequestTimeout:
             _discard(resp)
             return CallResult(
                 resp.status_code if resp is not None else 0,
@@ -212,7 +213,7 @@ class FastTransport:
 
     def _read_stream(self, resp: Any, sent: int, responses: bool = False) -> CallResult:
         decoder = SSEDecoder()
-        acc: Any = _ResponsesSink() if responses else ChunkAccumulator()
+        acc: Any = ResponsesSink() if responses else ChunkAccumulator()
         feed = decoder.feed
         add_all = acc.add_all
         named = decoder.named
@@ -282,7 +283,7 @@ class FastTransport:
                     else:
                         pending += size
                     if pending > MAX_EVENT_BYTES or body_bytes > MAX_BODY_BYTES or events > MAX_STREAM_EVENTS:
-                        raise ResponseTooLarge(_stream_bound(pending, body_bytes, events))
+                        raise ResponseTooLarge(stream_bound(pending, body_bytes, events))
                 if resp.message_complete:
                     break
                 low = t
@@ -384,7 +385,7 @@ class FastTransport:
         return CallResult(200, sent, end, result)
 
 
-class _ResponsesSink:
+class ResponsesSink:
     """The Responses API's decoder behind the accumulator's interface: the SSE events of a read go to
     ``ResponsesDecoder.event`` with the read's time (its events are named; unnamed ones are taken
     too). Reads the kernel merged are not marked late (``note_read``): chat streams only."""
@@ -410,7 +411,7 @@ class _ResponsesSink:
         return self._dec.finish(end_ns)
 
 
-def _stream_bound(pending: int, body_bytes: int, events: int) -> str:
+def stream_bound(pending: int, body_bytes: int, events: int) -> str:
     """The message of a stream past one of its bounds."""
     if pending > MAX_EVENT_BYTES:
         return f"{pending} bytes without completing an SSE event (bound: {MAX_EVENT_BYTES >> 20} MiB per event or line)"
@@ -474,7 +475,7 @@ _MAX_RX_LATE_NS = 10_000_000_000
 time_ns = time.time_ns
 
 
-def _no_turn() -> None:
+def no_turn() -> None:
     pass
 
 
@@ -651,166 +652,3 @@ def _discard(resp: Any) -> None:
         pool.release_socket(sock)
     resp._sock = None
     resp._pool = None
-
-
-class OpenAITransport:
-    """The ``openai`` SDK's HTTP stack (raw bytes of its streaming response into our decoder).
-
-    Costs more CPU per chunk than ``FastTransport`` (httpx and the SDK's request machinery);
-    use it to see what an application built on the SDK sees. As cheap as the SDK allows: one TLS
-    context per process (building an SDK client costs ~1 ms instead of ~75 ms), one client and
-    connection per user, the SDK's raw byte stream (no pydantic object per chunk), each chunk
-    timed when the SDK hands its bytes over.
-    """
-
-    def __init__(
-        self, base_url: str, timeouts: Timeouts, api_key: str | None, turn: Callable[[], None] | None = None
-    ) -> None:
-        try:
-            import openai
-        except ImportError as exc:
-            msg = "--transport openai needs the openai package, an optional extra: pip install 'llm-loadgen[openai]'"
-            raise RuntimeError(msg) from exc
-
-        scheme, host, port, prefix = split_base_url(base_url)
-        self._timeouts = timeouts
-        self._turn = turn or _no_turn
-        self._client = openai.OpenAI(
-            base_url=f"{scheme}://{host}:{port}{prefix}/v1",
-            api_key=api_key or "EMPTY",
-            max_retries=0,
-            timeout=openai.Timeout(timeouts.request_s, connect=timeouts.connect_s, read=timeouts.stall_s),
-            # never follow a redirect (the SDK's default does): nothing goes off the target host
-            http_client=openai.DefaultHttpxClient(verify=_shared_tls_context(), follow_redirects=False),
-        )
-
-    def close(self) -> None:
-        self._client.close()
-
-    def call(
-        self, path: str, body: bytes, headers: dict[str, str], stream: bool, decode: Decoder = Decoder.CHAT
-    ) -> CallResult:
-        import orjson
-
-        sent = perf_ns()
-        payload = orjson.loads(body)
-        api = self._api(path)
-        extra_headers = {k: v for k, v in headers.items() if k.lower() not in ("content-type", "authorization")}
-        timer = gevent.Timeout(self._timeouts.request_s, _RequestTimeout)
-        timer.start()
-        status = 0
-        try:
-            with api.with_streaming_response.create(**payload, extra_headers=extra_headers) as response:
-                status = response.status_code
-                if not stream or decode is Decoder.POOLING:
-                    parts: list[bytes] = []
-                    size = 0
-                    for chunk in response.iter_bytes():
-                        size += len(chunk)
-                        if size > MAX_BODY_BYTES:
-                            raise ResponseTooLarge(
-                                f"response body over {MAX_BODY_BYTES >> 20} MiB (the bound per response)"
-                            )
-                        parts.append(chunk)
-                    end = perf_ns()
-                    return CallResult(status, sent, end, parse_body(decode, b"".join(parts), end))
-                decoder = SSEDecoder()
-                acc: Any = _ResponsesSink() if decode is Decoder.RESPONSES else ChunkAccumulator()
-                body_bytes = pending = events = 0
-                for chunk in response.iter_bytes():
-                    t = perf_ns()
-                    payloads = decoder.feed(chunk)
-                    acc.add_all(payloads, t)
-                    n = len(payloads) + len(decoder.named)
-                    for name, item in decoder.named:
-                        acc.add_named(name, item, t)
-                    decoder.named.clear()
-                    body_bytes += len(chunk)
-                    events += n
-                    pending = len(chunk) if n else pending + len(chunk)
-                    if pending > MAX_EVENT_BYTES or body_bytes > MAX_BODY_BYTES or events > MAX_STREAM_EVENTS:
-                        raise ResponseTooLarge(_stream_bound(pending, body_bytes, events))
-                end = perf_ns()
-                self._turn()
-                acc.add_all(decoder.flush(), end)
-                return CallResult(status, sent, end, acc.finish(end))
-        except _RequestTimeout:
-            return CallResult(
-                status,
-                sent,
-                perf_ns(),
-                None,
-                "read_timeout",
-                f"no complete response within {self._timeouts.request_s:g} s",
-            )
-        except ResponseTooLarge as exc:
-            return CallResult(status, sent, perf_ns(), None, "response_too_large", str(exc))
-        except gevent.GreenletExit:
-            raise
-        except Exception as exc:
-            end = perf_ns()
-            code = getattr(exc, "status_code", None)
-            if isinstance(code, int) and 300 <= code < 400:
-                headers = getattr(getattr(exc, "response", None), "headers", None) or {}
-                where = short(str(headers.get("location") or "no Location header"), 200)
-                return CallResult(code, sent, end, None, "http_3xx", f"HTTP {code}: redirect to {where} not followed")
-            if isinstance(code, int):
-                raw = getattr(getattr(exc, "response", None), "content", b"") or b""
-                return CallResult(
-                    code,
-                    sent,
-                    end,
-                    None,
-                    classify_http(code, raw[:_ERROR_BODY_LIMIT]),
-                    http_error(code, raw[:_ERROR_BODY_LIMIT]),
-                )
-            return CallResult(
-                status,
-                sent,
-                end,
-                None,
-                classify_exception(exc, connected=status != 0),
-                short(f"{type(exc).__name__}: {exc}"),
-            )
-        finally:
-            timer.close()
-
-    def _api(self, path: str) -> Any:
-        """The SDK resource for an endpoint path (the SDK has none for rerank: ``OPENAI_PATHS``)."""
-        c = self._client
-        for suffix, api in (
-            ("chat/completions", c.chat.completions),
-            ("/completions", c.completions),
-            ("/responses", c.responses),
-            ("/embeddings", c.embeddings),
-        ):
-            if path.endswith(suffix):
-                return api
-        raise ValueError(f"--transport openai: the openai SDK has no API for {path}; use --transport fast")
-
-
-# One TLS context per process for every SDK client: the SDK's default builds one per client
-# (loading the CA bundle, ~75 ms), so 1,024 users would spend over a minute starting. Each user
-# keeps its own client and connection pool (one connection: httpx's pool scans its connections
-# per request, so one shared pool of C connections costs O(C) per request; measured 11 -> 26 µs
-# per chunk from C=64 to C=256 when shared).
-_TLS_CONTEXT: list[Any] = []
-
-
-def _shared_tls_context() -> Any:
-    if not _TLS_CONTEXT:
-        import ssl
-
-        _TLS_CONTEXT.append(ssl.create_default_context())
-    return _TLS_CONTEXT[0]
-
-
-def make_transport(
-    kind: str, base_url: str, timeouts: Timeouts, api_key: str | None, turn: Callable[[], None] | None = None
-) -> Transport:
-    """``turn``: called after a stream ended, before it is decoded (``loadgen.load.turns.WorkTurns.turn``)."""
-    if kind == "fast":
-        return FastTransport(base_url, timeouts, turn=turn)
-    if kind == "openai":
-        return OpenAITransport(base_url, timeouts, api_key, turn=turn)
-    raise ValueError(f"--transport {kind!r}: choose fast or openai")

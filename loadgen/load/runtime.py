@@ -41,7 +41,7 @@ from typing import Any
 
 import gevent
 
-from loadgen.load.client import CallResult, Transport, make_transport
+from loadgen.load.client import CallResult, FastTransport, Transport
 from loadgen.load.refusal import Refusal, RefusalWatch
 from loadgen.load.shape import StepSink
 from loadgen.load.turns import WorkTurns
@@ -404,21 +404,7 @@ class RunState(StepSink):
             n = max(self.token_counter.count(s.text), len(offsets))
             rec.chunk_tokens, rec.output_tokens, rec.tokens_source = distribute_tokens(s.chunk_chars, n), n, "tokenizer"
         if rec.error_class is None:
-            cls = s.error_class()
-            if cls == "stream_error" and s.error is not None:
-                msg = str(s.error.get("message") or s.error)
-                rec.error_class = classify_stream_error(msg)
-                rec.error = short("error inside a 200 stream: " + msg)
-            elif cls == "truncated":
-                rec.error_class = cls
-                rec.error = (
-                    f"the server ended the stream ([DONE]) after {len(offsets)} output chunks without a finish_reason"
-                    if s.done
-                    else f"stream ended after {len(offsets)} output chunks without finish_reason or [DONE]"
-                )
-            elif cls == "malformed_stream":
-                rec.error_class = cls
-                rec.error = short(f"{s.malformed} malformed payload(s), first: {s.first_malformed}")
+            _stream_failure(rec, s, len(offsets))
         return rec
 
     @staticmethod
@@ -503,6 +489,40 @@ class RunState(StepSink):
             self.records.close()
         if self.steps is not None:
             self.steps.close()
+
+
+def _stream_failure(rec: RequestRecord, s: Any, chunks: int) -> None:
+    """A 200 stream that still failed: an error event inside it, no end, or payloads that do not read."""
+    cls = s.error_class()
+    if cls == "stream_error" and s.error is not None:
+        msg = str(s.error.get("message") or s.error)
+        rec.error_class = classify_stream_error(msg)
+        rec.error = short("error inside a 200 stream: " + msg)
+    elif cls == "truncated":
+        rec.error_class = cls
+        rec.error = (
+            f"the server ended the stream ([DONE]) after {chunks} output chunks without a finish_reason"
+            if s.done
+            else f"stream ended after {chunks} output chunks without finish_reason or [DONE]"
+        )
+    elif cls == "malformed_stream":
+        rec.error_class = cls
+        rec.error = short(f"{s.malformed} malformed payload(s), first: {s.first_malformed}")
+
+
+def make_transport(
+    kind: str, base_url: str, timeouts: Timeouts, api_key: str | None, turn: Callable[[], None] | None = None
+) -> Transport:
+    """The transport ``--transport`` names: ``fast`` (``load.client``) or ``openai`` (``load.sdk``, which
+    imports the SDK). ``turn``: called after a stream ended, before it is decoded
+    (``loadgen.load.turns.WorkTurns.turn``)."""
+    if kind == "fast":
+        return FastTransport(base_url, timeouts, turn=turn)
+    if kind == "openai":
+        from loadgen.load.sdk import OpenAITransport
+
+        return OpenAITransport(base_url, timeouts, api_key, turn=turn)
+    raise ValueError(f"--transport {kind!r}: choose fast or openai")
 
 
 def reply_of(result: CallResult) -> Reply:

@@ -17,6 +17,8 @@ import logging
 import signal
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -354,35 +356,13 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
     )
     bind(env, state)
     env.events.spawning_complete.add_listener(lambda user_count, **_: shape.on_spawning_complete(user_count))
-    side = start_telemetry(run_dir, opts.telemetry, out)
-    exporter = None
-    if opts.prometheus_port is not None:
-        from loadgen.webui.promexport import start_exporter
-
-        exporter = start_exporter(state, opts.prometheus_port, env)
-        out.write(f"load generator metrics on http://0.0.0.0:{exporter.port}/metrics\n")
-    watch = SelfWatch(run_dir, state.worker, lambda: state.in_flight)
-    watch.start()
+    sidecars = _Sidecars.start(opts, run_dir, state, env, out)
+    side = sidecars.telemetry
     link = None
     watcher = None
     workers: list[Any] = []
     if distributed:
-        from loadgen.load.distributed import MasterLink, free_port, master_config, start_local_workers
-
-        port = free_port()
-        runner: Any = env.create_master_runner(master_bind_host="127.0.0.1", master_bind_port=port)
-        link = MasterLink(env, state, master_config(run_dir, opts.manifest()), out)
-        workers = start_local_workers(opts.workers, port, run_dir)
-        deadline = time.monotonic() + 60
-        while runner.worker_count < opts.workers:
-            dead = [i for i, p in enumerate(workers) if p.poll() is not None]
-            if dead or time.monotonic() > deadline:
-                for p in workers:
-                    p.kill()
-                raise RuntimeError(
-                    f"{opts.workers} workers did not connect ({runner.worker_count} did); see {run_dir}/worker-*.log"
-                )
-            gevent.sleep(0.1)
+        runner, link, workers = _master(env, state, opts, run_dir, out)
         watcher = gevent.spawn(link.watch)
     else:
         runner = env.create_local_runner()
@@ -403,25 +383,12 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
         shape.stop("write_failed")
 
     state.on_write_failed = on_write_failed
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    for sig, handler in previous.items():
-        if sig == signal.SIGINT and handler is signal.SIG_IGN:
-            continue  # ignored on entry (a background job): keep ignoring it; SIGTERM still stops
-        signal.signal(sig, on_signal)
+    previous = _take_signals(on_signal)
     quiet_gc()
     try:
         runner.start_shape()
         gevent.sleep(0.05)
-        telemetry_alive = side is not None
-        while runner.shape_greenlet is not None and not interrupted:
-            gevent.sleep(0.1)
-            if abort is not None:
-                abort.poll()
-            if telemetry_alive and not side.alive():
-                telemetry_alive = False
-                why = _telemetry_end(side.proc.returncode, run_dir)
-                guard._event("telemetry_died", step=state.step_index, detail=why)
-                out.write(f"\nwarning: the telemetry process ended ({why}); the run goes on\n")
+        _until_done(runner, interrupted, abort, side, guard, run_dir, out)
         if watcher is not None:
             watcher.kill()
         runner.stop()
@@ -432,12 +399,8 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
         for sig, handler in previous.items():
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
         printer.kill()
-        watch.stop()
-        if exporter is not None:
-            exporter()
+        sidecars.stop()
         guard.close()
-        if side is not None:
-            side.stop()
         out.write("\n" if progress.tty else "")
         out.write(progress.line() + "\n")
         state.close()
@@ -448,6 +411,13 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
                 proc.wait(15)
             except Exception:
                 proc.kill()
+    return _report(run_dir, state, shape, guard, interrupted, out)
+
+
+def _report(
+    run_dir: Path, state: RunState, shape: RampShape, guard: ServerDownGuard, interrupted: list[str], out: TextIO
+) -> Path:
+    """The report of a ramp that ended, whole or partial; then why it ended early, if it did."""
     if state.write_failure is not None:
         raise _write_stopped(run_dir, state, shape, out)
     if interrupted:
@@ -460,6 +430,94 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
     if interrupted:
         raise RunInterrupted(interrupted[0], run_dir)
     return run_dir
+
+
+@dataclass
+class _Sidecars:
+    """What runs beside the load and stops with it: the telemetry side process, the load
+    generator's own Prometheus exporter (``--prometheus-port``) and its self-watch."""
+
+    telemetry: Any
+    exporter: Any
+    watch: SelfWatch
+
+    @classmethod
+    def start(cls, opts: RampOptions, run_dir: Path, state: RunState, env: Environment, out: TextIO) -> _Sidecars:
+        side = start_telemetry(run_dir, opts.telemetry, out)
+        exporter = None
+        if opts.prometheus_port is not None:
+            from loadgen.webui.promexport import start_exporter
+
+            exporter = start_exporter(state, opts.prometheus_port, env)
+            out.write(f"load generator metrics on http://0.0.0.0:{exporter.port}/metrics\n")
+        watch = SelfWatch(run_dir, state.worker, lambda: state.in_flight)
+        watch.start()
+        return cls(side, exporter, watch)
+
+    def stop(self) -> None:
+        self.watch.stop()
+        if self.exporter is not None:
+            self.exporter()
+        if self.telemetry is not None:
+            self.telemetry.stop()
+
+
+def _master(
+    env: Environment, state: RunState, opts: RampOptions, run_dir: Path, out: TextIO
+) -> tuple[Any, Any, list[Any]]:
+    """``--workers N``: a master runner on loopback, its link to the workers (their records and
+    counts) and N local worker processes, once all of them connected (60 s at most)."""
+    from loadgen.load.distributed import MasterLink, free_port, master_config, start_local_workers
+
+    port = free_port()
+    runner: Any = env.create_master_runner(master_bind_host="127.0.0.1", master_bind_port=port)
+    link = MasterLink(env, state, master_config(run_dir, opts.manifest()), out)
+    workers = start_local_workers(opts.workers, port, run_dir)
+    deadline = time.monotonic() + 60
+    while runner.worker_count < opts.workers:
+        dead = [i for i, p in enumerate(workers) if p.poll() is not None]
+        if dead or time.monotonic() > deadline:
+            for p in workers:
+                p.kill()
+            raise RuntimeError(
+                f"{opts.workers} workers did not connect ({runner.worker_count} did); see {run_dir}/worker-*.log"
+            )
+        gevent.sleep(0.1)
+    return runner, link, workers
+
+
+def _take_signals(on_signal: Callable[[int, Any], None]) -> dict[int, Any]:
+    """SIGINT and SIGTERM to ``on_signal``; the handlers they had, to put back. A SIGINT ignored on
+    entry (a background job) stays ignored; SIGTERM still stops."""
+    previous: dict[int, Any] = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig, handler in previous.items():
+        if sig == signal.SIGINT and handler is signal.SIG_IGN:
+            continue
+        signal.signal(sig, on_signal)
+    return previous
+
+
+def _until_done(
+    runner: Any,
+    interrupted: list[str],
+    abort: AbortGuard | None,
+    side: Any,
+    guard: ServerDownGuard,
+    run_dir: Path,
+    out: TextIO,
+) -> None:
+    """Wait for the shape to end (or a signal), judging ``--abort-on`` as steps end and saying once
+    when the telemetry process died (the run goes on without it)."""
+    telemetry_alive = side is not None
+    while runner.shape_greenlet is not None and not interrupted:
+        gevent.sleep(0.1)
+        if abort is not None:
+            abort.poll()
+        if telemetry_alive and not side.alive():
+            telemetry_alive = False
+            why = _telemetry_end(side.proc.returncode, run_dir)
+            guard._event("telemetry_died", step=guard.state.step_index, detail=why)
+            out.write(f"\nwarning: the telemetry process ended ({why}); the run goes on\n")
 
 
 def _write_stopped(run_dir: Path, state: RunState, shape: RampShape, out: TextIO) -> RunWriteStopped:

@@ -62,7 +62,10 @@ def _post(url: str, data: dict[str, str]) -> dict[str, Any]:
 
 
 def _steps(run_dir: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (run_dir / "steps.jsonl").read_text().splitlines() if line.strip()]
+    path = run_dir / "steps.jsonl"  # written at the first step, a moment after the manifest
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 @needs_browser

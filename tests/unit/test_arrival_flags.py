@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.cli import _ramp_options, build_parser
+from loadgen.cli.parser import build_parser
+from loadgen.cli.ramp_options import ramp_options as _ramp_options
 from loadgen.load.compose import base_workload
 from loadgen.spec.options import OptionError, RampOptions
 

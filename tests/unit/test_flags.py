@@ -121,7 +121,7 @@ def test_telemetry_sources_written_back_read_the_same() -> None:
 def test_every_subcommand_parser_builds_without_clashing_options() -> None:
     # the option table's flags and the telemetry source flags share one parser per command: two rows
     # with the same flag (--gpus once clashed with the telemetry's GPU selection) fail only here
-    from loadgen.cli import build_parser
+    from loadgen.cli.parser import build_parser
 
     parser = build_parser()
     ns = parser.parse_args(["ramp", "--url", "http://127.0.0.1:1", "--gpu-count", "8", "--gpus", "0,1"])
@@ -146,7 +146,8 @@ def test_every_row_has_a_group_and_a_default_said() -> None:
 
 def test_the_ramp_command_carries_every_option_it_parses_into_the_run() -> None:
     # a row in the table is not enough: `loadgen ramp` builds RampOptions field by field
-    from loadgen.cli import _ramp_options, build_parser
+    from loadgen.cli.parser import build_parser
+    from loadgen.cli.ramp_options import ramp_options as _ramp_options
 
     argv = ["ramp", "--url", "http://127.0.0.1:1", "--call-type", "embeddings", "--gpu-count", "8", "--repeat", "3"]
     opts = _ramp_options(build_parser().parse_args(argv), argv)
@@ -178,7 +179,8 @@ def test_the_table_bounds_the_options_that_need_it() -> None:
 def test_every_bound_is_checked_alike_on_the_command_line_and_in_the_web_form(f: flags.Flag) -> None:
     """One rule from the table, one message, each surface naming its own flag (issue 29: the form
     used to check three of these, the command line six, each in its own words)."""
-    from loadgen.cli import _ramp_options, build_parser
+    from loadgen.cli.parser import build_parser
+    from loadgen.cli.ramp_options import ramp_options as _ramp_options
     from loadgen.locustfile import validate
 
     assert f.bound is not None
@@ -211,7 +213,8 @@ def test_thresholds_are_read_once_by_the_table_on_every_surface(dest: str) -> No
     """A typo in --fail-on/--abort-on is refused alike on the command line and in the web form
     (the form used to pass it on unread), and a good text becomes the thresholds the run judges:
     the ramp's --abort-on guard takes them as read, the manifest keeps the text."""
-    from loadgen.cli import _ramp_options, build_parser
+    from loadgen.cli.parser import build_parser
+    from loadgen.cli.ramp_options import ramp_options as _ramp_options
     from loadgen.locustfile import _ramp_options as form_options
     from loadgen.locustfile import validate
 

@@ -17,7 +17,8 @@ from collections.abc import Callable
 
 import pytest
 
-from loadgen import cli
+from loadgen.cli import parser as cli
+from loadgen.cli.ramp_options import ramp_options
 from loadgen.spec import flags
 from tests.conftest import REPO
 
@@ -191,7 +192,7 @@ def _check(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
 
                 load_profile(ns.profile)
                 ns.url, ns.model = "http://127.0.0.1:1", None
-            cli._ramp_options(ns, argv[1:])
+            ramp_options(ns, argv[1:])
         elif sub == "scenario":
             from loadgen.workload.scenario import load_scenario
 

@@ -296,7 +296,8 @@ def _check_locust(where: str, argv: list[str]) -> Any:
 
 
 def _check_loadgen(where: str, argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    import loadgen.cli
+    from loadgen.cli.parser import build_parser
+    from loadgen.cli.ramp_options import ramp_options
 
     sub, rest = argv[1], argv[2:]
     if sub == "sim":
@@ -320,11 +321,11 @@ def _check_loadgen(where: str, argv: list[str], monkeypatch: pytest.MonkeyPatch)
     elif sub == "campaign":
         pytest.fail(f"{where}: loadgen campaign is not expected in the base")
     else:
-        ns = loadgen.cli.build_parser().parse_args(argv[1:])
+        ns = build_parser().parse_args(argv[1:])
         if sub == "ramp":
             # the option checks `loadgen ramp` makes before it contacts the server
             monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-            loadgen.cli._ramp_options(ns, argv[1:])
+            ramp_options(ns, argv[1:])
 
 
 @pytest.mark.parametrize("where", [w for w, _, _ in _containers()])
