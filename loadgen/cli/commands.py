@@ -7,7 +7,6 @@ gevent's monkey-patching) first thing; ``report``, ``sim`` and ``scenario`` neve
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,7 @@ from loadgen.cli.codes import (
 )
 from loadgen.cli.parser import build_parser
 from loadgen.cli.ramp_options import DEMO_BODY, ramp_options
+from loadgen.rundir.layout import output_folder
 from loadgen.spec import flags
 from loadgen.spec.options import OptionError
 
@@ -57,24 +57,9 @@ def _read_summary(run_dir: Path) -> Any:
     return orjson.loads((run_dir / "summary.json").read_bytes())
 
 
-def _check_out(out: str) -> None:
-    """The run directory's parent must be writable before anything starts (exit 4 otherwise)."""
-    from loadgen.rundir.records import RunDirError
-
-    folder = Path(out)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise RunDirError(
-            f"cannot create the output folder {folder}: {exc.strerror}. Pass --out with a writable folder."
-        ) from exc
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise RunDirError(f"cannot write in {folder}: permission denied. Pass --out with a writable folder.")
-
-
 def cmd_ramp(ns: argparse.Namespace, argv: list[str]) -> int:
     opts = ramp_options(ns, argv)
-    _check_out(opts.out)
+    output_folder(opts.out)  # writable before anything starts (exit 4 otherwise)
     from loadgen.lifecycle import NotReady, first_model, readiness_gate
     from loadgen.run import ramp  # imports locust first
     from loadgen.rundir.layout import create_run_dir, write_manifest

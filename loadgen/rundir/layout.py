@@ -37,8 +37,9 @@ def make_run_id(label: str | None = None, now: float | None = None) -> str:
     return f"{stamp}-{slug}"
 
 
-def create_run_dir(out: str | os.PathLike[str], label: str | None = None) -> Path:
-    """Create a fresh run directory under ``out``; fail early with a clear message if unwritable."""
+def output_folder(out: str | os.PathLike[str]) -> Path:
+    """``out`` created if missing and writable, or a RunDirError saying what to pass instead (a
+    command checks this before anything starts: exit 4, nothing sent)."""
     base = Path(out)
     try:
         base.mkdir(parents=True, exist_ok=True)
@@ -46,6 +47,14 @@ def create_run_dir(out: str | os.PathLike[str], label: str | None = None) -> Pat
         raise RunDirError(
             f"cannot create the output folder {base}: {exc.strerror}. Pass --out with a writable folder."
         ) from exc
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise RunDirError(f"cannot write in {base}: permission denied. Pass --out with a writable folder.")
+    return base
+
+
+def create_run_dir(out: str | os.PathLike[str], label: str | None = None) -> Path:
+    """Create a fresh run directory under ``out``; fail early with a clear message if unwritable."""
+    base = output_folder(out)
     run_id = make_run_id(label)
     path = base / run_id
     n = 1
@@ -120,4 +129,12 @@ class StepLog:
         self._out.close()
 
 
-__all__ = ["RunDirError", "StepLog", "create_run_dir", "make_run_id", "read_manifest", "write_manifest"]
+__all__ = [
+    "RunDirError",
+    "StepLog",
+    "create_run_dir",
+    "make_run_id",
+    "output_folder",
+    "read_manifest",
+    "write_manifest",
+]
