@@ -50,7 +50,9 @@ PARTS: tuple[Part, ...] = (
         "rundir",
         "run directory",
         "`rundir/layout.py` (creating a run directory, the manifest, steps.jsonl), `rundir/records.py` "
-        "(`RequestRecord`, the append-only JSONL writers), `rundir/clock.py` (one wall-clock anchor per process)",
+        "(`RequestRecord`, the append-only JSONL writers), `rundir/samples.py` (the telemetry samples, typed per "
+        "source: `GpuSample`, `ServerSample`, read back through `samples_of`), `rundir/clock.py` (one wall-clock "
+        "anchor per process)",
         "the single source of truth, written and read",
         (),
         "files only",

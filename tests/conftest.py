@@ -304,3 +304,14 @@ def run_records(run_dir: Path) -> list[dict[str, Any]]:
     for f in sorted(run_dir.glob("requests*.jsonl")):
         out += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
     return out
+
+
+def emissions_by_request(emission_log: Path) -> dict[str, list[dict[str, Any]]]:
+    """The simulator's ``--emission-log`` by request id: each request's emissions that carried
+    tokens, in the order it sent them."""
+    by_req: dict[str, list[dict[str, Any]]] = {}
+    for line in emission_log.read_text().splitlines():
+        e = json.loads(line)
+        if e.get("tokens", 0) > 0:
+            by_req.setdefault(e["request_id"], []).append(e)
+    return by_req

@@ -30,6 +30,7 @@ from loadgen.analysis.columns import (
 from loadgen.analysis.columns_load import load_requests
 from loadgen.rundir.layout import read_manifest
 from loadgen.rundir.records import read_jsonl
+from loadgen.rundir.samples import Sample, samples_of
 
 
 @dataclass(slots=True)
@@ -63,7 +64,7 @@ class Run:
     manifest: dict[str, Any]
     steps: list[Step]
     requests: Requests
-    samples: list[dict[str, Any]]
+    samples: list[Sample]
     events: list[dict[str, Any]]
     request_files: list[Path]
     skipped_lines: int = 0
@@ -231,7 +232,7 @@ def load_run(path: str | os.PathLike[str], *, workers: int | None = None) -> Run
         manifest=read_manifest(run_path),
         steps=fold_steps(step_lines, requests),
         requests=requests,
-        samples=_read_lines(run_path / "samples.jsonl"),
+        samples=samples_of(_read_lines(run_path / "samples.jsonl")),
         events=_read_lines(run_path / "events.jsonl"),
         request_files=files,
         skipped_lines=skipped,

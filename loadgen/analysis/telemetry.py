@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +48,8 @@ from loadgen.analysis.contracts import (
     StepTelemetry,
     TelemetryGap,
 )
+from loadgen.analysis.load import Run
+from loadgen.rundir.samples import GpuSample, Sample, ServerSample, gpu_samples, samples_of, server_samples
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -97,12 +99,12 @@ class _Series:
     cols: dict[str, F64]
 
     @classmethod
-    def of(cls, recs: list[dict[str, Any]], names: Sequence[str]) -> _Series:
-        recs = sorted(recs, key=lambda r: r["t_ns"])
-        t = np.array([r["t_ns"] for r in recs], dtype=np.int64)
+    def of(cls, recs: Sequence[GpuSample] | Sequence[ServerSample], names: Sequence[str]) -> _Series:
+        rows: list[Mapping[str, object]] = sorted(recs, key=lambda r: r["t_ns"])
+        t = np.array([r["t_ns"] for r in rows], dtype=np.int64)
         cols = {}
         for name in names:
-            cols[name] = np.array([_num(r.get(name)) for r in recs], dtype=np.float64)
+            cols[name] = np.array([_num(r.get(name)) for r in rows], dtype=np.float64)
         return cls(t, cols)
 
     def window_idx(self, a: int, b: int, counters: bool = False) -> tuple[int, int]:
@@ -113,13 +115,11 @@ class _Series:
         return max(lo, 0), hi
 
 
-def _num(v: Any) -> float:
-    if v is None or isinstance(v, bool):
+def _num(v: object) -> float:
+    """A reading as a float; NaN for no reading (None, a bool, text from a hand-edited file)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
         return math.nan
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return math.nan
+    return float(v)
 
 
 def _median_interval_s(series: Sequence[_Series]) -> float | None:
@@ -251,11 +251,10 @@ def _power_integral_j(s: _Series, a: int, b: int, stale_ns: int) -> float | None
     return float((p[ok] * dur[ok]).sum())
 
 
-def _gpu_series(samples: list[dict[str, Any]]) -> dict[int, _Series]:
-    by_source: dict[str, dict[int, list[dict[str, Any]]]] = {}
+def _gpu_series(samples: Sequence[GpuSample]) -> dict[int, _Series]:
+    by_source: dict[str, dict[int, list[GpuSample]]] = {}
     for r in samples:
-        if r.get("src") == "gpu" and "t_ns" in r:
-            by_source.setdefault(str(r.get("source", "")), {}).setdefault(int(r.get("gpu", 0)), []).append(r)
+        by_source.setdefault(r["source"], {}).setdefault(r["gpu"], []).append(r)
     if not by_source:
         return {}
     # several sources may describe the same GPUs (NVML here, DCGM there): use the richest one
@@ -441,14 +440,15 @@ class TelemetryRow(StepTelemetry):
 
 
 def step_telemetry(
-    samples: list[dict[str, Any]],
+    samples: Iterable[object],
     events: list[dict[str, Any]],
     windows: list[tuple[int, int]],
     ok_requests_per_step: list[int],
     output_tokens_per_step: Sequence[int | float | None] | None = None,
 ) -> list[TelemetryRow]:
-    """One row per window (see the module docstring for the join rules and validity)."""
-    joined = _join(samples, events, windows, ok_requests_per_step, output_tokens_per_step)
+    """One row per window (see the module docstring for the join rules and validity); ``samples``
+    are the parsed lines of samples.jsonl."""
+    joined = _join(samples_of(samples), events, windows, ok_requests_per_step, output_tokens_per_step)
     return [
         {"step": i, "window_s": (b - a) / 1e9, **tel}
         for i, ((a, b), tel) in enumerate(zip(windows, joined, strict=True))
@@ -456,7 +456,7 @@ def step_telemetry(
 
 
 def _join(
-    samples: list[dict[str, Any]],
+    samples: Sequence[Sample],
     events: list[dict[str, Any]],
     windows: list[tuple[int, int]],
     ok_requests_per_step: list[int],
@@ -486,10 +486,10 @@ class _Sources:
     lost_at: dict[int, int]  # GPU -> when it was lost
 
     @classmethod
-    def of(cls, samples: list[dict[str, Any]], events: list[dict[str, Any]]) -> _Sources:
-        gpus = _gpu_series(samples)
+    def of(cls, samples: Sequence[Sample], events: list[dict[str, Any]]) -> _Sources:
+        gpus = _gpu_series(gpu_samples(samples))
         all_gpu_t = np.unique(np.concatenate([s.t for s in gpus.values()])) if gpus else np.zeros(0, np.int64)
-        server_recs = [r for r in samples if r.get("src") == "server" and "t_ns" in r]
+        server_recs = server_samples(samples)
         server = _Series.of(server_recs, _SERVER_GAUGES + _SERVER_COUNTERS) if server_recs else None
         server_interval = _median_interval_s([server]) if server is not None else None
         engines = {r.get("engine") for r in server_recs if r.get("engine")}
@@ -578,7 +578,7 @@ class _Sources:
         return invalid
 
 
-def telemetry_enricher(run: Any, steps: list[StepSummary]) -> None:
+def telemetry_enricher(run: Run, steps: list[StepSummary]) -> None:
     """A step enricher for ``analysis.summary``: adds the ``StepTelemetry`` keys to each step row.
 
     The window is the step's steady part (``steady_ns`` .. ``end_ns``), the ok count its
@@ -590,6 +590,6 @@ def telemetry_enricher(run: Any, steps: list[StepSummary]) -> None:
     windows = [(int(s["steady_ns"]), int(s["end_ns"])) for s in steps]
     ok = [int(s.get("requests_ok") or 0) for s in steps]
     tokens = [s.get("output_tokens_in_window") for s in steps]
-    rows = _join(list(run.samples), list(run.events), windows, ok, tokens)
+    rows = _join(run.samples, run.events, windows, ok, tokens)
     for step, row in zip(steps, rows, strict=True):
         step.update({**row})  # unpacked: mypy then knows it holds StepTelemetry's keys and no others

@@ -22,21 +22,19 @@ M = TypeVar("M", bound=Mapping[str, object])
 T = TypeVar("T")
 
 
-def number(v: float | None) -> float | None:
-    """``v`` as a finite float, or None.
-
-    Typed as the contract types a number; at run time any value is taken: bools, strings, None,
-    nan and inf are not numbers here, numpy scalars are (an enricher may leave np.int64 or
-    np.float64 in the summary)."""
+def number(v: object) -> float | None:
+    """``v`` as a finite float, or None: bools, strings, None, nan and inf are not numbers here,
+    numpy scalars are (an enricher may leave np.int64 or np.float64 in the summary)."""
     t = type(v)
     if t is float:
-        return v if math.isfinite(cast(float, v)) else None
+        f = cast(float, v)
+        return f if math.isfinite(f) else None
     if t is int:
         return float(cast(int, v))
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
         return None
-    f = float(v)
-    return f if math.isfinite(f) else None
+    g = float(v)
+    return g if math.isfinite(g) else None
 
 
 def stat(step: Mapping[str, Any], key: str, part: str) -> float | None:

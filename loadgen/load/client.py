@@ -181,30 +181,18 @@ class FastTransport:
                 return CallResult(status, sent, end, parse_body(decode, data, end))
             return self._read_stream(resp, sent, decode is Decoder.RESPONSES)
         except ResponseTooLarge as exc:
-            _discard(resp)
-            return CallResult(
-                resp.status_code if resp is not None else 0, sent, perf_ns(), None, "response_too_large", str(exc)
-            )
+            return _broken_off(resp, sent, "response_too_large", str(exc))
         except RequestTimeout:
-            _discard(resp)
-            return CallResult(
-                resp.status_code if resp is not None else 0,
-                sent,
-                perf_ns(),
-                None,
-                "read_timeout",
-                f"no complete response within {self._timeouts.request_s:g} s",
+            return _broken_off(
+                resp, sent, "read_timeout", f"no complete response within {self._timeouts.request_s:g} s"
             )
         except gevent.GreenletExit:
             _discard(resp)
             raise
         except Exception as exc:  # a failed call is a result, not a crash of the user
-            _discard(resp)
-            return CallResult(
-                resp.status_code if resp is not None else 0,
+            return _broken_off(
+                resp,
                 sent,
-                perf_ns(),
-                None,
                 classify_exception(exc, connected=resp is not None),
                 short(f"{type(exc).__name__}: {exc}"),
             )
@@ -640,6 +628,13 @@ def _throw_stall(watch: _Active) -> None:
 
 
 _WATCHDOG = _StallWatchdog()
+
+
+def _broken_off(resp: Any, sent: int, error_class: str, error: str) -> CallResult:
+    """A call that failed before its answer was whole: its connection closed (:func:`_discard`), its
+    status the one the head gave (0 before any), ended now."""
+    _discard(resp)
+    return CallResult(resp.status_code if resp is not None else 0, sent, perf_ns(), None, error_class, error)
 
 
 def _discard(resp: Any) -> None:

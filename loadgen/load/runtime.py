@@ -288,28 +288,18 @@ class RunState(StepSink):
         except gevent.GreenletExit:
             self.in_flight -= 1
             now = ANCHOR.now_wall_ns()
-            rec = RequestRecord(
-                id=rid,
-                worker=self.worker,
-                step=step,
+            rec = self._new_record(
+                rid,
+                step,
+                spec,
+                user,
                 intended_ns=spec.intended_ns or now,
                 sent_ns=now,
                 end_ns=now,
                 error_class="cancelled",
                 error="the user was stopped mid-request",
-                header_id=header_id,
-                endpoint=spec.endpoint,
-                stream=spec.stream,
-                max_tokens=spec.max_tokens,
-                context_tokens=spec.context_tokens,
-                source=spec.source,
-                user=user,
-                conversation=spec.conversation,
-                turn=spec.turn,
-                max_turns=spec.max_turns,
-                inputs=items_of(spec),
-                images=spec.images,
             )
+            rec.header_id = header_id
             self.keep(rec.to_json())
             raise
         self.in_flight -= 1
@@ -339,18 +329,32 @@ class RunState(StepSink):
         self._report(rec, spec)
         return rec, reply_of(result)
 
-    def _record(self, rid: str, step: int, spec: RequestSpec, res: CallResult, user: int) -> RequestRecord:
-        sent_ns = ANCHOR.wall_ns(res.sent_perf_ns)
-        rec = RequestRecord(
+    def _new_record(
+        self,
+        rid: str,
+        step: int,
+        spec: RequestSpec,
+        user: int,
+        *,
+        intended_ns: int,
+        sent_ns: int,
+        end_ns: int,
+        error_class: str | None,
+        error: str | None,
+        status: int = 0,
+    ) -> RequestRecord:
+        """The record of ``spec`` sent by ``user`` in ``step``: what was asked and how it ended; the
+        answer's own fields (tokens, chunk times) are the caller's to fill in."""
+        return RequestRecord(
             id=rid,
             worker=self.worker,
             step=step,
-            intended_ns=spec.intended_ns if spec.intended_ns is not None else sent_ns,
+            intended_ns=intended_ns,
             sent_ns=sent_ns,
-            end_ns=ANCHOR.wall_ns(res.end_perf_ns),
-            status=res.status,
-            error_class=res.error_class,
-            error=res.error,
+            end_ns=end_ns,
+            status=status,
+            error_class=error_class,
+            error=error,
             endpoint=spec.endpoint,
             stream=spec.stream,
             max_tokens=spec.max_tokens,
@@ -362,6 +366,21 @@ class RunState(StepSink):
             max_turns=spec.max_turns,
             inputs=items_of(spec),
             images=spec.images,
+        )
+
+    def _record(self, rid: str, step: int, spec: RequestSpec, res: CallResult, user: int) -> RequestRecord:
+        sent_ns = ANCHOR.wall_ns(res.sent_perf_ns)
+        rec = self._new_record(
+            rid,
+            step,
+            spec,
+            user,
+            intended_ns=spec.intended_ns if spec.intended_ns is not None else sent_ns,
+            sent_ns=sent_ns,
+            end_ns=ANCHOR.wall_ns(res.end_perf_ns),
+            status=res.status,
+            error_class=res.error_class,
+            error=res.error,
         )
         s = res.stream
         if s is None:

@@ -60,6 +60,7 @@ from loadgen.report.plots_time import Failure
 from loadgen.report.svg import esc
 from loadgen.rundir.layout import read_manifest
 from loadgen.rundir.records import read_jsonl
+from loadgen.rundir.samples import Sample, samples_of
 
 # ------------------------------------------------------------------------------------ inputs
 
@@ -90,15 +91,13 @@ def _failures(run: Run) -> list[Failure]:
     ]
 
 
-def _inputs(
-    run_dir: Path, run: Run | None
-) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]], list[Failure]]:
+def _inputs(run_dir: Path, run: Run | None) -> tuple[dict[str, Any], list[Sample], list[dict[str, Any]], list[Failure]]:
     if run is not None:
-        return run.manifest, list(run.samples), list(run.events), _failures(run)
+        return run.manifest, run.samples, run.events, _failures(run)
     manifest = read_manifest(run_dir)
     return (
         manifest if isinstance(manifest, dict) else {},
-        _lines(run_dir / "samples.jsonl"),
+        samples_of(_lines(run_dir / "samples.jsonl")),
         _lines(run_dir / "events.jsonl"),
         [],
     )

@@ -17,11 +17,12 @@ from loadgen.report.plots_common import Plot
 from loadgen.report.plots_load import latency_plots, per_request_plot, throughput_plot, tokens_per_joule_plot
 from loadgen.report.plots_pareto import pareto_plot
 from loadgen.report.plots_time import Failure, power_plots, server_plots
+from loadgen.rundir.samples import Sample
 
 
 def build_plots(
     summary: RunSummary,
-    samples: Sequence[dict[str, Any]] = (),
+    samples: Sequence[Sample] = (),
     events: Sequence[dict[str, Any]] = (),
     failures: Sequence[Failure] = (),
 ) -> list[Plot]:

@@ -24,6 +24,7 @@ from loadgen.analysis.knee import knee_verdict
 from loadgen.analysis.pareto import pareto_summary
 from loadgen.analysis.plan import capacity_plan
 from loadgen.analysis.steps import DEFAULT_MIN_OK_REQUESTS, PERCENTILE_METHOD
+from loadgen.rundir.samples import Sample, gpu_sample
 
 T0_NS = 1_700_000_000_000_000_000
 STEP_S = 20.0
@@ -126,8 +127,8 @@ def _steps(rng: np.random.Generator, telemetry: bool) -> list[StepSummary]:
     return steps
 
 
-def _samples(steps: list[StepSummary], rng: np.random.Generator, gpu_hz: float) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
+def _samples(steps: list[StepSummary], rng: np.random.Generator, gpu_hz: float) -> list[Sample]:
+    out: list[Sample] = []
     dt = int(1e9 / gpu_hz)
     for s, c in zip(steps, LOADS, strict=True):
         down = not s["valid"]
@@ -136,17 +137,9 @@ def _samples(steps: list[StepSummary], rng: np.random.Generator, gpu_hz: float) 
             ramp = min(1.0, (t - s["start_ns"]) / 2e9)
             for g in range(GPUS):
                 w = 120 + (700 * util * ramp + 20 * (util > 0)) * (1 + 0.03 * g) + rng.normal(0, 12)
-                out.append(
-                    {
-                        "t_ns": t + g * 1000,
-                        "src": "gpu",
-                        "source": "nvml",
-                        "gpu": g,
-                        "power_w": round(w, 1),
-                        "power_limit_w": POWER_LIMIT_W,
-                        "util_gpu": round(util * 100),
-                    }
-                )
+                rec = gpu_sample(t + g * 1000, "nvml", g)
+                rec["power_w"], rec["power_limit_w"], rec["util_gpu"] = round(w, 1), POWER_LIMIT_W, round(util * 100)
+                out.append(rec)
         for t in range(s["start_ns"], s["end_ns"], int(1e9)):
             if down:
                 continue  # the server is down: no /metrics scrape succeeds

@@ -12,7 +12,7 @@ None) and the failed requests as ``Failure``; a plot without its telemetry is a 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +37,7 @@ from loadgen.report.svg import (
     no_data,
     render,
 )
+from loadgen.rundir.samples import GpuSample, Sample, ServerSample, gpu_samples, server_samples
 
 MAX_POINTS = 1200
 MAX_MARKS = 240
@@ -61,12 +62,12 @@ class _TimeAxis:
         return (t_ns - self.t0_ns) / 1e9 / self.unit_s
 
 
-def _time_axis(summary: RunSummary, samples: Sequence[dict[str, Any]]) -> _TimeAxis | None:
+def _time_axis(summary: RunSummary, samples: Sequence[Sample]) -> _TimeAxis | None:
     starts = [v for s in steps_of(summary) if (v := number(s.get("start_ns"))) is not None]
     ends = [v for s in steps_of(summary) if (v := number(s.get("end_ns"))) is not None]
     t0 = min(starts) if starts else None
     if t0 is None:
-        times = [v for r in samples if (v := number(r.get("t_ns"))) is not None]
+        times = [float(r["t_ns"]) for r in samples]
         if not times:
             return None
         t0, t1 = min(times), max(times)
@@ -162,9 +163,10 @@ def _marks(
     return marks, lanes
 
 
-def _points(recs: Sequence[dict[str, Any]], key: str) -> tuple[F64, F64]:
-    """(t_ns, value) arrays of the records that have a number under ``key``, in time order."""
-    pairs = [(t, v) for r in recs if (v := number(r.get(key))) is not None and (t := number(r.get("t_ns"))) is not None]
+def _points(recs: Sequence[GpuSample] | Sequence[ServerSample], key: str) -> tuple[F64, F64]:
+    """(t_ns, value) arrays of the samples that have a number under ``key``, in time order."""
+    rows: Sequence[Mapping[str, object]] = recs
+    pairs = [(r["t_ns"], v) for r in rows if (v := number(r.get(key))) is not None]
     if not pairs:
         return np.empty(0), np.empty(0)
     arr = np.array(pairs, dtype=float)
@@ -185,7 +187,7 @@ def _line(t: F64, y: F64, ta: _TimeAxis) -> tuple[F64, F64]:
     return downsample(x, y, MAX_POINTS)
 
 
-def _series_of(recs: Sequence[dict[str, Any]], key: str, ta: _TimeAxis, scale: float = 1.0) -> tuple[F64, F64]:
+def _series_of(recs: Sequence[ServerSample], key: str, ta: _TimeAxis, scale: float = 1.0) -> tuple[F64, F64]:
     t, y = _points(recs, key)
     return _line(t, y * scale, ta)
 
@@ -203,17 +205,15 @@ class _Gpu:
     limit_w: float | None  # the median of its power_limit_w readings
 
 
-def _gpus(samples: Sequence[dict[str, Any]]) -> dict[int, _Gpu]:
+def _gpus(samples: Sequence[Sample]) -> dict[int, _Gpu]:
     """Per GPU index: its power readings as arrays and its power limit."""
-    by_index: dict[int, list[dict[str, Any]]] = {}
-    for r in samples:
-        if r.get("src") == "gpu":
-            g = number(r.get("gpu"))
-            by_index.setdefault(int(g) if g is not None else 0, []).append(r)
+    by_index: dict[int, list[GpuSample]] = {}
+    for r in gpu_samples(samples):
+        by_index.setdefault(r["gpu"], []).append(r)
     out: dict[int, _Gpu] = {}
     for g, recs in sorted(by_index.items()):
         t, w = _points(recs, "power_w")
-        limits = [v for r in recs if (v := number(r.get("power_limit_w"))) is not None]
+        limits = [v for r in recs if (v := number(r["power_limit_w"])) is not None]
         out[g] = _Gpu(t, w, float(np.median(limits)) if limits else None)
     return out
 
@@ -251,7 +251,7 @@ def _total_power(
 
 def power_plots(
     summary: RunSummary,
-    samples: Sequence[dict[str, Any]],
+    samples: Sequence[Sample],
     events: Sequence[dict[str, Any]],
     failures: Sequence[Failure],
 ) -> list[Plot]:
@@ -305,11 +305,11 @@ def power_plots(
 
 def server_plots(
     summary: RunSummary,
-    samples: Sequence[dict[str, Any]],
+    samples: Sequence[Sample],
     events: Sequence[dict[str, Any]],
     failures: Sequence[Failure],
 ) -> list[Plot]:
-    server = [r for r in samples if r.get("src") == "server" and number(r.get("t_ns")) is not None]
+    server = server_samples(samples)
     ta = _time_axis(summary, samples)
     t_kv, t_q = "KV-cache fill", "Server queue"
     out: list[Plot] = []

@@ -32,6 +32,18 @@ class BadRequest(Exception):
         self.message = message
 
 
+def read_json_object(body_raw: bytes) -> dict[str, Any]:
+    """A request body that must be one JSON object; anything else raises :class:`BadRequest`
+    ("Invalid JSON body: ..."), the 400 of every endpoint that reads a body."""
+    try:
+        body = orjson.loads(body_raw)
+        if not isinstance(body, dict):
+            raise ValueError("the request body must be a JSON object")
+    except (orjson.JSONDecodeError, ValueError) as exc:
+        raise BadRequest(f"Invalid JSON body: {exc}") from None
+    return body
+
+
 @dataclass(frozen=True)
 class GenerateParams:
     body: dict[str, Any]
@@ -47,12 +59,7 @@ class GenerateParams:
 
 def read_params(body_raw: bytes, chat: bool, chars_per_token: float, style: str) -> GenerateParams:
     """Parse and check one request body (``style``: "sglang" or "vllm", the server imitated)."""
-    try:
-        body = orjson.loads(body_raw)
-        if not isinstance(body, dict):
-            raise ValueError("the request body must be a JSON object")
-    except (orjson.JSONDecodeError, ValueError) as exc:
-        raise BadRequest(f"Invalid JSON body: {exc}") from None
+    body = read_json_object(body_raw)
     if chat and not isinstance(body.get("messages"), list):
         raise BadRequest("Field 'messages' is required and must be a list.")
     if not chat and "prompt" not in body:

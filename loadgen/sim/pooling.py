@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from loadgen.sim.params import BadRequest
+from loadgen.sim.params import BadRequest, read_json_object
 
 MAX_EMBEDDING_DIM = 4096  # embedding size: the model's hidden size, capped here
 HASHED_WORDS = 256  # words that shape a vector (bounds the event loop's work per input)
@@ -76,16 +76,6 @@ class ScoreParams:
     sequences: list[Sequence]
 
 
-def _load(body_raw: bytes) -> dict[str, Any]:
-    try:
-        body = orjson.loads(body_raw)
-        if not isinstance(body, dict):
-            raise ValueError("the request body must be a JSON object")
-    except (orjson.JSONDecodeError, ValueError) as exc:
-        raise BadRequest(f"Invalid JSON body: {exc}") from None
-    return body
-
-
 def _text_tokens(text: str, chars_per_token: float) -> int:
     return max(1, math.ceil(len(text) / chars_per_token))
 
@@ -98,7 +88,7 @@ def _is_ids(value: Any) -> bool:
 
 def read_embeddings(body_raw: bytes, chars_per_token: float, max_dim: int) -> EmbeddingParams:
     """Parse an embeddings body (``max_dim``: the model's embedding size)."""
-    body = _load(body_raw)
+    body = read_json_object(body_raw)
     raw = body.get("input")
     items: list[Any]
     if isinstance(raw, str) or _is_ids(raw):
@@ -137,7 +127,7 @@ def read_embeddings(body_raw: bytes, chars_per_token: float, max_dim: int) -> Em
 
 def read_rerank(body_raw: bytes, chars_per_token: float) -> RerankParams:
     """Parse a rerank body."""
-    body = _load(body_raw)
+    body = read_json_object(body_raw)
     query = body.get("query")
     if not isinstance(query, str) or not query:
         raise BadRequest(f"Field 'query' is required and must be a non-empty string, got {query!r:.60}.")
@@ -160,7 +150,7 @@ def read_rerank(body_raw: bytes, chars_per_token: float) -> RerankParams:
 
 def read_score(body_raw: bytes, chars_per_token: float) -> ScoreParams:
     """Parse a score body: ``text_1`` against ``text_2`` (1:1, 1:N or N:N)."""
-    body = _load(body_raw)
+    body = read_json_object(body_raw)
     sides: list[list[str]] = []
     for name in ("text_1", "text_2"):
         value = body.get(name)

@@ -74,7 +74,7 @@ from loadgen.sim.engine import ABORTED, Emission, SimRequest
 from loadgen.sim.http import Connection
 from loadgen.sim.images import ImageError, prompt_images, read_image
 from loadgen.sim.output_plan import OutputPlan, ToolAsk, read_effort, read_tools
-from loadgen.sim.params import BadRequest
+from loadgen.sim.params import BadRequest, read_json_object
 from loadgen.sim.streams import Responder, Response
 from loadgen.sim.text import count_prompt_tokens, prompt_text, tools_tokens
 
@@ -150,12 +150,7 @@ class ResponsesRequest:
 
 def read_responses_request(body_raw: bytes, chars_per_token: float, store: ResponseStore) -> ResponsesRequest:
     """Parse and check one body; earlier turns come from ``store``."""
-    try:
-        body = orjson.loads(body_raw)
-        if not isinstance(body, dict):
-            raise ValueError("the request body must be a JSON object")
-    except (orjson.JSONDecodeError, ValueError) as exc:
-        raise BadRequest(f"Invalid JSON body: {exc}") from None
+    body = read_json_object(body_raw)
     if "input" not in body:
         raise BadRequest("Field 'input' is required.")
     new_input = _input_messages(body["input"])

@@ -1,23 +1,7 @@
-"""What every telemetry source shares: the sampler contract, event helper, and the sample schema.
+"""What every telemetry source shares: the sampler contract and the event helper.
 
-Sample records (one JSON object per line of ``samples.jsonl``; ``None`` where a source cannot say)::
-
-    GPU     {"t_ns", "src": "gpu", "source": "nvml"|"smi"|"dcgm", "gpu": 0, "uuid",
-             "power_w",        instantaneous power where the source has it, else the averaged reading
-             "power_kind",     "instant" | "average": which one power_w is
-             "power_avg_w",    the driver's averaged reading (1 s window on Ampere and newer)
-             "energy_mj",      cumulative energy counter (mJ since driver load; differences only)
-             "power_limit_w", "util_gpu", "util_mem" (percent), "mem_used_b", "mem_total_b",
-             "sm_clock_mhz", "mem_clock_mhz", "clock_reasons" (NVML clock-event bitmask), "temp_c"}
-    server  {"t_ns", "src": "server", "engine": "sglang"|"vllm"|"custom",
-             "running", "queued", "kv_usage" (0-1), "preemptions_total" (vLLM preemptions or SGLang
-             retractions, a counter), "prefix_hit" (0-1 gauge, SGLang), "prefix_hits_total",
-             "prefix_queries_total", "spec_accept_len" (gauge), "spec_drafts_total",
-             "spec_accepted_total", "prompt_tokens_total", "gen_tokens_total", plus any user-mapped
-             names}
-
-``t_ns`` is wall-clock epoch nanoseconds (for NVML, the midpoint of that GPU's reads). Counters
-(``*_total``, ``energy_mj``) are cumulative: consumers take differences.
+Samples (``samples.jsonl``) are typed per source in ``loadgen.rundir.samples`` (``GpuSample``,
+``ServerSample``), where their schema is written down.
 
 Event records (``events.jsonl``): ``{"t_ns", "src", "kind", ...}``; ``src`` is "telemetry" for the
 samplers' own outcomes (kinds: started, stopped, source_unavailable, field_not_supported, gpu_lost,
@@ -28,11 +12,14 @@ sampler_error, sampler_recovered, source_ended) and "log" for server log matches
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol, cast
 
-Record = dict[str, Any]
-Emit = Callable[[Record], None]
+from loadgen.rundir.samples import GPU_FIELDS, GpuSample, Sample
+
+# one line of events.jsonl: a time, a src and a kind, and fields of the kind's own
+Event = dict[str, Any]
+Emit = Callable[[Event], None]
 
 
 class SamplerUnavailable(Exception):
@@ -51,34 +38,28 @@ class Sampler(Protocol):
 
     def open(self, emit: Emit) -> None: ...
 
-    def sample(self) -> list[Record]: ...
+    def sample(self) -> Sequence[Sample]: ...
 
     def close(self) -> None: ...
 
 
-def event(kind: str, src: str = "telemetry", t_ns: int | None = None, **fields: Any) -> Record:
+def event(kind: str, src: str = "telemetry", t_ns: int | None = None, **fields: Any) -> Event:
     return {"t_ns": time.time_ns() if t_ns is None else t_ns, "src": src, "kind": kind, **fields}
 
 
-GPU_FIELDS = (
-    "power_w",
-    "power_kind",
-    "power_avg_w",
-    "energy_mj",
-    "power_limit_w",
-    "util_gpu",
-    "util_mem",
-    "mem_used_b",
-    "mem_total_b",
-    "sm_clock_mhz",
-    "mem_clock_mhz",
-    "clock_reasons",
-    "temp_c",
-)
+def set_readings(rec: GpuSample, values: Mapping[str, float], whole: frozenset[str] = frozenset()) -> None:
+    """Copy readings named by their GPU field onto ``rec``, as ints for the fields in ``whole``
+    (counts of bytes, MHz, percent, mJ). A name that is no GPU field is a bug of the source's table."""
+    fields = cast("dict[str, object]", rec)
+    for key, v in values.items():
+        if key not in GPU_FIELDS:
+            raise KeyError(f"{key!r} is not a GPU sample field (loadgen.rundir.samples.GPU_FIELDS)")
+        fields[key] = int(v) if key in whole else v
 
 
-def gpu_sample(t_ns: int, source: str, gpu: int, uuid: str | None = None) -> Record:
-    rec: Record = {"t_ns": t_ns, "src": "gpu", "source": source, "gpu": gpu, "uuid": uuid}
-    for name in GPU_FIELDS:
-        rec[name] = None
-    return rec
+def settle_power(rec: GpuSample, instant_w: float | None) -> None:
+    """``power_w``: the instantaneous reading where the source has one, else its averaged one."""
+    if instant_w is not None:
+        rec["power_w"], rec["power_kind"] = instant_w, "instant"
+    elif rec["power_avg_w"] is not None:
+        rec["power_w"], rec["power_kind"] = rec["power_avg_w"], "average"

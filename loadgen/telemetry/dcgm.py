@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import time
 
+from loadgen.rundir.samples import GpuSample, gpu_sample
 from loadgen.telemetry import prom
-from loadgen.telemetry.base import Emit, Record, gpu_sample
+from loadgen.telemetry.base import Emit, set_readings, settle_power
 from loadgen.telemetry.fetch import get
 
 _MIB = 1 << 20
@@ -35,7 +36,7 @@ _INT_FIELDS = frozenset(
 )
 
 
-def dcgm_samples(expo: prom.Exposition, t_ns: int) -> list[Record]:
+def dcgm_samples(expo: prom.Exposition, t_ns: int) -> list[GpuSample]:
     per_gpu: dict[int, dict[str, float]] = {}
     uuids: dict[int, str] = {}
     for s in expo.samples:
@@ -49,23 +50,19 @@ def dcgm_samples(expo: prom.Exposition, t_ns: int) -> list[Record]:
         per_gpu.setdefault(gpu, {})[target[0]] = s.value * target[1]
         if "UUID" in s.labels:
             uuids[gpu] = s.labels["UUID"]
-    out: list[Record] = []
+    out: list[GpuSample] = []
     for gpu in sorted(per_gpu):
         vals = per_gpu[gpu]
         rec = gpu_sample(t_ns, "dcgm", gpu, uuids.get(gpu))
         instant = vals.pop("power_instant_w", None)
         mgmt = vals.pop("power_mgmt_limit_w", None)
         free = vals.pop("mem_free_b", None)
-        for key, v in vals.items():
-            rec[key] = int(v) if key in _INT_FIELDS else v
+        set_readings(rec, vals, _INT_FIELDS)
         if rec["power_limit_w"] is None:
             rec["power_limit_w"] = mgmt
         if free is not None and rec["mem_used_b"] is not None:
             rec["mem_total_b"] = int(free) + rec["mem_used_b"]
-        if instant is not None:
-            rec["power_w"], rec["power_kind"] = instant, "instant"
-        elif rec["power_avg_w"] is not None:
-            rec["power_w"], rec["power_kind"] = rec["power_avg_w"], "average"
+        settle_power(rec, instant)
         out.append(rec)
     return out
 
@@ -80,7 +77,7 @@ class DcgmSampler:
     def open(self, emit: Emit) -> None:
         self._emit = emit
 
-    def sample(self) -> list[Record]:
+    def sample(self) -> list[GpuSample]:
         body, _ = get(self.url, self.timeout_s)
         t_ns = time.time_ns()
         expo = prom.parse(body.decode("utf-8", errors="replace"), lambda n: n.startswith("DCGM_FI_"))

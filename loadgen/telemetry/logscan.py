@@ -20,7 +20,8 @@ import re
 import time
 from dataclasses import dataclass
 
-from loadgen.telemetry.base import Record
+from loadgen.rundir.samples import ServerSample
+from loadgen.telemetry.base import Event
 
 
 @dataclass(frozen=True)
@@ -123,13 +124,13 @@ class LogScanner:
         self.patterns = patterns
         self.stats = stats
 
-    def scan(self, line: str, t_ns: int | None = None) -> tuple[list[Record], list[Record]]:
+    def scan(self, line: str, t_ns: int | None = None) -> tuple[list[Event], list[ServerSample]]:
         """Return (events, samples) found in ``line``."""
         line = line.rstrip("\r\n")
         if not any(h in line for h in _HINTS):
             return [], []
         t = time.time_ns() if t_ns is None else t_ns
-        events: list[Record] = []
+        events: list[Event] = []
         for pat in self.patterns:
             m = pat.regex.search(line)
             if m:
@@ -144,7 +145,7 @@ class LogScanner:
                         "groups": [g for g in m.groups()],
                     }
                 )
-        samples: list[Record] = []
+        samples: list[ServerSample] = []
         if self.stats:
             try:
                 samples = self._stats(line, t)
@@ -153,10 +154,10 @@ class LogScanner:
         return events, samples
 
     @staticmethod
-    def _stats(line: str, t: int) -> list[Record]:
+    def _stats(line: str, t: int) -> list[ServerSample]:
         m = _SGL_DECODE.search(line)
         if m:
-            rec: Record = {
+            rec: ServerSample = {
                 "t_ns": t,
                 "src": "server",
                 "source": "log",

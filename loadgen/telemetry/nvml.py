@@ -19,7 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from loadgen.telemetry.base import Emit, Record, SamplerDone, SamplerUnavailable, event, gpu_sample
+from loadgen.rundir.samples import GpuSample, gpu_sample
+from loadgen.telemetry.base import Emit, SamplerDone, SamplerUnavailable, event, settle_power
 
 try:
     import pynvml
@@ -138,29 +139,15 @@ class NvmlSampler:
             code = getattr(exc, "value", -1)
             if code == pynvml.NVML_ERROR_GPU_IS_LOST:
                 raise _GpuLost(describe_nvml_error(exc)) from None
-            if code in (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND):
-                gpu.off.add(reading)
-                self._emit(
-                    event(
-                        "field_not_supported",
-                        sampler=self.name,
-                        gpu=gpu.index,
-                        field=reading,
-                        message=describe_nvml_error(exc),
-                    )
-                )
-                return None
-            if (reading, code) not in gpu.reported:
+            unsupported = code in (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+            if unsupported:
+                gpu.off.add(reading)  # never asked again
+            elif (reading, code) in gpu.reported:
+                return None  # each error of each reading is reported once
+            else:
                 gpu.reported.add((reading, code))
-                self._emit(
-                    event(
-                        "sampler_error",
-                        sampler=self.name,
-                        gpu=gpu.index,
-                        field=reading,
-                        message=describe_nvml_error(exc),
-                    )
-                )
+            kind = "field_not_supported" if unsupported else "sampler_error"
+            self._emit(event(kind, sampler=self.name, gpu=gpu.index, field=reading, message=describe_nvml_error(exc)))
             return None
 
     def _instant_mw(self, gpu: _Gpu) -> int | None:
@@ -186,7 +173,7 @@ class NvmlSampler:
             return None
         return int(value.value.uiVal)
 
-    def _read(self, gpu: _Gpu) -> Record:
+    def _read(self, gpu: _Gpu) -> GpuSample:
         t0 = time.time_ns()
         h = gpu.handle
         instant = self._instant_mw(gpu)
@@ -201,11 +188,8 @@ class NvmlSampler:
         temp = self._try(gpu, "temp", pynvml.nvmlDeviceGetTemperature, h, _TEMP_GPU)
         t1 = time.time_ns()
         rec = gpu_sample((t0 + t1) // 2, "nvml", gpu.index, gpu.uuid)
-        if instant is not None:
-            rec["power_w"], rec["power_kind"] = instant / 1000.0, "instant"
-        elif avg is not None:
-            rec["power_w"], rec["power_kind"] = avg / 1000.0, "average"
         rec["power_avg_w"] = None if avg is None else avg / 1000.0
+        settle_power(rec, None if instant is None else instant / 1000.0)
         rec["energy_mj"] = energy
         rec["power_limit_w"] = None if limit is None else limit / 1000.0
         if util is not None:
@@ -218,8 +202,8 @@ class NvmlSampler:
         rec["temp_c"] = temp
         return rec
 
-    def sample(self) -> list[Record]:
-        out: list[Record] = []
+    def sample(self) -> list[GpuSample]:
+        out: list[GpuSample] = []
         for gpu in self._gpus:
             if gpu.lost:
                 continue

@@ -6,6 +6,8 @@ import argparse
 import os
 from dataclasses import dataclass, field
 
+from loadgen.rundir.samples import SERVER_FIELDS
+
 TOKEN_ENV = "LOADGEN_MONITOR_TOKEN"
 
 
@@ -88,6 +90,10 @@ def _mapping(text: str) -> tuple[str, str]:
     fld, sep, metric = text.partition("=")
     if not sep or not fld.strip() or not metric.strip():
         raise argparse.ArgumentTypeError(f"--metrics-map {text!r}: expected FIELD=METRIC, e.g. running=my_running_reqs")
+    if fld.strip() not in SERVER_FIELDS:
+        raise argparse.ArgumentTypeError(
+            f"--metrics-map {text!r}: {fld.strip()!r} is not a server field; FIELD is one of {', '.join(SERVER_FIELDS)}"
+        )
     return fld.strip(), metric.strip()
 
 

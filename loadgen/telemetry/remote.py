@@ -13,23 +13,26 @@ import time
 
 import orjson
 
-from loadgen.telemetry.base import Emit, Record, event
+from loadgen.rundir.samples import Sample, samples_of
+from loadgen.telemetry.base import Emit, Event, event
 from loadgen.telemetry.fetch import get
 
 
 def pull(
     base_url: str, what: str, since: int, token: str | None = None, timeout_s: float = 5.0
-) -> tuple[list[Record], int, int | None]:
-    """One pull of ``what`` ("samples" or "events"): (records, next cursor, remote time ns)."""
+) -> tuple[list[Event], int, int | None]:
+    """One pull of ``what`` ("samples" or "events"): (JSON objects, next cursor, remote time ns)."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     body, resp_headers = get(f"{base_url.rstrip('/')}/v1/{what}?since={since}", timeout_s, headers)
-    recs: list[Record] = []
+    recs: list[Event] = []
     for line in body.split(b"\n"):
         if line.strip():
             try:
-                recs.append(orjson.loads(line))
+                rec = orjson.loads(line)
             except orjson.JSONDecodeError:
                 continue
+            if isinstance(rec, dict):
+                recs.append(rec)
     cursor = int(resp_headers.get("x-next-cursor", since))
     remote_ns = resp_headers.get("x-server-time-ns")
     return recs, cursor, int(remote_ns) if remote_ns else None
@@ -48,9 +51,9 @@ class RemoteSampler:
     def open(self, emit: Emit) -> None:
         self._emit = emit
 
-    def sample(self) -> list[Record]:
+    def sample(self) -> list[Sample]:
         t0 = time.time_ns()
-        samples, self.cursors["samples"], remote_ns = pull(self.url, "samples", self.cursors["samples"], self.token)
+        lines, self.cursors["samples"], remote_ns = pull(self.url, "samples", self.cursors["samples"], self.token)
         t1 = time.time_ns()
         if not self._clock_done and remote_ns is not None:
             self._clock_done = True
@@ -67,7 +70,7 @@ class RemoteSampler:
         for ev in events:
             ev["remote"] = True
             self._emit(ev)
-        return samples
+        return samples_of(lines)  # the monitor's samples, kept to the two kinds like every reader
 
     def close(self) -> None:
         pass

@@ -24,7 +24,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import FrameType
@@ -33,7 +33,8 @@ from typing import Any
 import orjson
 
 from loadgen.rundir.records import JsonlAppender, RunDirError, RunDirWriteError
-from loadgen.telemetry.base import Emit, Record, Sampler, SamplerDone, SamplerUnavailable, event
+from loadgen.rundir.samples import Sample
+from loadgen.telemetry.base import Emit, Event, Sampler, SamplerDone, SamplerUnavailable, event
 from loadgen.telemetry.logscan import LogScanner
 from loadgen.telemetry.options import TelemetryOptions
 from loadgen.telemetry.streams import CommandLines, FileLines, split_command
@@ -81,11 +82,11 @@ class Sink:
                     self.stop.set()
             return False
 
-    def samples(self, recs: list[Record]) -> None:
+    def samples(self, recs: Sequence[Sample]) -> None:
         if recs and self._write(self.samples_out, b"".join(orjson.dumps(r) + b"\n" for r in recs)):
             self.n_samples += len(recs)
 
-    def event(self, rec: Record) -> None:
+    def event(self, rec: Event) -> None:
         if self._write(self.events_out, orjson.dumps(rec, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n"):
             self.n_events += 1
 

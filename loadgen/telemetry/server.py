@@ -17,9 +17,11 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping
+from typing import cast
 
+from loadgen.rundir.samples import SERVER_FIELDS, ServerSample
 from loadgen.telemetry import prom
-from loadgen.telemetry.base import Emit, Record
+from loadgen.telemetry.base import Emit
 from loadgen.telemetry.fetch import get
 
 # field -> candidate metric names, first present wins
@@ -59,6 +61,7 @@ _RANK_LABELS = frozenset({"tp_rank", "pp_rank", "attn_tp_rank", "moe_ep_rank"})
 # gauges that are fractions or means: merged across ranks/engines by max (fill) or mean (acceptance)
 _MAX_FIELDS = frozenset({"kv_usage", "prefix_hit"})
 _MEAN_FIELDS = frozenset({"spec_accept_len", "spec_accept_rate"})
+_COUNT_FIELDS = frozenset({"running", "queued"})  # whole requests: written as ints
 
 
 def detect_engine(expo: prom.Exposition) -> str:
@@ -87,8 +90,9 @@ def _combine(field: str, series: list[prom.PromSample]) -> float | None:
     return sum(vals)
 
 
-def map_metrics(expo: prom.Exposition, mapping: Mapping[str, str] | None = None) -> Record:
-    """The server sample fields (without ``t_ns``/``src``) found in one scrape."""
+def map_metrics(expo: prom.Exposition, mapping: Mapping[str, str] | None = None, t_ns: int = 0) -> ServerSample:
+    """The server sample one scrape gives (timed ``t_ns``): the fields its engine's names (and the
+    user's ``mapping``, field -> metric name) find on the page, ``None`` for those not there."""
     engine = detect_engine(expo)
     table: dict[str, tuple[str, ...]] = dict(SGLANG if engine == "sglang" else VLLM if engine == "vllm" else {})
     for fld, metric in (mapping or {}).items():
@@ -96,26 +100,28 @@ def map_metrics(expo: prom.Exposition, mapping: Mapping[str, str] | None = None)
     by_name: dict[str, list[prom.PromSample]] = {}
     for s in expo.samples:
         by_name.setdefault(s.name, []).append(s)
-    rec: Record = {"engine": engine}
+    rec: ServerSample = {"t_ns": t_ns, "src": "server", "engine": engine}
+    fields = cast("dict[str, object]", rec)  # the table's keys are server fields (checked below)
     for fld, names in table.items():
+        if fld not in SERVER_FIELDS:
+            raise KeyError(f"{fld!r} is not a server sample field (loadgen.rundir.samples.SERVER_FIELDS)")
         value = None
         for name in names:
             if name in by_name:
                 value = _combine(fld, by_name[name])
                 break
-        rec[fld] = value
-    for fld in ("running", "queued"):
-        if isinstance(rec.get(fld), float) and rec[fld].is_integer():
-            rec[fld] = int(rec[fld])
+        fields[fld] = int(value) if fld in _COUNT_FIELDS and value is not None and value.is_integer() else value
     if engine == "vllm" and "kv_capacity_tokens" not in table:
-        rec.update(_vllm_cache_config(by_name.get("vllm:cache_config_info", [])))
+        capacity, block = _vllm_cache_config(by_name.get("vllm:cache_config_info", []))
+        if capacity:
+            rec["kv_capacity_tokens"], rec["kv_block_tokens"] = float(capacity), block
     return rec
 
 
-def _vllm_cache_config(series: list[prom.PromSample]) -> Record:
-    """The KV pool vLLM's ``cache_config_info`` labels describe: ``num_gpu_blocks`` blocks of
-    ``block_size`` tokens, of which one is its null block (``BlockPool.null_block``, never given to
-    a request), so ``kv_capacity_tokens = (num_gpu_blocks - 1) * block_size``; summed over engines."""
+def _vllm_cache_config(series: list[prom.PromSample]) -> tuple[int, int]:
+    """The KV pool vLLM's ``cache_config_info`` labels describe, as (tokens, block size): ``num_gpu_blocks``
+    blocks of ``block_size`` tokens, of which one is its null block (``BlockPool.null_block``, never
+    given to a request), so ``(num_gpu_blocks - 1) * block_size`` tokens; summed over engines."""
     tokens, block = 0, 0
     for s in series:
         try:
@@ -124,7 +130,7 @@ def _vllm_cache_config(series: list[prom.PromSample]) -> Record:
             continue  # "None" before the engine sized its pool
         tokens += max(blocks - 1, 0) * size
         block = size
-    return {"kv_capacity_tokens": float(tokens), "kv_block_tokens": block} if tokens else {}
+    return tokens, block
 
 
 class ServerMetricsSampler:
@@ -147,13 +153,11 @@ class ServerMetricsSampler:
     def _wanted(self, name: str) -> bool:
         return name.startswith(self._prefixes) or name in self._custom
 
-    def sample(self) -> list[Record]:
+    def sample(self) -> list[ServerSample]:
         body, _ = get(self.url, self.timeout_s)
         t_ns = time.time_ns()
         expo = prom.parse(body.decode("utf-8", errors="replace"), self._wanted)
-        rec: Record = {"t_ns": t_ns, "src": "server"}
-        rec.update(map_metrics(expo, self.mapping))
-        return [rec]
+        return [map_metrics(expo, self.mapping, t_ns)]
 
     def close(self) -> None:
         pass

@@ -14,7 +14,8 @@ import math
 import subprocess
 import time
 
-from loadgen.telemetry.base import Emit, Record, SamplerUnavailable, gpu_sample
+from loadgen.rundir.samples import GpuSample, gpu_sample
+from loadgen.telemetry.base import Emit, SamplerUnavailable, set_readings, settle_power
 
 LOOP_FLAGS = ("-l", "-lms", "--loop", "--loop-ms")
 _MIB = 1 << 20
@@ -72,7 +73,7 @@ class SmiParser:
     def __init__(self, fields: list[str] | None = None) -> None:
         self.fields = fields
 
-    def feed(self, line: str, t_ns: int) -> list[Record]:
+    def feed(self, line: str, t_ns: int) -> list[GpuSample]:
         line = line.strip()
         if not line:
             return []
@@ -100,14 +101,10 @@ class SmiParser:
                 rec["clock_reasons"] = None if v is None else int(v)
         instant = values.pop("power_instant_w", None)
         fallback_limit = values.pop("power_limit_enforced_fallback_w", None)
-        for key, v in values.items():
-            rec[key] = int(v) if key in _INT_FIELDS else v
+        set_readings(rec, values, _INT_FIELDS)
         if rec["power_limit_w"] is None:
             rec["power_limit_w"] = fallback_limit
-        if instant is not None:
-            rec["power_w"], rec["power_kind"] = instant, "instant"
-        elif rec["power_avg_w"] is not None:
-            rec["power_w"], rec["power_kind"] = rec["power_avg_w"], "average"
+        settle_power(rec, instant)
         return [rec]
 
 
@@ -124,7 +121,7 @@ class SmiPollSampler:
     def open(self, emit: Emit) -> None:
         self._emit = emit
 
-    def sample(self) -> list[Record]:
+    def sample(self) -> list[GpuSample]:
         try:
             proc = subprocess.run(
                 self.argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=self.timeout_s, check=False
@@ -137,7 +134,7 @@ class SmiPollSampler:
             tail = proc.stderr.decode(errors="replace").strip()[-300:]
             raise RuntimeError(f"--gpu-source: {self.argv[0]} exited with {proc.returncode}: {tail}")
         t_ns = time.time_ns()
-        out: list[Record] = []
+        out: list[GpuSample] = []
         for line in proc.stdout.decode(errors="replace").splitlines():
             out.extend(self.parser.feed(line, t_ns))
         return out

@@ -74,12 +74,7 @@ def calibrate_parser() -> argparse.ArgumentParser:
         metavar="NAME=VALUE",
         help="replace a fitted parameter (what-if), e.g. max_running_requests=256 (repeatable; default: none)",
     )
-    ap.add_argument(
-        "--engine",
-        choices=("sglang", "vllm"),
-        help="the scheduler the twin runs: SGLang's or vLLM's V1 (docs/simulator.md) (default: the engine "
-        "whose names the run's server /metrics carried, else sglang)",
-    )
+    _add_engine(ap)
     return ap
 
 
@@ -124,10 +119,15 @@ def twin_parser() -> argparse.ArgumentParser:
         help="the twin simulator's random seed (acceptance and natural-length draws; default: 0): replays under "
         "several seeds show the twin's own spread, which a short step at low load makes a few %%",
     )
+    _add_engine(ap)
+    return ap
+
+
+def _add_engine(ap: argparse.ArgumentParser) -> None:
+    """``--engine``, the same for calibrate and twin: which scheduler the fitted profile runs."""
     ap.add_argument(
         "--engine",
         choices=("sglang", "vllm"),
         help="the scheduler the twin runs: SGLang's or vLLM's V1 (docs/simulator.md) (default: the engine "
         "whose names the run's server /metrics carried, else sglang)",
     )
-    return ap

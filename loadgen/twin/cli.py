@@ -143,7 +143,7 @@ def _telemetry_argv(run: Run, url: str) -> list[str]:
     /metrics), its /gpu/metrics where the run had GPU telemetry (else the twin's power is no fit)."""
     tel = (run.manifest.get("options") or {}).get("telemetry") or {}
     argv = ["--metrics-url", f"{url}/metrics", "--metrics-hz", repr(float(tel.get("metrics_hz") or 1.0))]
-    if any(s.get("src") == "gpu" for s in run.samples):
+    if any(s["src"] == "gpu" for s in run.samples):
         argv += ["--gpu-source", f"{url}/gpu/metrics", "--gpu-hz", repr(float(tel.get("gpu_hz") or 10.0))]
     else:
         argv += ["--gpu-source", "none"]

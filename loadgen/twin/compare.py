@@ -97,10 +97,7 @@ def load_label(load: float | None, rate: bool) -> str:
 def _sources(run: Run) -> set[Source]:
     have: set[Source] = {"client"}
     for s in run.samples:
-        if s.get("src") == "server":
-            have.add("server")
-        elif s.get("src") == "gpu":
-            have.add("gpu")
+        have.add(s["src"])
     return have
 
 

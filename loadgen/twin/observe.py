@@ -24,6 +24,7 @@ it admitted.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +34,7 @@ import numpy.typing as npt
 from loadgen.analysis.columns import Requests
 from loadgen.analysis.load import MISSING, Run
 from loadgen.analysis.steps import ok_mask
+from loadgen.rundir.samples import Sample, ServerSample, gpu_samples, server_samples
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -269,35 +271,35 @@ def _request_columns(req: Requests, ok: BArr, has_first: BArr, counts: I64) -> d
     }
 
 
-def _server_engine(server: list[dict[str, Any]]) -> str | None:
+def _server_engine(server: list[ServerSample]) -> str | None:
     """The engine most of the server's /metrics samples name (sglang, vllm); None if none does."""
-    engines = [str(s["engine"]) for s in server if s.get("engine") in ("sglang", "vllm")]
+    engines = [e for s in server if (e := s.get("engine")) in ("sglang", "vllm") and e is not None]
     return max(set(engines), key=engines.count) if engines else None
 
 
-def _numeric_values(samples: list[dict[str, Any]], key: str) -> list[float]:
+def _numeric_values(samples: Sequence[Mapping[str, object]], key: str) -> list[float]:
     """``key`` of every sample that has it as a number."""
-    return [float(s[key]) for s in samples if isinstance(s.get(key), (int, float))]
+    return [float(v) for s in samples if isinstance(v := s.get(key), (int, float))]
 
 
-def _server_facts(server: list[dict[str, Any]], ch: _Chunks) -> dict[str, Any]:
+def _server_facts(server: list[ServerSample], ch: _Chunks) -> dict[str, Any]:
     """What the server's /metrics samples say: KV capacity and block size, the tokens in KV per unit
     of reported usage (context from ``ch`` at each sample), the running high mark and whether
     requests queued there with KV to spare, and the preemptions during the run."""
     kv_cap = _numeric_values(server, "kv_capacity_tokens")
     kv_ratio: list[float] = []
-    blocks = [int(s["kv_block_tokens"]) for s in server if isinstance(s.get("kv_block_tokens"), int)]
+    blocks = [b for s in server if isinstance(b := s.get("kv_block_tokens"), int)]
     running = _numeric_values(server, "running")
     run_max = max(running) if running else None
     queued_at_max = any(
-        isinstance(s.get("queued"), (int, float))
-        and s["queued"] > 0
+        isinstance(q := s.get("queued"), (int, float))
+        and q > 0
         and run_max is not None
         and s.get("running") == run_max
         and float(s.get("kv_usage") or 0.0) < 0.9
         for s in server
     )
-    usage = [(int(s["t_ns"]), float(s["kv_usage"])) for s in server if isinstance(s.get("kv_usage"), (int, float))]
+    usage = [(s["t_ns"], float(u)) for s in server if isinstance(u := s.get("kv_usage"), (int, float))]
     if usage:
         ts = np.array([u[0] for u in usage], dtype=np.int64)
         frac = np.array([u[1] for u in usage])
@@ -325,13 +327,13 @@ def _logged_max_running(events: list[dict[str, Any]]) -> int | None:
     return logged
 
 
-def _gpu_power(samples: list[dict[str, Any]], req: Requests) -> dict[str, Any]:
+def _gpu_power(samples: Sequence[Sample], req: Requests) -> dict[str, Any]:
     """GPU power samples (W, per GPU) with whether any request was in flight then (1.0 or 0.0), the
     number of GPUs and their highest power limit."""
-    gpu = [s for s in samples if s.get("src") == "gpu" and isinstance(s.get("power_w"), (int, float))]
-    p_w = np.array([float(s["power_w"]) for s in gpu])
+    gpu = [s for s in gpu_samples(samples) if isinstance(s["power_w"], (int, float))]
+    p_w = np.array([s["power_w"] for s in gpu], dtype=np.float64)
     if gpu:
-        gt = np.array([int(s["t_ns"]) for s in gpu], dtype=np.int64)
+        gt = np.array([s["t_ns"] for s in gpu], dtype=np.int64)
         sent_sorted_all = np.sort(req.sent_ns[req.sent_ns != MISSING])
         ends_sorted = np.sort(req.end_ns[(req.sent_ns != MISSING) & (req.end_ns != MISSING)])
         inflight = np.searchsorted(sent_sorted_all, gt, side="right") - np.searchsorted(ends_sorted, gt, side="right")
@@ -342,7 +344,7 @@ def _gpu_power(samples: list[dict[str, Any]], req: Requests) -> dict[str, Any]:
     return {
         "power_w": p_w,
         "power_busy": p_busy,
-        "gpus": len({s.get("gpu") for s in gpu}),
+        "gpus": len({s["gpu"] for s in gpu}),
         "power_limit_w": max(limits) if limits else None,
     }
 
@@ -350,7 +352,7 @@ def _gpu_power(samples: list[dict[str, Any]], req: Requests) -> dict[str, Any]:
 def _one_run(run: Run) -> dict[str, Any]:
     """One run's observations, keyed by :class:`Observations` field (``gap_step``: each gap's step
     number, before ``observe`` labels them)."""
-    server = [s for s in run.samples if s.get("src") == "server"]
+    server = server_samples(run.samples)
     engine = _server_engine(server)
     req = run.requests
     n = len(req.sent_ns)

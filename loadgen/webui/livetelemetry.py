@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from loadgen.analysis.values import number
+from loadgen.rundir.samples import Sample, samples_of
 from loadgen.webui.tail import JsonlTail, json_lines
 
 SERIES_POINTS = 1800  # points kept per time series (30 min at one a second)
@@ -69,7 +70,7 @@ class LiveTelemetry:
         self._event_tail = JsonlTail(run_dir / "events.jsonl")
         self._client_tails: dict[str, JsonlTail] = {}
         self.first_sample_ns: int | None = None  # the time of the first sample ever read
-        self.samples: list[dict[str, Any]] = []
+        self.samples: list[Sample] = []
         self.events: list[dict[str, Any]] = []
         self.logs: deque[dict[str, Any]] = deque(maxlen=LOG_LINES)
         self.log_counts: dict[str, int] = {}
@@ -94,7 +95,7 @@ class LiveTelemetry:
     def read(self) -> None:
         """Take the samples, events and client lines appended since the last read."""
         data, start = self._sample_tail.read_block()
-        times = [t for s in json_lines(data) if (t := self._sample(s)) is not None]
+        times = [self._sample(s) for s in samples_of(json_lines(data))]
         if times:
             self._sample_index.append((min(times), max(times), start, len(data)))
         for e in self._event_tail.read():
@@ -104,11 +105,9 @@ class LiveTelemetry:
             for row in tail.read():
                 self._client(path.name, row)
 
-    def _sample(self, s: dict[str, Any]) -> int | None:
-        """Keep one telemetry sample and add it to the series; its time (None: not a sample)."""
-        t = s.get("t_ns")
-        if not isinstance(t, int):
-            return None
+    def _sample(self, s: Sample) -> int:
+        """Keep one telemetry sample and add it to the series; its time."""
+        t = s["t_ns"]
         self.samples.append(s)
         self.latest_sample_ns = max(self.latest_sample_ns, t)
         if self.first_sample_ns is None:
@@ -116,27 +115,26 @@ class LiveTelemetry:
         self._chart(s, t)
         return t
 
-    def _chart(self, s: dict[str, Any], t: int) -> None:
+    def _chart(self, s: Sample, t: int) -> None:
         """Add a sample to the page's time series (power, KV fill, queue, preemptions)."""
-        src = s.get("src")
-        if src == "gpu":
-            key = f"gpu{s.get('gpu', 0)}"
-            limit = number(s.get("power_limit_w"))
+        if s["src"] == "gpu":
+            key = f"gpu{s['gpu']}"
+            limit = number(s["power_limit_w"])
             if limit is not None:
                 self.power_limit_w[key] = limit
-            power = number(s.get("power_w"))
+            power = number(s["power_w"])
             if power is None:
                 return
             _append_thinned(self.power.setdefault(key, _series()), t / 1e9, power)
             self._gpu_last[key] = (t, power)
             total = sum(w for t_g, w in self._gpu_last.values() if t - t_g <= GPU_STALE_NS)
             _append_thinned(self.power_total, t / 1e9, total)
-        elif src == "server":
+        else:
             self.server_seen = True
-            for key, series in (("kv_usage", self.kv), ("queued", self.queue), ("running", self.running)):
-                v = number(s.get(key))
-                if v is not None:
-                    _append_thinned(series, t / 1e9, v)
+            gauges = ((s.get("kv_usage"), self.kv), (s.get("queued"), self.queue), (s.get("running"), self.running))
+            for v, series in gauges:
+                if (n := number(v)) is not None:
+                    _append_thinned(series, t / 1e9, n)
             count = number(s.get("preemptions_total"))
             if count is not None:
                 if self._preempt is None:
@@ -200,21 +198,19 @@ class LiveTelemetry:
             self._sample_t = np.concatenate([self._sample_t, new])
         return self._sample_t
 
-    def samples_between(self, lo: int, hi: int) -> list[dict[str, Any]]:
+    def samples_between(self, lo: int, hi: int) -> list[Sample]:
         """The samples timed in ``[lo, hi]``, in file order: from memory, or read back from
         samples.jsonl for a stretch older than what memory keeps (``forget_before``)."""
         if lo >= self.samples_from_ns:
             t = self._sample_times()
             return [self.samples[i] for i in np.flatnonzero((t >= lo) & (t <= hi))]
-        out: list[dict[str, Any]] = []
+        out: list[Sample] = []
         with self._sample_tail.path.open("rb") as f:
             for first, last, offset, size in self._sample_index:
                 if last < lo or first > hi:
                     continue
                 f.seek(offset)
-                out += [
-                    s for s in json_lines(f.read(size)) if isinstance(t_ns := s.get("t_ns"), int) and lo <= t_ns <= hi
-                ]
+                out += [s for s in samples_of(json_lines(f.read(size))) if lo <= s["t_ns"] <= hi]
         return out
 
     def forget_before(self, horizon_ns: int) -> None:

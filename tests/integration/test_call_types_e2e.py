@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from loadgen.spec.calls import Inputs, taking
-from tests.conftest import run_dir_of, run_loadgen, run_records
+from tests.conftest import emissions_by_request, run_dir_of, run_loadgen, run_records
 
 pytestmark = pytest.mark.slow
 
@@ -46,15 +46,6 @@ def _ramp(url: str, out: Path, *extra: str, requests: int = 10) -> Path:
     return run_dir_of(proc)
 
 
-def _emitted(path: Path) -> dict[str, list[dict[str, Any]]]:
-    by_req: dict[str, list[dict[str, Any]]] = {}
-    for line in path.read_text().splitlines():
-        e = json.loads(line)
-        if e.get("tokens", 0) > 0:
-            by_req.setdefault(e["request_id"], []).append(e)
-    return by_req
-
-
 def _check_lags(lags_ms: list[float]) -> None:
     """Arrival times against the server's emission stamps: never before (the clocks are one), most
     within the loopback hop and one read. A few reach further: a simulator descheduled between its
@@ -78,7 +69,7 @@ def test_responses_endpoint_streams_events_timed_against_the_emission_log(sim_fa
     run_dir = _ramp(sim.url, tmp_path / "r", "--endpoint", "responses", "--max-tokens", "24")
     recs = [r for r in run_records(run_dir) if r["error_class"] is None]
     assert len(recs) >= 5
-    emitted = _emitted(sim.emission_log)
+    emitted = emissions_by_request(sim.emission_log)
     lags: list[float] = []
     for r in recs:
         assert r["endpoint"] == "responses" and r["stream"] is True
@@ -155,7 +146,7 @@ def test_a_five_step_tool_loop(sim_factory: Any, tmp_path: Path, endpoint: str) 
         tasks.setdefault(r["conversation"], []).append(r)
     done = [t for t in tasks.values() if len(t) == 5]
     assert done, {k: len(v) for k, v in tasks.items()}
-    emitted = _emitted(sim.emission_log)
+    emitted = emissions_by_request(sim.emission_log)
     lags: list[float] = []
     for task in done:
         assert [r["turn"] for r in task] == [0, 1, 2, 3, 4]
@@ -308,7 +299,7 @@ def test_reasoning_and_answer_times_apart(sim_factory: Any, tmp_path: Path, endp
     run_dir = _ramp(sim.url, tmp_path / "r", "--scenario", scenario, requests=6)
     recs = [r for r in run_records(run_dir) if r["error_class"] is None]
     assert len(recs) >= 4
-    emitted = _emitted(sim.emission_log)
+    emitted = emissions_by_request(sim.emission_log)
     lags: dict[str, list[float]] = {"reasoning": [], "text": []}
     for r in recs:
         # medium effort: half of max_tokens is reasoning (the simulator's rule), the rest the answer

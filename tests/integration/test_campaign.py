@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,50 @@ def _campaign_dir(proc: subprocess.CompletedProcess[str]) -> Path:
     path = Path(proc.stdout.strip().splitlines()[-1])
     assert path.is_dir(), proc.stdout + proc.stderr
     return path
+
+
+def start_long_campaign(
+    tmp_path: Path, name: str, preexec_fn: Callable[[], object]
+) -> tuple[subprocess.Popen[str], Path, Path]:
+    """``loadgen campaign`` started (``preexec_fn`` in the child) on a campaign ``name`` of two
+    variants on the simulator: "long" (two 30-s steps; its rollback appends "rolled back" to the
+    trail file) and "never-reached" after it. Returns the process, its --out folder and the trail."""
+    trail = tmp_path / "trail.txt"
+    append = "import sys; open(sys.argv[1], 'a').write(sys.argv[2] + chr(10))"
+    text = f"""
+[campaign]
+name = "{name}"
+url = "http://127.0.0.1:{{port}}"
+wait_ready_s = 20
+
+[ramp]
+concurrency = [2, 2]
+step_seconds = 30
+warmup_seconds = 0.2
+max_tokens = 8
+args = ["--no-telemetry"]
+
+[[variant]]
+name = "long"
+start = ["{{python}}", "-m", "loadgen.sim", "--profile", "tiny", "--port", "{{port}}"]
+rollback = [[{sys.executable!r}, "-c", {append!r}, {str(trail)!r}, "rolled back"]]
+
+[[variant]]
+name = "never-reached"
+start = ["{{python}}", "-m", "loadgen.sim", "--profile", "tiny", "--port", "{{port}}"]
+"""
+    path = tmp_path / f"{name}.toml"
+    path.write_text(text)
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loadgen.campaign", str(path), "--out", str(out)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=preexec_fn,
+    )
+    return proc, out, trail
 
 
 def test_shipped_campaign_records_why_256_fails_and_keeps_128(tmp_path: Path) -> None:
@@ -165,43 +210,10 @@ def test_ctrl_c_stops_the_server_runs_rollback_and_writes_a_partial_report(tmp_p
     import signal
     import time
 
-    trail = tmp_path / "trail.txt"
-    py = sys.executable
-    append = "import sys; open(sys.argv[1], 'a').write(sys.argv[2] + chr(10))"
-    text = f"""
-[campaign]
-name = "interrupt"
-url = "http://127.0.0.1:{{port}}"
-wait_ready_s = 20
-
-[ramp]
-concurrency = [2, 2]
-step_seconds = 30
-warmup_seconds = 0.2
-max_tokens = 8
-args = ["--no-telemetry"]
-
-[[variant]]
-name = "long"
-start = ["{{python}}", "-m", "loadgen.sim", "--profile", "tiny", "--port", "{{port}}"]
-rollback = [[{py!r}, "-c", {append!r}, {str(trail)!r}, "rolled back"]]
-
-[[variant]]
-name = "never-reached"
-start = ["{{python}}", "-m", "loadgen.sim", "--profile", "tiny", "--port", "{{port}}"]
-"""
-    path = tmp_path / "long.toml"
-    path.write_text(text)
-    out = tmp_path / "out"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "loadgen.campaign", str(path), "--out", str(out)],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        # a Ctrl-C reaches a foreground campaign; under a background job the child would inherit
-        # SIGINT ignored and (rightly) keep ignoring it, so the test sets the disposition itself
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    # a Ctrl-C reaches a foreground campaign; under a background job the child would inherit
+    # SIGINT ignored and (rightly) keep ignoring it, so the test sets the disposition itself
+    proc, out, trail = start_long_campaign(
+        tmp_path, "interrupt", preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)
     )
     try:
         deadline = time.monotonic() + 60

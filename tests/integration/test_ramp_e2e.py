@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, loadgen_cmd, run_dir_of, run_loadgen, run_records
+from tests.conftest import REPO, emissions_by_request, loadgen_cmd, run_dir_of, run_loadgen, run_records
 
 pytestmark = pytest.mark.slow
 
@@ -72,15 +72,6 @@ def test_three_step_ramp_gives_three_sane_rows(sim_factory: Any, tmp_path: Path)
     assert all(s["requests_ok"] >= 30 for s in steps), [s["requests_ok"] for s in steps]
 
 
-def _emissions(path: Path) -> dict[str, list[dict[str, Any]]]:
-    by_req: dict[str, list[dict[str, Any]]] = {}
-    for line in path.read_text().splitlines():
-        e = json.loads(line)
-        if e.get("tokens", 0) > 0:
-            by_req.setdefault(e["request_id"], []).append(e)
-    return by_req
-
-
 @pytest.mark.exclusive  # alone: our clock against the server's, to the ms
 def test_measured_timing_matches_the_servers_truth(sim_factory: Any, tmp_path: Path) -> None:
     """TTFT, ITL and tokens per chunk as measured against when the simulator sent each chunk."""
@@ -107,7 +98,7 @@ def test_measured_timing_matches_the_servers_truth(sim_factory: Any, tmp_path: P
         str(tmp_path / "reports"),
     )
     run_dir = run_dir_of(proc)
-    emitted = _emissions(sim.emission_log)
+    emitted = emissions_by_request(sim.emission_log)
     recs = [r for r in run_records(run_dir) if r["error_class"] is None]
     assert len(recs) >= 10
     first_err, gap_err = [], []
@@ -237,7 +228,7 @@ def test_openai_sdk_transport(sim_factory: Any, tmp_path: Path) -> None:
     run_dir = run_dir_of(proc)
     recs = run_records(run_dir)
     assert recs and all(r["error_class"] is None for r in recs), recs[:2]
-    emitted = _emissions(sim.emission_log)
+    emitted = emissions_by_request(sim.emission_log)
     for r in recs:
         assert r["output_tokens"] == sum(e["tokens"] for e in emitted[r["header_id"]])
         assert r["first_chunk_ns"] >= emitted[r["header_id"]][0]["emit_ns"]

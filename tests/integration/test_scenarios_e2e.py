@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, run_loadgen, run_records
+from tests.conftest import REPO, run_dir_of, run_loadgen, run_records
 
 pytestmark = pytest.mark.slow
 
@@ -37,8 +37,7 @@ def test_chat_scenario_runs_and_reports_requested_vs_served(sim_factory: Any, tm
         "--out",
         str(tmp_path),
     )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    run_dir = Path(proc.stdout.strip().splitlines()[-1])
+    run_dir = run_dir_of(proc)
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["scenario"]["name"].startswith("chat")
     recs = [r for r in run_records(run_dir) if r["error_class"] is None]
@@ -72,8 +71,7 @@ def test_multi_turn_history_grows_with_the_servers_replies_and_hits_the_cache(si
         str(tmp_path),
         timeout=180,
     )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    run_dir = Path(proc.stdout.strip().splitlines()[-1])
+    run_dir = run_dir_of(proc)
     by_conv: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in run_records(run_dir):
         if r["error_class"] is None and r["conversation"]:
@@ -124,8 +122,7 @@ warmup_seconds = 0
     )
     sim = sim_factory("--profile", "tiny")
     proc = run_loadgen("ramp", "--url", sim.url, "--scenario", str(scenario), "--no-telemetry", "--out", str(tmp_path))
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    run_dir = Path(proc.stdout.strip().splitlines()[-1])
+    run_dir = run_dir_of(proc)
     recs = sorted(run_records(run_dir), key=lambda r: r["intended_ns"])
     start = next(json.loads(x)["t_ns"] for x in (run_dir / "steps.jsonl").read_text().splitlines())
     rows = load_trace(trace_path, "azure").rows
@@ -173,8 +170,7 @@ def test_a_steady_window_holds_the_same_requests_whatever_the_warm_ups_timing(si
             "ramp", "--url", sim.url, "--scenario", str(scenario), "--concurrency", "6", "--requests-per-step", "36",
             "--step-seconds", "60", "--warmup-seconds", "1", "--no-telemetry", "--out", str(tmp_path / f"itl{itl}"),
         )  # fmt: skip
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        run_dir = Path(proc.stdout.strip().splitlines()[-1])
+        run_dir = run_dir_of(proc)
         (row,) = step_rows(load_run(run_dir))
         by_user: dict[Any, list[tuple[Any, ...]]] = defaultdict(list)
         for r in sorted(run_records(run_dir), key=lambda r: r["sent_ns"]):

@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO, loadgen_cmd, start_sim
+from tests.integration.test_campaign import start_long_campaign
 
 pytestmark = pytest.mark.slow
 
@@ -72,41 +72,7 @@ def test_ramp_with_sigint_ignored_stops_on_sigterm_with_a_partial_report(tmp_pat
 
 
 def test_campaign_with_sigint_ignored_stops_on_sigterm_rolls_back_and_reports(tmp_path: Path) -> None:
-    trail = tmp_path / "trail.txt"
-    append = "import sys; open(sys.argv[1], 'a').write(sys.argv[2] + chr(10))"
-    text = f"""
-[campaign]
-name = "background"
-url = "http://127.0.0.1:{{port}}"
-wait_ready_s = 20
-
-[ramp]
-concurrency = [2, 2]
-step_seconds = 30
-warmup_seconds = 0.2
-max_tokens = 8
-args = ["--no-telemetry"]
-
-[[variant]]
-name = "long"
-start = ["{{python}}", "-m", "loadgen.sim", "--profile", "tiny", "--port", "{{port}}"]
-rollback = [[{sys.executable!r}, "-c", {append!r}, {str(trail)!r}, "rolled back"]]
-
-[[variant]]
-name = "never-reached"
-start = ["{{python}}", "-m", "loadgen.sim", "--profile", "tiny", "--port", "{{port}}"]
-"""
-    path = tmp_path / "bg.toml"
-    path.write_text(text)
-    out = tmp_path / "out"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "loadgen.campaign", str(path), "--out", str(out)],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=_ignore_sigint,
-    )
+    proc, out, trail = start_long_campaign(tmp_path, "background", preexec_fn=_ignore_sigint)
     try:
         # 30 recorded: at least 10 of them in the steady window (the 0.2-s warm-up's 2 users send
         # fewer than 10 requests of 55 ms or more)

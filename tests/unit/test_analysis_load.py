@@ -112,12 +112,14 @@ def test_without_steps_jsonl_each_step_id_spans_its_records(tmp_path: Path) -> N
     assert (s.step, s.start_ns, s.steady_ns, s.end_ns) == (3, at_ms(1000), at_ms(1000), at_ms(2400))
 
 
-def test_samples_and_events_are_exposed_raw(tmp_path: Path) -> None:
+def test_samples_are_typed_and_events_exposed_raw(tmp_path: Path) -> None:
     path = two_workers(tmp_path)
     (path / "samples.jsonl").write_bytes(b'{"t_ns": 1, "src": "gpu", "power_w": 400}\n{"t_ns": 2, "sr')
     (path / "events.jsonl").write_bytes(b'{"t_ns": 5, "kind": "log", "line": "KV cache full"}\n')
     run = load_run(path)
-    assert run.samples == [{"t_ns": 1, "src": "gpu", "power_w": 400}]
+    assert [(s["t_ns"], s["src"]) for s in run.samples] == [(1, "gpu")]  # the cut-off line is skipped
+    gpu = run.samples[0]
+    assert gpu["src"] == "gpu" and (gpu["gpu"], gpu["power_w"], gpu["power_limit_w"]) == (0, 400, None)
     assert run.events == [{"t_ns": 5, "kind": "log", "line": "KV cache full"}]
 
 

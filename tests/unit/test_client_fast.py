@@ -116,6 +116,15 @@ def _call(t: FastTransport) -> Any:
     return t.call("/v1/chat/completions", b'{"stream":true}', {"Content-Type": "application/json"}, True)
 
 
+def _call_once(url: str, timeouts: Timeouts | None = None) -> Any:
+    """One call on a transport of its own, closed after it (``timeouts``: default ``Timeouts()``)."""
+    t = FastTransport(url, timeouts or Timeouts())
+    try:
+        return _call(t)
+    finally:
+        t.close()
+
+
 def test_paced_chunks_are_timed_at_arrival_and_the_connection_is_reused(serve: Any) -> None:
     srv = serve(_paced(0.03, 5))
     t = FastTransport(srv.url, Timeouts())
@@ -141,11 +150,7 @@ def test_one_write_of_many_events_shares_one_arrival_time(serve: Any) -> None:
         sock.sendall(_HEAD + _chunk(body) + b"0\r\n\r\n")
 
     srv = serve(script)
-    t = FastTransport(srv.url, Timeouts())
-    try:
-        res = _call(t)
-    finally:
-        t.close()
+    res = _call_once(srv.url)
     s = res.stream
     assert res.error_class is None and s is not None
     assert len(s.chunk_times_ns) == 200 and s.completion_tokens == 200
@@ -182,11 +187,7 @@ def test_http_error_is_classified_not_raised_and_the_body_is_kept(serve: Any) ->
         sock.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
 
     srv = serve(script)
-    t = FastTransport(srv.url, Timeouts())
-    try:
-        res = _call(t)
-    finally:
-        t.close()
+    res = _call_once(srv.url)
     assert res.status == 503 and res.error_class == "http_5xx"
     assert res.error is not None and "boom" in res.error
 
@@ -198,11 +199,7 @@ def test_connection_closed_mid_stream_keeps_the_chunks_received(serve: Any) -> N
         sock.close()
 
     srv = serve(script)
-    t = FastTransport(srv.url, Timeouts())
-    try:
-        res = _call(t)
-    finally:
-        t.close()
+    res = _call_once(srv.url)
     assert res.stream is not None and res.stream.text == " a b"
     assert res.error_class is not None or res.stream.error_class() == "truncated"
 
@@ -211,11 +208,7 @@ def test_refused_connection_is_a_result() -> None:
     srv = Server(_paced(0.0, 1))
     url = srv.url
     srv.stop()
-    t = FastTransport(url, Timeouts(connect_s=1.0))
-    try:
-        res = _call(t)
-    finally:
-        t.close()
+    res = _call_once(url, Timeouts(connect_s=1.0))
     assert res.error_class == "connection_refused" and res.stream is None
 
 

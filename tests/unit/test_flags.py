@@ -111,11 +111,24 @@ def test_telemetry_sources_written_back_read_the_same() -> None:
     parser = argparse.ArgumentParser()
     add_source_args(parser)
     argv = ["--gpu-source", "http://h:9400/metrics", "--gpu-hz", "4", "--gpus", "0,2", "--log-from-start",
-            "--metrics-map", "kv_usage_frac=kv", "--monitor-url", "http://m:9500", "--monitor-hz", "0.5"]  # fmt: skip
+            "--metrics-map", "kv_usage=kv", "--monitor-url", "http://m:9500", "--monitor-hz", "0.5"]  # fmt: skip
     first = parser.parse_args(argv)
     again = parser.parse_args(source_argv(first))
     assert vars(again) == vars(first)
     assert source_argv(parser.parse_args([])) == []  # defaults are left to the other side's defaults
+
+
+def test_a_metrics_map_field_no_server_sample_has_is_refused_naming_the_fields(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from loadgen.telemetry.options import add_source_args
+
+    parser = argparse.ArgumentParser()
+    add_source_args(parser)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--metrics-map", "kv_usage_frac=kv"])
+    err = capsys.readouterr().err
+    assert "'kv_usage_frac' is not a server field" in err and "kv_usage" in err and "preemptions_total" in err
 
 
 def test_every_subcommand_parser_builds_without_clashing_options() -> None:

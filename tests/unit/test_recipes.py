@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 from pathlib import Path
 from typing import Any
 
@@ -78,11 +79,11 @@ def _sampler_classes() -> dict[str, type]:
 
 
 def test_a_telemetry_source_is_a_sampler_the_runner_builds() -> None:
-    """Recipe: a class in telemetry/ with ``name``, ``period_s``, ``open(emit)``, ``sample() ->
-    list[Record]`` and ``close()`` (telemetry.base.Sampler; ``sample`` may block, it has a thread
-    of its own), records in base.py's schema, and a branch of ``runner.build_sources`` that makes it
-    from its option. A class the runner never builds is dead code; one without the methods would
-    fail at run time, after the run started."""
+    """Recipe: a class in telemetry/ with ``name``, ``period_s``, ``open(emit)``, ``sample()`` and
+    ``close()`` (telemetry.base.Sampler; ``sample`` may block, it has a thread of its own), whose
+    samples are rundir/samples.py's typed ones (GpuSample, ServerSample), and a branch of
+    ``runner.build_sources`` that makes it from its option. A class the runner never builds is dead
+    code; one without the methods would fail at run time, after the run started."""
     classes = _sampler_classes()
     assert {"NvmlSampler", "DcgmSampler", "SmiPollSampler", "ServerMetricsSampler", "RemoteSampler"} <= set(classes)
     runner_src = (PKG / "telemetry" / "runner.py").read_text()
@@ -95,6 +96,8 @@ def test_a_telemetry_source_is_a_sampler_the_runner_builds() -> None:
         init = inspect.getsource(cls)
         assert "self.name" in init and "self.period_s" in init, f"{name} sets no name or period_s"
         assert name in built, f"telemetry/runner.py never builds {name}"
+        returns = str(inspect.signature(cls.sample).return_annotation)
+        assert re.search(r"\b(GpuSample|ServerSample|Sample)\b", returns), f"{name}.sample() returns {returns}"
 
 
 def test_a_report_section_renders_nothing_without_its_data() -> None:

@@ -294,6 +294,7 @@ def test_total_power_sums_each_gpus_latest_reading() -> None:
     """Two GPUs at 100 W and 300 W sampled at different instants sum to 400 W; while GPU 1 is silent
     for longer than the stale limit the total is GPU 0 alone; the limit is the sum of both limits."""
     from loadgen.report.plots_time import _gpus, _TimeAxis, _total_power
+    from loadgen.rundir.samples import samples_of
 
     s = 1_000_000_000
     samples = [
@@ -304,7 +305,7 @@ def test_total_power_sums_each_gpus_latest_reading() -> None:
         for k in range(300)
         if not 100 <= k < 200  # GPU 1 silent from 10 s to 20 s
     ]
-    xs, ys, limit = _total_power(_gpus(samples), _TimeAxis(0, 1.0, "s"))
+    xs, ys, limit = _total_power(_gpus(samples_of(samples)), _TimeAxis(0, 1.0, "s"))
     assert limit == 1400.0
     middle = (xs > 12) & (xs < 19)
     early = (xs > 1) & (xs < 9)
@@ -317,6 +318,7 @@ def test_total_power_drops_a_lost_gpu_as_the_step_figures_do() -> None:
     even within the stale limit (both read GPU power through analysis.telemetry.as_of)."""
     from loadgen.analysis.telemetry import step_telemetry
     from loadgen.report.plots_time import _gpus, _TimeAxis, _total_power
+    from loadgen.rundir.samples import samples_of
 
     s = 1_000_000_000
     samples = [
@@ -324,7 +326,7 @@ def test_total_power_drops_a_lost_gpu_as_the_step_figures_do() -> None:
     ]
     samples = [x for x in samples if not (x["gpu"] == 1 and x["t_ns"] > 5 * s - s // 10)]  # GPU 1 stops at 4.9 s
     lost = {1: 5 * s}
-    xs, ys, _ = _total_power(_gpus(samples), _TimeAxis(0, 1.0, "s"), lost)
+    xs, ys, _ = _total_power(_gpus(samples_of(samples)), _TimeAxis(0, 1.0, "s"), lost)
     assert np.all(ys[(xs > 1) & (xs < 4.8)] == 400.0)
     assert np.all(ys[(xs >= 5.0) & (xs < 5.5)] == 100.0)  # at once, not after the 1 s stale limit
     events = [{"t_ns": 5 * s, "kind": "gpu_lost", "gpu": 1}]

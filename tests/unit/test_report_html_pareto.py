@@ -4,7 +4,6 @@ the GPU count's source, and the Pareto plot not repeated in the plot grid."""
 from __future__ import annotations
 
 import copy
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -13,20 +12,7 @@ import pytest
 from loadgen.analysis.pareto import pareto_summary
 from loadgen.report.html import render_html
 from loadgen.report.plots_demo import write_demo_run
-
-
-class _Tags(HTMLParser):
-    def __init__(self, text: str) -> None:
-        super().__init__(convert_charrefs=True)
-        self.tags: list[tuple[str, dict[str, str | None]]] = []
-        self.text: list[str] = []
-        self.feed(text)
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.tags.append((tag, dict(attrs)))
-
-    def handle_data(self, data: str) -> None:
-        self.text.append(data)
+from tests.unit.test_report_html import Page
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +29,7 @@ def test_pareto_section_comes_before_the_plots(demo: tuple[Path, dict[str, Any]]
     assert "Throughput per GPU vs interactivity" in section
     assert "1000 / TPOT p50" in section and "8 GPUs, from the GPU telemetry" in section
     assert "plots/pareto.svg" in section
-    tags = _Tags(page).tags
+    tags = Page(page).tags
     figures = [a["data-plot"] for t, a in tags if t == "figure"]
     assert figures.count("pareto") == 1  # in its own section only, not again in the grid
     assert 'data-chart="pareto"' in section

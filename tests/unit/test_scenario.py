@@ -15,6 +15,16 @@ REPO = Path(__file__).resolve().parents[2]
 SHIPPED = sorted(p for p in (REPO / "scenarios").glob("*.toml") if not p.name.startswith("campaign-"))
 
 
+def scenario_error(path: Path, expected: list[str]) -> str:
+    """The message ``load_scenario`` refuses ``path`` with, once checked to hold each of ``expected``."""
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(path)
+    message = str(info.value)
+    for part in expected:
+        assert part in message, f"{part!r} not in {message!r}"
+    return message
+
+
 def test_all_five_scenarios_are_shipped() -> None:
     names = {p.stem for p in SHIPPED}
     assert {"chat", "rag-long-context", "code-completion", "agentic-multi-turn", "matrix"} <= names
@@ -160,12 +170,8 @@ BAD: list[tuple[str, list[str]]] = [
 def test_bad_scenarios_get_clear_errors(tmp_path: Path, text: str, expected: list[str]) -> None:
     path = tmp_path / "bad.toml"
     path.write_text(text)
-    with pytest.raises(ScenarioError) as info:
-        load_scenario(path)
-    message = str(info.value)
+    message = scenario_error(path, expected)
     assert message.startswith(str(path))
-    for part in expected:
-        assert part in message, f"{part!r} not in {message!r}"
     # the CLI prints the same message and no traceback, and says the scenario is invalid
     out, err = io.StringIO(), io.StringIO()
     assert check_main(str(path), out, err) == 2
@@ -204,12 +210,8 @@ def test_broken_prompt_datasets_name_file_and_line(
     (tmp_path / name).write_text(content)
     path = tmp_path / "s.toml"
     path.write_text(f'[prompt]\n{source}\npath = "{name}"\n')
-    with pytest.raises(ScenarioError) as info:
-        load_scenario(path)
-    message = str(info.value)
+    message = scenario_error(path, expected)
     assert f"{path}:3: prompt.path" in message
-    for part in expected:
-        assert part in message, f"{part!r} not in {message!r}"
 
 
 BROKEN_TRACES: list[tuple[str, str, str, list[str]]] = [
@@ -255,12 +257,8 @@ def test_broken_traces_name_file_and_line(
     (tmp_path / name).write_text(content)
     path = tmp_path / "s.toml"
     path.write_text(f'[trace]\npath = "{name}"\nformat = "{fmt}"\n')
-    with pytest.raises(ScenarioError) as info:
-        load_scenario(path)
-    message = str(info.value)
+    message = scenario_error(path, expected)
     assert f"{path}:2: trace.path" in message
-    for part in expected:
-        assert part in message, f"{part!r} not in {message!r}"
 
 
 def test_missing_scenario_file() -> None:

@@ -13,6 +13,8 @@ S = 1_000_000_000
 
 
 class Clock:
+    """The shape's clock: ``t`` in ns, where the test moves it (it starts at 1000 s)."""
+
     def __init__(self) -> None:
         self.t = 1_000 * S
 
@@ -21,6 +23,8 @@ class Clock:
 
 
 class Runner:
+    """Locust's runner as the shape sees it: the users it runs."""
+
     def __init__(self) -> None:
         self.user_count = 0
 

@@ -12,23 +12,10 @@ import pytest
 
 from loadgen.load.shape import RampShape, SteerError, StepSink, derive_step
 from loadgen.spec.options import StepPlan, build_plan
+from tests.unit.test_shape import Clock, Runner, S
 
-S = 1_000_000_000
-T0 = 1_000 * S
+T0 = 1_000 * S  # where a Clock starts
 WHO = "web UI (127.0.0.1)"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = T0
-
-    def __call__(self) -> int:
-        return self.t
-
-
-class Runner:
-    def __init__(self) -> None:
-        self.user_count = 0
 
 
 class Sink(StepSink):

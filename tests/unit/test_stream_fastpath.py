@@ -68,6 +68,14 @@ def test_template_mid_that_is_not_one_string_falls_back() -> None:
     assert res.malformed == 2
 
 
+def _in_one_stream(payloads: list[bytes]) -> StreamResult:
+    """The payloads through one accumulator (where the template path runs), each at its index as its time."""
+    acc = ChunkAccumulator()
+    for i, p in enumerate(payloads):
+        acc.add(p, i)
+    return acc.finish(0)
+
+
 def _one_by_one(payloads: list[bytes]) -> StreamResult:
     """Reference: every payload decoded on its own (a one-payload stream never uses a template),
     then the per-payload results concatenated in order."""
@@ -161,10 +169,7 @@ def test_long_runs_equal_one_by_one_decoding(seed: int) -> None:
             text = rng.choice([*TEXTS, "\\", '"', 'x\\"', "\\\\n"])
             payloads.append(_PRE + orjson.dumps(text)[1:-1] + _SUF)
     payloads.append(b"[DONE]")
-    acc = ChunkAccumulator()
-    for i, p in enumerate(payloads):
-        acc.add(p, i)
-    got = acc.finish(0)
+    got = _in_one_stream(payloads)
     want = _one_by_one(payloads)
     assert got.chunk_times_ns == want.chunk_times_ns
     assert got.chunk_chars == want.chunk_chars
@@ -349,10 +354,7 @@ def test_usage_in_every_chunk_equals_one_by_one_decoding(seed: int) -> None:
             payloads.append(b'{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":' + usage + b"}")
             continue
         payloads.append(head + raw + _SUF[:-1] + b',"usage":' + usage + b"}")
-    acc = ChunkAccumulator()
-    for i, p in enumerate(payloads):
-        acc.add(p, i)
-    got = acc.finish(0)
+    got = _in_one_stream(payloads)
     want = _one_by_one(payloads)
     assert got.chunk_times_ns == want.chunk_times_ns
     assert got.chunk_chars == want.chunk_chars

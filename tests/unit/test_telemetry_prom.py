@@ -168,7 +168,7 @@ def test_vllm_cache_config_info_gives_the_pool_less_its_null_block_and_the_block
 def test_a_user_mapping_reads_other_servers() -> None:
     text = "# TYPE trt_active gauge\ntrt_active 9\ntrt_waiting 2\ntrt_kv_frac 0.5\n"
     rec = map_metrics(prom.parse(text), {"running": "trt_active", "queued": "trt_waiting", "kv_usage": "trt_kv_frac"})
-    assert rec == {"engine": "custom", "running": 9, "queued": 2, "kv_usage": 0.5}
+    assert rec == {"t_ns": 0, "src": "server", "engine": "custom", "running": 9, "queued": 2, "kv_usage": 0.5}
 
 
 @pytest.fixture

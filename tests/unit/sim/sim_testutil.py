@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -83,14 +84,7 @@ class SimProc:
             )
             r = c.getresponse()
             buf = b""
-            while True:
-                try:
-                    data = r.read1(65536)
-                except TimeoutError:
-                    break
-                if not data:
-                    break
-                now = time.time_ns()
+            for now, data in timed_reads(r):
                 buf += data
                 while b"\n\n" in buf:
                     event, buf = buf.split(b"\n\n", 1)
@@ -113,6 +107,19 @@ class SimProc:
         if self.proc.stderr:
             self.proc.stderr.close()
         return self.proc.returncode
+
+
+def timed_reads(r: http.client.HTTPResponse) -> Iterator[tuple[int, bytes]]:
+    """Each read of a response's body with the time (ns) it returned, until the server ends the
+    body or the connection's timeout passes with nothing to read."""
+    while True:
+        try:
+            data = r.read1(65536)
+        except TimeoutError:
+            return
+        if not data:
+            return
+        yield time.time_ns(), data
 
 
 def parse_prometheus(text: str) -> dict[str, float]:

@@ -22,8 +22,9 @@ AR = "b300x8-kimi-k2.6-ar"
 DDTREE = "b300x8-kimi-k2.6-ddtree"
 
 
-def _run(name: str, c: int, nvls: bool = True, window_s: float = 60.0) -> LoopResult:
-    profile = apply_overrides(load_profile(name), {"server.nvls": nvls})
+def seed_loop(profile: Profile, c: int, *, window_s: float = 60.0, source: str = "default") -> LoopResult:
+    """``c`` users on ``profile`` as the seed's matrix benchmark ran them (the module's docstring):
+    default-context prompts, 512 output tokens, users 50 ms apart, the window after 30 s."""
     return closed_loop(
         profile,
         c,
@@ -32,7 +33,12 @@ def _run(name: str, c: int, nvls: bool = True, window_s: float = 60.0) -> LoopRe
         stagger_s=0.05,
         warmup_s=30.0,
         window_s=window_s,
+        source=source,
     )
+
+
+def _run(name: str, c: int, nvls: bool = True, window_s: float = 60.0) -> LoopResult:
+    return seed_loop(apply_overrides(load_profile(name), {"server.nvls": nvls}), c, window_s=window_s)
 
 
 @pytest.mark.parametrize(

@@ -15,9 +15,10 @@ import pytest
 
 from loadgen.sim.profile import apply_overrides, load_profile
 from loadgen.sim.text import classify_source
-from loadgen.sim.virtual import LoopResult, closed_loop
+from loadgen.sim.virtual import LoopResult
 from loadgen.spec.options import DEFAULT_CONTEXT_TOKENS
 from loadgen.workload import Workload
+from tests.unit.sim.test_sim_calibration import seed_loop
 
 DDTREE = "b300x8-kimi-k2.6-ddtree"
 
@@ -49,17 +50,7 @@ def test_seed_tau_is_the_acceptance_of_the_default_prompt_mix() -> None:
 
 
 def _run(c: int, source: str = "default", **overrides: object) -> LoopResult:
-    profile = apply_overrides(load_profile(DDTREE), dict(overrides))
-    return closed_loop(
-        profile,
-        c,
-        prompt_tokens=DEFAULT_CONTEXT_TOKENS,
-        output_tokens=512,
-        stagger_s=0.05,
-        warmup_s=30.0,
-        window_s=60.0,
-        source=source,
-    )
+    return seed_loop(apply_overrides(load_profile(DDTREE), dict(overrides)), c, source=source)
 
 
 def test_throughput_still_grows_about_18_percent_from_c64_to_c128() -> None:

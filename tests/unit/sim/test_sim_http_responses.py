@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sim_testutil import SimProc
+from sim_testutil import SimProc, timed_reads
 
 from loadgen.parse.responses import ResponsesDecoder
 from loadgen.sim.responses_api import ResponseStore, UnknownResponse, unknown_response_body
@@ -51,18 +51,10 @@ def raw_stream(
     """POST a streamed call; (status, headers, [(time_ns the read returned, its bytes)])."""
     c = http.client.HTTPConnection("127.0.0.1", proc.port, timeout=timeout_s)
     headers = {"Content-Type": "application/json", **({"X-Request-Id": rid} if rid else {})}
-    reads: list[tuple[int, bytes]] = []
     try:
         c.request("POST", RESP, body=json.dumps({**body, "stream": True}), headers=headers)
         r = c.getresponse()
-        while True:
-            try:
-                data = r.read1(65536)
-            except TimeoutError:
-                break
-            if not data:
-                break
-            reads.append((time.time_ns(), data))
+        reads = list(timed_reads(r))
         return r.status, {k.lower(): v for k, v in r.getheaders()}, reads
     finally:
         c.close()
