@@ -501,7 +501,9 @@ def _on_init(environment: Environment, **_: Any) -> None:
     if _is_worker(env):
         from loadgen.load.distributed import WorkerLink
 
-        WorkerLink(env)  # the master's config, steps and run directory arrive as messages
+        # the master's config, steps and run directory arrive as messages; a worker that can write
+        # the run directory (on the master's machine, or a shared volume) writes its records there
+        WorkerLink(env, direct=True)
         _open_loop_users(env, True)  # a worker spawns whichever class the master sends it
         return
     if opts is None:

@@ -132,7 +132,7 @@ PARTS: tuple[Part, ...] = (
         "`load/compose.py` (the composition root), `load/client.py` (the fast transport), `load/sdk.py` "
         "(`--transport openai`), `load/turns.py`, `load/hubclock.py`, "
         "`load/runtime.py`, `load/user.py`, `load/shape.py`, `load/selfwatch.py`, `load/refusal.py`, "
-        "`load/distributed.py`, `load/worker.py`",
+        "`load/distributed.py`",
         "the gevent process: transports, users, the load shape, composing a run, master/worker links",
         ("spec", "rundir", "parse", "workload"),
         "the first part in the flow that imports gevent and locust",
@@ -169,9 +169,9 @@ PARTS: tuple[Part, ...] = (
     Part(
         "run",
         "run",
-        "`run/ramp.py`",
+        "`run/ramp.py`, `run/worker.py`",
         "the orchestrator: walks the steps (or searches for the knee), starts telemetry, the exporter and log "
-        "capture, judges `--abort-on`, writes the report",
+        "capture, judges `--abort-on`, writes the report; a distributed worker's process (`loadgen worker`)",
         ("spec", "rundir", "workload", "telemetry", "lifecycle", "analysis", "load", "report", "webui"),
     ),
     Part(

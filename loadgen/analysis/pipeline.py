@@ -29,6 +29,7 @@ from loadgen.analysis.server_down import server_down_enricher
 from loadgen.analysis.summary import build_summary, manifest_value
 from loadgen.analysis.telemetry import telemetry_enricher
 from loadgen.analysis.thresholds import judge
+from loadgen.analysis.worker_loss import worker_loss_enricher
 from loadgen.rundir.layout import read_manifest
 from loadgen.spec.gates import Thresholds
 
@@ -50,7 +51,8 @@ def summarise(
     ``--fail-on``/``--abort-on`` (kept in its manifest); ``summary["thresholds"]`` holds the verdict.
     """
     run = load_run(Path(run_dir))
-    summary = build_summary(run, [telemetry_enricher, client_load_enricher, server_down_enricher], call_type=call_type)
+    enrichers = [telemetry_enricher, client_load_enricher, server_down_enricher, worker_loss_enricher]
+    summary = build_summary(run, enrichers, call_type=call_type)
     predicted = predicted_mark(run.manifest)
     if predicted:
         summary["predicted"] = predicted

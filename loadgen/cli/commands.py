@@ -96,6 +96,9 @@ def cmd_ramp(ns: argparse.Namespace, argv: list[str]) -> int:
             raise UsageError("--model not given and the server's /v1/models lists none; pass --model NAME")
     try:
         run_dir = ramp.run_ramp(opts)
+    except ramp.WorkersMissing as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_NOT_READY
     except ramp.RunStopped as exc:
         print(f"error: {exc}\npartial report: {exc.run_dir / 'report.md'}", file=sys.stderr)
         print(exc.run_dir)
@@ -321,6 +324,12 @@ def cmd_twin(ns: argparse.Namespace, argv: list[str]) -> int:
     return twin_main(ns.twin_args)
 
 
+def cmd_worker(ns: argparse.Namespace, argv: list[str]) -> int:
+    from loadgen.run.worker import main as worker_main  # imports locust and gevent
+
+    return worker_main(ns.worker_args)
+
+
 # each subcommand's function, by the name its parser sets in ``command``
 COMMANDS: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
     "demo": cmd_demo,
@@ -334,6 +343,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
     "ui": cmd_ui,
     "campaign": cmd_campaign,
     "monitor": cmd_monitor,
+    "worker": cmd_worker,
     "calibrate": cmd_calibrate,
     "twin": cmd_twin,
 }
@@ -350,6 +360,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_campaign(argparse.Namespace(campaign_args=argv[1:]), argv)
     if argv and argv[0] == "monitor":
         return cmd_monitor(argparse.Namespace(monitor_args=argv[1:]), argv)
+    if argv and argv[0] == "worker":
+        return cmd_worker(argparse.Namespace(worker_args=argv[1:]), argv)
     if argv and argv[0] == "ui":
         return cmd_ui(argparse.Namespace(ui_args=argv[1:]), argv)
     if argv and argv[0] in ("calibrate", "twin"):

@@ -161,6 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     _delegated(sub, "ui", "Locust's web UI with the live LLM tab")
     _delegated(sub, "campaign", "the same ramp against several server configurations")
     _delegated(sub, "monitor", "the telemetry side process on its own")
+    _delegated(sub, "worker", "a load-generating worker for loadgen ramp --master on another machine")
     _delegated(sub, "calibrate", "fit a simulator profile (a twin) to what a run observed", dest="twin_args")
     _delegated(sub, "twin", "calibrate a twin, replay the ramp against it, compare; what-ifs", dest="twin_args")
     return parser

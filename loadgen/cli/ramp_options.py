@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from loadgen.cli.codes import UsageError
 from loadgen.spec import flags
-from loadgen.spec.options import RampOptions
+from loadgen.spec.options import RampOptions, parse_host_port
 
 if TYPE_CHECKING:
     from loadgen.workload.scenario import Scenario
@@ -73,7 +73,18 @@ def ramp_options(ns: argparse.Namespace, argv: list[str]) -> RampOptions:
     load = _load_values(value, scenario, open_loop=bool(ns.rate))
     _check_repeat(ns.repeat, ns.find_knee)
     burstiness = value("burstiness")
-    flags.check_combination({"burstiness": burstiness, "arrival": value("arrival")}, "ramp")
+    flags.check_combination(
+        {
+            "burstiness": burstiness,
+            "arrival": value("arrival"),
+            "master": ns.master,
+            "expect_workers": value("expect_workers"),
+            "workers": ns.workers,
+        },
+        "ramp",
+    )
+    if ns.master:
+        parse_host_port(value("master_bind"), "--master-bind")
     gate = scenario.gate if scenario is not None else None
     # the flags' thresholds, read by the table; else the scenario's, read with the scenario
     fail_on = value("fail_on") or (gate.fail_on if gate else None)
@@ -107,6 +118,11 @@ def ramp_options(ns: argparse.Namespace, argv: list[str]) -> RampOptions:
         on_server_down=ns.on_server_down,
         server_status=value("server_status"),
         workers=ns.workers,
+        master=ns.master,
+        master_bind=value("master_bind"),
+        expect_workers=value("expect_workers"),
+        worker_wait_s=value("worker_wait_s"),
+        on_worker_loss=value("on_worker_loss"),
         prometheus_port=ns.prometheus_port,
         tokenizer=value("tokenizer"),
         wait_ready_s=ns.wait_ready,

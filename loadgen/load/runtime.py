@@ -132,6 +132,10 @@ class RunState(StepSink):
         self.step_index = -1
         self.step_plan: StepPlan | None = None
         self.step_live = False
+        # an open-loop step's arrivals this process sends: the i-th of the process when i % of == rank
+        # (a distributed run's workers each send their share of one process; 0 of 1: all of it)
+        self.open_share: tuple[int, int] | None = (0, 1)  # None: this process sends none of it
+        self.open_dispatching = -1  # the step whose arrivals a dispatcher of this process sends
         self.in_flight = 0
         self.conn_streak = 0  # consecutive connection-level failures
         self.on_server_suspect: Callable[[], None] | None = None

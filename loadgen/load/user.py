@@ -110,9 +110,12 @@ class OpenLoopUser(User):
     def dispatch(self) -> None:
         state = self.state
         plan, index = state.step_plan, state.step_index
-        if plan is None or not plan.open_loop or not state.step_live:
-            gevent.sleep(0.05)
+        share = state.open_share
+        if plan is None or not plan.open_loop or not state.step_live or state.open_dispatching == index or not share:
+            gevent.sleep(0.05)  # one dispatcher a process a step: another would send the share twice
             return
+        state.open_dispatching = index
+        rank, of = share
         workload = state.workload_for(plan)
         target = plan.replay if plan.replay is not None else plan.rate
         start_ns = state.counters[index].first_ns
@@ -122,7 +125,10 @@ class OpenLoopUser(User):
         horizon_s = plan.warmup_s + plan.duration_s if replay_span and plan.duration_s is not None else 86_400.0
         spawn = self._pool.spawn
         now = ANCHOR.now_wall_ns
-        for intended_ns, spec in workload.arrivals(start_ns, target, horizon_s, step=index, warmup_s=plan.warmup_s):
+        arrivals = workload.arrivals(start_ns, target, horizon_s, step=index, warmup_s=plan.warmup_s)
+        for i, (intended_ns, spec) in enumerate(arrivals):
+            if i % of != rank:
+                continue  # another worker's share of the same process (drawn all the same: same specs)
             delay_ns = intended_ns - now()
             if delay_ns > 0:
                 gevent.sleep(delay_ns / 1e9)

@@ -18,7 +18,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -26,7 +26,6 @@ import gevent
 from locust.env import Environment
 
 from loadgen.load.compose import compose
-from loadgen.load.distributed import FLUSH_S
 from loadgen.load.refusal import Refusal
 from loadgen.load.runtime import RunState, bind, quiet_gc
 from loadgen.load.selfwatch import SelfWatch
@@ -203,6 +202,16 @@ class ServerDownGuard:
         self.out.write(f"\nstopping: the first {refusal.count} requests {how} with HTTP {refusal.status}\n")
         self.shape.stop("requests_refused")
 
+    def worker_lost(self, worker: str, step: int) -> None:
+        """A worker stopped answering mid-ramp (the link recorded ``worker_lost``): with
+        ``--on-worker-loss stop`` the ramp ends here, its report partial; else it goes on with the
+        others (the analysis marks the step below plan)."""
+        if self.opts.on_worker_loss != "stop" or self.fatal is not None:
+            return
+        self.fatal = f"worker {worker} stopped answering during step {step + 1} (--on-worker-loss stop)"
+        self.out.write(f"\nstopping: {self.fatal}\n")
+        self.shape.stop("worker_lost")
+
     def close(self) -> None:
         self.events.close()
 
@@ -336,9 +345,12 @@ def start_telemetry(run_dir: Path, options: Any, out: TextIO) -> Any:
 
 def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
     """Run the ramp to the end (or Ctrl-C), write the report; return the run directory."""
-    distributed = opts.workers > 0
+    distributed = opts.workers > 0 or opts.master
     run = compose(opts, "ramp", worker="master" if distributed else "w0", records_elsewhere=distributed)
     plan, run_dir, state = run.plan, run.run_dir, run.state
+    if distributed:  # one open-loop dispatcher a worker, each sending its share of the arrivals
+        dispatchers = opts.expect_workers if opts.master else opts.workers
+        plan = [replace(p, concurrency=dispatchers) if p.open_loop else p for p in plan]
     search = None
     if opts.find_knee:
         plan = plan[:1]  # the search starts from the first step and chooses the rest
@@ -363,6 +375,7 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
     workers: list[Any] = []
     if distributed:
         runner, link, workers = _master(env, state, opts, run_dir, out)
+        link.on_lost = lambda worker, step: guard.worker_lost(worker, step)
         watcher = gevent.spawn(link.watch)
     else:
         runner = env.create_local_runner()
@@ -393,7 +406,9 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
             watcher.kill()
         runner.stop()
         if link is not None:
-            gevent.sleep(2 * FLUSH_S)  # the workers' last batches of counts and records
+            late = link.drain()  # the workers' last batches of counts and records
+            if late:
+                out.write(f"\nworkers {', '.join(late)} did not hand over their last records in time\n")
         runner.quit()
     finally:
         for sig, handler in previous.items():
@@ -462,27 +477,47 @@ class _Sidecars:
             self.telemetry.stop()
 
 
+class WorkersMissing(Exception):
+    """``--master``: fewer than ``--expect-workers`` workers joined within ``--worker-wait``."""
+
+
 def _master(
     env: Environment, state: RunState, opts: RampOptions, run_dir: Path, out: TextIO
 ) -> tuple[Any, Any, list[Any]]:
-    """``--workers N``: a master runner on loopback, its link to the workers (their records and
-    counts) and N local worker processes, once all of them connected (60 s at most)."""
+    """The master runner and its link to the workers (their records and counts), once every
+    worker joined: ``--workers N`` local worker processes (60 s at most), or ``--master``'s
+    ``--expect-workers`` from other machines (``--worker-wait`` at most). The workers' clocks
+    go to the manifest."""
     from loadgen.load.distributed import MasterLink, free_port, master_config, start_local_workers
+    from loadgen.rundir.layout import read_manifest, write_manifest
+    from loadgen.spec.options import parse_host_port
 
-    port = free_port()
-    runner: Any = env.create_master_runner(master_bind_host="127.0.0.1", master_bind_port=port)
+    if opts.master:
+        host, port = parse_host_port(opts.master_bind, "--master-bind")
+        expected, wait_s = opts.expect_workers, opts.worker_wait_s
+    else:
+        host, port = "127.0.0.1", free_port()
+        expected, wait_s = opts.workers, 60.0
+    runner: Any = env.create_master_runner(master_bind_host=host, master_bind_port=port)
     link = MasterLink(env, state, master_config(run_dir, opts.manifest()), out)
-    workers = start_local_workers(opts.workers, port, run_dir)
-    deadline = time.monotonic() + 60
-    while runner.worker_count < opts.workers:
+    workers = start_local_workers(opts.workers, port, run_dir) if not opts.master else []
+    if opts.master:
+        out.write(f"master on {host}:{port}: waiting up to {wait_s:g} s for {expected} workers (loadgen worker "
+                  f"--master THIS_HOST:{port})\n")  # fmt: skip
+    deadline = time.monotonic() + wait_s
+    while link.ready < expected:
         dead = [i for i, p in enumerate(workers) if p.poll() is not None]
         if dead or time.monotonic() > deadline:
             for p in workers:
                 p.kill()
-            raise RuntimeError(
-                f"{opts.workers} workers did not connect ({runner.worker_count} did); see {run_dir}/worker-*.log"
-            )
+            runner.quit()
+            where = f"; see {run_dir}/worker-*.log" if workers else ""
+            refused = "".join(f"\n  refused: {why}" for why in link.refused)
+            raise WorkersMissing(f"{expected} workers did not join ({link.ready} did){where}{refused}")
         gevent.sleep(0.1)
+    manifest = read_manifest(run_dir)
+    manifest["workers"] = link.workers()
+    write_manifest(run_dir, manifest)
     return runner, link, workers
 
 

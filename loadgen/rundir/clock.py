@@ -32,5 +32,10 @@ class Anchor:
     def perf_of_wall(self, wall: int) -> int:
         return self.perf0_ns + (wall - self.wall0_ns)
 
+    def follow(self, offset_ns: int) -> None:
+        """Put this process on another host's clock: ``offset_ns`` is this host's wall clock minus
+        that one's (a distributed worker takes its master's, measured when it connected)."""
+        self.wall0_ns -= offset_ns
+
 
 ANCHOR = Anchor()

@@ -185,6 +185,20 @@ FLAGS: tuple[Flag, ...] = (
     Flag("workers", "workers", "int",
          "load-generating worker processes on this machine (Locust master/worker); 0: one process", RAMP,
          default=0, metavar="N", group=LOAD),
+    Flag("master", "master", "switch",
+         "be the master of workers on other machines (each runs loadgen worker --master HOST:PORT): they send "
+         "the requests, this process runs the steps, takes their records and writes the report",
+         RAMP, default=False, group=LOAD),
+    Flag("master_bind", "master-bind", "str", "with --master: the address the workers connect to", RAMP,
+         default="0.0.0.0:5557", metavar="HOST:PORT", group=LOAD),
+    Flag("expect_workers", "expect-workers", "int", "with --master: the first step starts once this many "
+         "workers connected", RAMP, default=0, metavar="N", group=LOAD, bound=AT_LEAST_0),
+    Flag("worker_wait_s", "worker-wait", "float", "with --master: how long to wait for --expect-workers", RAMP,
+         default=300.0, metavar="SECONDS", group=LOAD, bound=AT_LEAST_0),
+    Flag("on_worker_loss", "on-worker-loss", "choice",
+         "when a worker stops answering mid-ramp (killed, cut off): go on with the others (continue; the "
+         "step is marked below plan) or end the ramp (stop)", RAMP, default="continue",
+         choices=("continue", "stop"), group=LOAD),
     Flag("on_server_down", "on-server-down", "choice",
          "when the server stops answering mid-ramp: end the ramp (stop), wait for it to come back and "
          "go on with the next step (wait, up to --wait-ready seconds or 300), or go on at once (skip-step)",
@@ -407,6 +421,13 @@ def check_combination(values: Mapping[str, Any], surface: Surface) -> None:
     if burstiness is not None and values.get("arrival") != "gamma":
         flag = BY_DEST["burstiness"].flag(surface)
         raise OptionError(f"{flag} {burstiness:g}: applies to {BY_DEST['arrival'].flag(surface)} gamma only")
+    if values.get("master"):
+        if not values.get("expect_workers"):
+            raise OptionError("--master: give --expect-workers N, the workers the first step waits for")
+        if values.get("workers"):
+            raise OptionError("--master and --workers: give one (workers elsewhere, or on this machine)")
+    elif values.get("expect_workers"):
+        raise OptionError("--expect-workers: applies to --master only")
 
 
 def raw_values(ns: argparse.Namespace | Any, surface: Surface) -> dict[str, Any]:

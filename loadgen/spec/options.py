@@ -94,6 +94,35 @@ DEFAULT_REQUEST_ID_HEADER = "X-Request-Id"
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP field name (RFC 9110, 5.1: a token)
 
 
+DEFAULT_MASTER_PORT = 5557  # Locust's own
+
+
+def parse_host_port(text: str, flag: str, default_port: int = DEFAULT_MASTER_PORT) -> tuple[str, int]:
+    """``HOST[:PORT]`` (``[::1]:5557`` for an IPv6 address) as (host, port); the port defaults to
+    Locust's master port."""
+    t = text.strip()
+    host, port_text = t, ""
+    if t.startswith("["):
+        end = t.find("]")
+        host, rest = t[1:end], t[end + 1 :] if end > 0 else ""
+        if end < 0 or (rest and not rest.startswith(":")):
+            raise OptionError(f"{flag} {text!r}: expected HOST:PORT, e.g. [::1]:5557")
+        port_text = rest[1:]
+    elif t.count(":") == 1:
+        host, port_text = t.split(":")
+    if not host:
+        raise OptionError(f"{flag} {text!r}: expected HOST:PORT, e.g. 10.0.0.5:5557 (no host given)")
+    if not port_text:
+        return host, default_port
+    try:
+        port = int(port_text)
+    except ValueError:
+        port = -1
+    if not 0 < port < 65536:
+        raise OptionError(f"{flag} {text!r}: the port must be a number from 1 to 65535")
+    return host, port
+
+
 def parse_request_id_header(text: str | None, flag: str = "--request-id-header") -> str | None:
     """The header name each request's id goes in (default ``X-Request-Id``), or None for ``none``
     (no id header). Raises OptionError naming ``flag`` for a text that is no HTTP field name."""
@@ -160,6 +189,11 @@ class RampOptions:
     repeat: int = 1  # each step this many times in a row (confidence intervals over the repeats)
     gpu_count: int | None = None  # GPUs serving the model (per-GPU figures); None: from telemetry
     workers: int = 0
+    master: bool = False  # workers on other machines connect (loadgen worker --master HOST:PORT)
+    master_bind: str = "0.0.0.0:5557"
+    expect_workers: int = 0
+    worker_wait_s: float = 300.0
+    on_worker_loss: str = "continue"  # continue | stop
     prometheus_port: int | None = None
     tokenizer: str | None = None  # a local tokenizer.json / HF directory for output tokens without usage
     fail_on: Thresholds | None = None  # thresholds that fail the run (spec.gates syntax)

@@ -57,6 +57,7 @@ from loadgen.analysis.steps import DEFAULT_MIN_OK_REQUESTS, StepAnalysis, failur
 from loadgen.analysis.summary import manifest_value
 from loadgen.analysis.telemetry import telemetry_enricher
 from loadgen.analysis.values import as_dict, steps_of
+from loadgen.analysis.worker_loss import worker_loss_enricher
 from loadgen.rundir.layout import read_manifest
 from loadgen.webui.livejson import REPORT_FILES, LiveKnee, knee_fields, live_step, pareto_payload, step_phase
 from loadgen.webui.livetelemetry import LiveTelemetry
@@ -212,6 +213,7 @@ class LiveRun:
         clients = [r for r in tel.client_rows() if a <= r["t_ns"] <= b]
         client_load_enricher(run, [row], client_rows=clients)
         server_down_enricher(run, [row])
+        worker_loss_enricher(run, [row])
         # every stream that has data is past the stretch: later lines do not change this row
         settled = all(latest > hi for latest in seen[:2] if latest)
         self._enrich_cache[step.step] = (core, seen, row, settled)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -107,16 +108,7 @@ def test_a_worker_that_dies_is_reported_and_the_run_completes(sim_factory: Any, 
         text=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        victim = None
-        while time.monotonic() < deadline and victim is None:
-            files = list(tmp_path.glob("*/requests-w*.jsonl"))
-            if len(files) == 2 and all(len(f.read_bytes().splitlines()) > 10 for f in files):
-                kids = psutil.Process(proc.pid).children()
-                workers = [k for k in kids if "loadgen.load.worker" in " ".join(k.cmdline())]
-                victim = workers[0]
-            time.sleep(0.1)
-        assert victim is not None, "the workers recorded nothing"
+        victim = _a_worker_once_recording(proc, tmp_path)
         os.kill(victim.pid, signal.SIGKILL)
         out, err = proc.communicate(timeout=120)
     finally:
@@ -131,4 +123,115 @@ def test_a_worker_that_dies_is_reported_and_the_run_completes(sim_factory: Any, 
     recs = run_records(run_dir)
     # the dead worker's finished requests are on disk; the survivor carried on to the end
     assert len({r["worker"] for r in recs}) == 2
-    assert json.loads((run_dir / "summary.json").read_text())["steps"][1]["requests_ok"] > 0
+    steps = json.loads((run_dir / "summary.json").read_text())["steps"]
+    assert steps[1]["requests_ok"] > 0
+    # the step it was lost in ran below its plan from then on: marked, naming the worker and when
+    lost = next(e for e in events if e["kind"] == "worker_lost")
+    marked = steps[lost["step"]]
+    assert marked["valid"] is False
+    assert f"load below plan: worker {lost['worker']} lost" in marked["invalid_reason"]
+    # the workers joined with their clocks measured against the master's (one machine: within the hop)
+    joined = json.loads((run_dir / "manifest.json").read_text())["workers"]
+    assert [w["worker"] for w in joined] == ["w0", "w1"]
+    assert all(abs(w["clock_offset_ns"]) <= w["clock_rtt_ns"] for w in joined)
+
+
+def test_on_worker_loss_stop_ends_the_ramp_with_a_partial_report(sim_factory: Any, tmp_path: Path) -> None:
+    sim = sim_factory("--profile", "tiny")
+    proc = subprocess.Popen(
+        loadgen_cmd(
+            "ramp",
+            "--url",
+            sim.url,
+            "--workers",
+            "2",
+            "--concurrency",
+            "4,4,4",
+            "--step-seconds",
+            "4",
+            "--warmup-seconds",
+            "0.2",
+            "--max-tokens",
+            "16",
+            "--no-telemetry",
+            "--on-worker-loss",
+            "stop",
+            "--out",
+            str(tmp_path),
+        ),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        victim = _a_worker_once_recording(proc, tmp_path)
+        os.kill(victim.pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 2, err[-3000:]
+    assert "(--on-worker-loss stop)" in err and "partial report" in err
+    run_dir = Path(out.strip().splitlines()[-1])
+    steps = json.loads((run_dir / "summary.json").read_text())["steps"]
+    assert len(steps) < 3 and steps[-1]["end_reason"] == "worker_lost"
+
+
+def _a_worker_once_recording(proc: subprocess.Popen[str], tmp_path: Path) -> psutil.Process:
+    """One of the ramp's two local workers, once both have recorded some requests."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        files = list(tmp_path.glob("*/requests-w*.jsonl"))
+        if len(files) == 2 and all(len(f.read_bytes().splitlines()) > 10 for f in files):
+            kids = psutil.Process(proc.pid).children()
+            return next(k for k in kids if "loadgen.run.worker" in " ".join(k.cmdline()))
+        time.sleep(0.1)
+    raise AssertionError("the workers recorded nothing")
+
+
+def test_an_open_loop_rate_over_two_workers_sends_one_poisson_process(sim_factory: Any, tmp_path: Path) -> None:
+    """Each worker sends its share of the same seeded arrivals (the i-th when i % 2 is its rank): the
+    merged send times are the process asked for, not two processes at half the rate, nor one."""
+    from scipy import stats
+
+    sim = sim_factory("--profile", "tiny")
+    proc = subprocess.run(
+        loadgen_cmd(
+            "ramp",
+            "--url",
+            sim.url,
+            "--workers",
+            "2",
+            "--rate",
+            "50",
+            "--step-seconds",
+            "10",
+            "--warmup-seconds",
+            "0.5",
+            "--max-tokens",
+            "8",
+            "--no-telemetry",
+            "--out",
+            str(tmp_path),
+        ),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    run_dir = run_dir_of(proc)
+    recs = run_records(run_dir)
+    ids = [r["header_id"] for r in recs]
+    assert len(ids) == len(set(ids)) and set(ids) == _served(sim.emission_log)
+    by_worker = {w: sum(r["worker"] == w for r in recs) for w in ("w0", "w1")}
+    assert min(by_worker.values()) > 0.35 * len(recs), by_worker  # both send, about half each
+    sent = np.sort(np.array([r["sent_ns"] for r in recs], dtype=np.int64))
+    gaps_s = np.diff(sent) / 1e9
+    assert 400 <= len(recs) <= 640, len(recs)  # 50/s for 10.5 s: 525 expected
+    ks = stats.kstest(gaps_s, "expon", args=(0, 1 / 50))
+    assert ks.pvalue > 0.01, (ks, by_worker)
+    # the intended times are exact: each worker's share interleaves with the other's
+    intended = sorted((r["intended_ns"], r["worker"]) for r in recs)
+    switches = sum(a[1] != b[1] for a, b in itertools.pairwise(intended))
+    assert switches > 0.9 * (len(intended) - 1), switches

@@ -27,13 +27,14 @@ def _delegated() -> dict[str, Callable[[], argparse.ArgumentParser]]:
     """The subcommands that parse their own argv (``loadgen SUB ...`` hands it on): their parsers."""
     from loadgen.campaign.cli import build_parser as campaign
     from loadgen.predict.deploy import build_parser as predict
+    from loadgen.run.worker import build_parser as worker
     from loadgen.sim.cli import build_parser as sim
     from loadgen.telemetry.monitor import build_parser as monitor
     from loadgen.twin.args import calibrate_parser, twin_parser
     from loadgen.webui.cli import _parser as ui
 
     return {"sim": sim, "ui": ui, "campaign": campaign, "monitor": monitor, "calibrate": calibrate_parser,
-            "twin": twin_parser, "predict": predict}  # fmt: skip
+            "twin": twin_parser, "predict": predict, "worker": worker}  # fmt: skip
 
 
 def _subcommands() -> dict[str, argparse.ArgumentParser]:

@@ -1,0 +1,292 @@
+"""``loadgen ramp --master`` and ``loadgen worker`` over real network hops: the master, two workers
+and the simulated server each on a host of its own (network namespaces, tests/netns.py), the
+server's way out delayed by ``tc netem``. Skipped, with the reason, where namespaces cannot be made."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.conftest import REPO, emissions_by_request, free_port, run_records
+from tests.netns import Hosts, hosts_or_skip
+
+pytestmark = pytest.mark.slow
+
+DELAY_MS = 20.0
+SIM_PORT = 30000
+MASTER_PORT = 5557
+
+
+def _start_sim(hosts: Hosts, tmp: Path) -> Path:
+    emission = tmp / "emission.jsonl"
+    hosts.popen(
+        "srv",
+        [
+            sys.executable,
+            "-m",
+            "loadgen.sim",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(SIM_PORT),
+            "--profile",
+            "tiny",
+            "--emission-log",
+            str(emission),
+            "--log-file",
+            str(tmp / "sim.log"),
+        ],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://{hosts.addr['srv']}:{SIM_PORT}/health"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        probe = hosts.run(
+            "mst",
+            [sys.executable, "-c", f"import urllib.request as u; u.urlopen({url!r}, timeout=2)"],
+            capture_output=True,
+        )
+        if probe.returncode == 0:
+            return emission
+        time.sleep(0.3)
+    raise AssertionError("the simulator did not answer in its namespace")
+
+
+def _master(hosts: Hosts, tmp: Path, *ramp: str) -> subprocess.Popen[str]:
+    return hosts.popen(
+        "mst",
+        [
+            sys.executable,
+            "-m",
+            "loadgen.cli",
+            "ramp",
+            "--url",
+            f"http://{hosts.addr['srv']}:{SIM_PORT}",
+            "--master",
+            "--master-bind",
+            f"{hosts.addr['mst']}:{MASTER_PORT}",
+            "--expect-workers",
+            "2",
+            "--worker-wait",
+            "60",
+            "--max-tokens",
+            "16",
+            "--no-telemetry",
+            "--out",
+            str(tmp / "reports"),
+            *ramp,
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _worker(hosts: Hosts, host: str, tmp: Path) -> subprocess.Popen[str]:
+    spill = tmp / f"spill-{host}"
+    spill.mkdir()
+    return hosts.popen(
+        host,
+        [
+            sys.executable,
+            "-m",
+            "loadgen.cli",
+            "worker",
+            "--master",
+            f"{hosts.addr['mst']}:{MASTER_PORT}",
+            "--spill-dir",
+            str(spill),
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.exclusive  # alone: the first token's arrival against the server's send, to the ms
+def test_two_workers_on_other_hosts_record_every_request_once_with_the_hops_delay(tmp_path: Path) -> None:
+    with hosts_or_skip("srv", "mst", "wa", "wb") as hosts:
+        # the server's way out delayed where the kernel has netem; else the hop as it is (said)
+        no_netem = hosts.netem("srv", "delay", f"{DELAY_MS:g}ms")
+        delay_ms = 0.0 if no_netem else DELAY_MS
+        if no_netem:
+            print(f"no added delay: {no_netem}")
+        emission_log = _start_sim(hosts, tmp_path)
+        master = _master(hosts, tmp_path, "--concurrency", "8", "--step-seconds", "4", "--warmup-seconds", "0.5")
+        workers = [_worker(hosts, h, tmp_path) for h in ("wa", "wb")]
+        out, err = master.communicate(timeout=180)
+        assert master.returncode == 0, err[-3000:]
+        for w in workers:
+            assert w.wait(30) == 0, w.stderr.read() if w.stderr else ""
+        run_dir = Path(out.strip().splitlines()[-1])
+        recs = run_records(run_dir)
+        # every request the server saw is in the master's run directory, once, from both workers
+        ids = [r["header_id"] for r in recs]
+        emitted = emissions_by_request(emission_log)
+        assert len(ids) == len(set(ids)) and set(ids) == set(emitted)
+        assert {r["worker"] for r in recs} == {"w0", "w1"}
+        assert sorted(f.name for f in run_dir.glob("requests*.jsonl")) == ["requests-w0.jsonl", "requests-w1.jsonl"]
+        # each worker's clock was measured when it joined (one kernel: the offset is within the hop)
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+        joined = manifest["workers"]
+        assert [w["worker"] for w in joined] == ["w0", "w1"]
+        for w in joined:
+            assert abs(w["clock_offset_ns"]) < w["clock_rtt_ns"] and not w["follows_master_clock"]
+        # the first token arrives one netem delay after the server sent it
+        late = np.array(
+            [
+                (r["sent_ns"] + r["chunk_offsets_ns"][0] - emitted[r["header_id"]][0]["emit_ns"]) / 1e6
+                for r in recs
+                if r["error_class"] is None
+            ]
+        )
+        extra = late - delay_ms
+        assert len(late) >= 40
+        assert extra.min() > -0.5, extra.min()
+        assert np.percentile(extra, 99) < 1.0, np.sort(extra)[-5:]
+        print(
+            f"first token after the server sent it, less {delay_ms:g} ms: p50 {np.percentile(extra, 50):.2f} ms, "
+            f"p99 {np.percentile(extra, 99):.2f} ms, max {extra.max():.2f} ms over {len(extra)} requests"
+        )
+        steps = json.loads((run_dir / "summary.json").read_text())["steps"]
+        assert [s["concurrency"] for s in steps] == [8] and all(s["valid"] for s in steps)
+
+
+def test_a_killed_master_stops_every_worker_within_a_few_heartbeats(tmp_path: Path) -> None:
+    with hosts_or_skip("srv", "mst", "wa", "wb") as hosts:
+        emission_log = _start_sim(hosts, tmp_path)
+        master = _master(hosts, tmp_path, "--concurrency", "8", "--step-seconds", "60", "--warmup-seconds", "1")
+        workers = [_worker(hosts, h, tmp_path) for h in ("wa", "wb")]
+        deadline = time.monotonic() + 60
+        while not (emission_log.exists() and len(emission_log.read_text().splitlines()) > 200):
+            assert time.monotonic() < deadline, "no load reached the server"
+            time.sleep(0.2)
+        master.send_signal(signal.SIGKILL)
+        killed_ns = time.time_ns()
+        master.wait(10)
+        codes = [w.wait(30) for w in workers]
+        stopped_s = (time.time_ns() - killed_ns) / 1e9
+        assert codes == [3, 3], [w.stderr.read() if w.stderr else "" for w in workers]
+        time.sleep(1.0)  # anything still sending would reach the server now
+        starts = [e[0]["emit_ns"] for e in emissions_by_request(emission_log).values()]
+        last_start_s = (max(starts) - killed_ns) / 1e9
+        print(f"workers exited {stopped_s:.1f} s after the master was killed; last request began {last_start_s:.1f} s")
+        assert last_start_s < 7.0, last_start_s  # MASTER_SILENCE_S (5 s) and one check
+        for host, w in zip(("wa", "wb"), workers, strict=True):
+            err = w.stderr.read() if w.stderr else ""
+            assert "the master sent no heartbeat" in err, err
+            spilled = list((tmp_path / f"spill-{host}").glob("undelivered-*.jsonl"))
+            if spilled:  # what the master never took, on the worker's own disk, and said where
+                assert str(spilled[0]) in err
+                assert all(json.loads(line)["worker"] for line in spilled[0].read_text().splitlines())
+
+
+def test_a_worker_with_another_scenario_file_is_refused_in_one_line(tmp_path: Path, sim_factory: Any) -> None:
+    """Loopback is enough here: the check is between the master's file and the worker's."""
+    sim = sim_factory("--profile", "tiny")
+    other = tmp_path / "elsewhere"
+    (other / "scenarios").mkdir(parents=True)
+    (other / "scenarios" / "chat.toml").write_text((REPO / "scenarios" / "chat.toml").read_text() + "\n# edited\n")
+    port = free_port()
+    master = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "loadgen.cli",
+            "ramp",
+            "--url",
+            sim.url,
+            "--scenario",
+            "scenarios/chat.toml",
+            "--master",
+            "--master-bind",
+            f"127.0.0.1:{port}",
+            "--expect-workers",
+            "1",
+            "--worker-wait",
+            "4",
+            "--concurrency",
+            "1",
+            "--step-seconds",
+            "2",
+            "--no-telemetry",
+            "--out",
+            str(tmp_path / "reports"),
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    worker = subprocess.run(
+        [sys.executable, "-m", "loadgen.cli", "worker", "--master", f"127.0.0.1:{port}"],
+        cwd=other,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    _, err = master.communicate(timeout=60)
+    assert worker.returncode == 2, worker.stderr
+    assert "scenario scenarios/chat.toml differs (sha256" in worker.stderr
+    assert master.returncode == 3 and "1 workers did not join (0 did)" in err
+    assert "refused: worker on" in err and "differs" in err
+
+
+def test_a_worker_of_another_loadgen_version_is_refused_in_one_line(tmp_path: Path, sim_factory: Any) -> None:
+    sim = sim_factory("--profile", "tiny")
+    port = free_port()
+    master = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "loadgen.cli",
+            "ramp",
+            "--url",
+            sim.url,
+            "--master",
+            "--master-bind",
+            f"127.0.0.1:{port}",
+            "--expect-workers",
+            "1",
+            "--worker-wait",
+            "4",
+            "--concurrency",
+            "1",
+            "--step-seconds",
+            "2",
+            "--no-telemetry",
+            "--out",
+            str(tmp_path / "reports"),
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    older = (
+        "import sys, loadgen; loadgen.__version__ = '0.0.9'\n"
+        "from loadgen.run.worker import main; sys.exit(main(sys.argv[1:]))"
+    )
+    worker = subprocess.run(
+        [sys.executable, "-c", older, "--master", f"127.0.0.1:{port}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    _, err = master.communicate(timeout=60)
+    assert worker.returncode == 2, worker.stderr
+    assert "runs loadgen 0.0.9, the master 0.1.0: install the same version on every machine" in worker.stderr
+    assert master.returncode == 3 and "refused: worker on" in err and "0.0.9" in err
