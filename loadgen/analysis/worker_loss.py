@@ -1,9 +1,11 @@
-"""Steps a distributed worker was lost in: INVALID, their load below the plan from that instant.
+"""Steps a distributed worker was lost or came back in: INVALID, their load below the plan from then.
 
 The master records ``worker_lost`` (``loadgen.load.distributed``: the worker stopped answering its
 heartbeats, killed or cut off) with the step it happened in. Its users stop sending then, and Locust
 gives them to no one until the next step's spawn, so that step ran below its planned load for the
-rest of its time; the steps after it have their whole load on the workers left.
+rest of its time; the steps after it have their whole load on the workers left. A worker that
+answers again (``worker_back``) is given users by Locust at once, but sends nothing until the next
+step begins: that step too ran below its plan from then on.
 """
 
 from __future__ import annotations
@@ -16,14 +18,16 @@ def worker_loss_enricher(run: Run, steps: list[StepSummary]) -> None:
     """Mark each step a worker was lost in: invalid, naming the worker and when."""
     by_step = {s["step"]: s for s in steps}
     for e in run.events:
-        if e.get("src") != "loadgen" or e.get("kind") != "worker_lost":
+        kind = e.get("kind")
+        if e.get("src") != "loadgen" or kind not in ("worker_lost", "worker_back"):
             continue
         index, t_ns = e.get("step"), e.get("t_ns")
         step = by_step.get(index) if isinstance(index, int) else None
         if step is None or not isinstance(t_ns, int) or t_ns > step["end_ns"]:
             continue
         into = max(t_ns - step["start_ns"], 0) / 1e9
-        why = f"load below plan: worker {e.get('worker', '?')} lost {into:.1f} s into the step"
+        what = "lost" if kind == "worker_lost" else "back, idle until the next step,"
+        why = f"load below plan: worker {e.get('worker', '?')} {what} {into:.1f} s into the step"
         step["valid"] = False
         prev = step.get("invalid_reason")
         step["invalid_reason"] = f"{prev}; {why}" if prev else why

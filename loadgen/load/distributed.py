@@ -29,9 +29,10 @@ process and renders the report; workers run the users. Four custom messages:
 * ``lg_ack`` (master -> worker): a batch of ``lg_records`` (numbered ``seq``) is on the master's disk.
   A worker keeps at most ``UNACKED_MAX`` batches unacknowledged (a slow master slows its reporting,
   it drops nothing), sends an unacknowledged one again after ``RESEND_S`` (the master keeps a batch
-  once), and when the master goes silent for ``MASTER_SILENCE_S`` with users running it stops them
-  at once, writes what the master did not take to its own disk, says where and exits 3 (a master
-  that died must not leave load generators hammering a server).
+  once), and when the master goes silent for ``MASTER_SILENCE_S`` with users running it sends no
+  new request (a master that died must not leave load generators hammering a server); if the
+  master answers again it sends from the next step the master begins, never mid-step; if not, it
+  exits 3 after ``--master-timeout``, writing what the master did not take to its own disk.
 
 A worker started by ``loadgen ramp --workers N`` on the master's machine (``--direct``; not with
 ``LOADGEN_RECORDS_VIA_MASTER=1`` in its environment) writes its records straight into the run
@@ -335,11 +336,18 @@ class MasterLink:
             state.on_refused(Refusal(**data["refusal"]))
 
     def watch(self) -> None:
-        """Notice workers that stop answering (a greenlet for the run's length)."""
+        """Notice workers that stop answering, and those that come back (a greenlet for the run's
+        length): a worker back sends again from the next step on (``WorkerLink._master_watch``)."""
         runner: Any = self.env.runner
         while True:
             gevent.sleep(1.0)
             alive = {c.id for c in runner.clients.all if c.state != "missing"}
+            for client_id in sorted((alive & set(self.roster)) - self.known):
+                self.known.add(client_id)
+                if self.state is not None:
+                    worker, step = self.roster[client_id]["worker"], self.state.step_index
+                    self._event("worker_back", worker=worker, client_id=client_id, step=step)
+                    self.out.write(f"\nworker {worker} answers again during step {step + 1}: it sends from the next\n")
             for client_id in sorted(self.known - alive):
                 self.known.discard(client_id)
                 index = runner.worker_indexes.get(client_id)
@@ -395,6 +403,7 @@ class WorkerLink:
         self.seq = 0
         self.unacked: dict[int, tuple[float, dict[str, Any]]] = {}  # seq -> (sent at, batch)
         self.exit_code = 0
+        self.master_back_ns: int | None = None  # when a silent master answered again
         self.followed_ns = 0  # the clock offset this process follows
         self.last_heartbeat = time.monotonic()
         runner = env.runner
@@ -508,6 +517,9 @@ class WorkerLink:
         if data.get("event") == "start" and "shares" in data:
             share = data["shares"].get(self.worker)
             self.state.open_share = (int(share[0]), int(share[1])) if share else None
+        back = self.master_back_ns
+        if data.get("event") == "start" and self.state.benched and back is not None and int(data["t_ns"]) > back:
+            self.state.benched = False  # back with the master, from a step it began since
         self.state.apply_step_message(data)
 
     def flush(self) -> None:
@@ -547,7 +559,8 @@ class WorkerLink:
 
     def spill_left(self) -> None:
         """At exit: what the master never acknowledged goes to this machine's disk, said where."""
-        self._spill("the run ended before the master took them")
+        lost = self.exit_code == EXIT_MASTER_LOST
+        self._spill("master lost" if lost else "the run ended before the master took them")
 
     def _flush_loop(self) -> None:
         while True:
@@ -575,20 +588,32 @@ class WorkerLink:
 
     def _master_watch(self) -> None:
         """Stop sending when the master goes silent with users running: a load generator left
-        hammering a server after its master died is the worst failure this tool can have."""
+        hammering a server after its master died is the worst failure this tool can have. The
+        users stay (Locust's master still counts them) but send nothing new; the worker waits for
+        the master (Locust's own master timeout, ``--master-timeout``, after which it exits 3 and the
+        calls still in flight are cancelled) and, if it comes back, sends again from the first step
+        the master begins after that, never in the middle of one."""
         runner: Any = self.env.runner
         while True:
             gevent.sleep(0.5)
             silent = time.monotonic() - self.last_heartbeat
-            if silent < MASTER_SILENCE_S or not (runner.user_count or self.unacked or self.lines):
+            state = self.state
+            if state is None or not (runner.user_count or self.unacked or self.lines):
                 continue
-            sys.stderr.write(f"error: the master sent no heartbeat for {silent:.0f} s: stopping this worker's users\n")
-            self.env.stop_timeout = 0.0
-            runner.stop()  # users end now; calls in flight are recorded as cancelled
-            self._spill("master lost")
+            if state.benched:
+                if silent < MASTER_SILENCE_S and self.master_back_ns is None:
+                    self.master_back_ns = ANCHOR.now_wall_ns()
+                    self.exit_code = 0
+                    sys.stderr.write("the master answers again: this worker sends again from its next step\n")
+                continue
+            if silent < MASTER_SILENCE_S:
+                continue
+            sys.stderr.write(
+                f"error: the master sent no heartbeat for {silent:.0f} s: this worker sends nothing more\n"
+            )
             self.exit_code = EXIT_MASTER_LOST
-            runner.greenlet.kill(block=False)
-            return
+            self.master_back_ns = None
+            state.benched = True
 
 
 def other_scenario(path: str | None, digest: str | None) -> str | None:

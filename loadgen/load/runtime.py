@@ -136,6 +136,8 @@ class RunState(StepSink):
         # (a distributed run's workers each send their share of one process; 0 of 1: all of it)
         self.open_share: tuple[int, int] | None = (0, 1)  # None: this process sends none of it
         self.open_dispatching = -1  # the step whose arrivals a dispatcher of this process sends
+        # a distributed worker that lost its master sends nothing until the master's next step
+        self.benched = False
         self.in_flight = 0
         self.conn_streak = 0  # consecutive connection-level failures
         self.on_server_suspect: Callable[[], None] | None = None

@@ -55,8 +55,8 @@ class LLMUser(User):
     def call(self) -> None:
         state = self.state
         plan = state.step_plan
-        if plan is not None and plan.open_loop:
-            gevent.sleep(0.05)  # an open-loop step: the dispatcher sends
+        if (plan is not None and plan.open_loop) or state.benched:
+            gevent.sleep(0.05)  # an open-loop step (the dispatcher sends), or a worker out of the step
             return
         state.turns.turn()  # building and sending the next request (free inside the turn of the last end)
         if self._session is None or plan is not self._session_plan:
@@ -111,7 +111,8 @@ class OpenLoopUser(User):
         state = self.state
         plan, index = state.step_plan, state.step_index
         share = state.open_share
-        if plan is None or not plan.open_loop or not state.step_live or state.open_dispatching == index or not share:
+        idle = state.benched or state.open_dispatching == index
+        if plan is None or not plan.open_loop or not state.step_live or share is None or idle:
             gevent.sleep(0.05)  # one dispatcher a process a step: another would send the share twice
             return
         state.open_dispatching = index
@@ -132,7 +133,7 @@ class OpenLoopUser(User):
             delay_ns = intended_ns - now()
             if delay_ns > 0:
                 gevent.sleep(delay_ns / 1e9)
-            if state.step_index != index or not state.step_live:
+            if state.step_index != index or not state.step_live or state.benched:
                 break
             spawn(self._send, spec)  # blocks only when max_in_flight greenlets are alive
         while state.step_index == index and state.step_live:

@@ -25,9 +25,11 @@ A load-generating worker of a loadgen ramp --master on another machine
 options, the steps, the seed; a scenario must be the same file at the same path
 (checked by its sha256), and an API key comes from this machine's
 $OPENAI_API_KEY. Its records go to the master in acknowledged batches. If the
-master goes silent for 5 s while users run, it stops them at once, writes what
-the master did not take to --spill-dir and exits 3; refused (another loadgen
-version or scenario file), it says why and exits 2."""
+master goes silent for 5 s while users run, it sends no new request; if the
+master answers again, it sends from the master's next step on (never in the
+middle of one); if not, after --master-timeout it ends the calls in flight,
+writes what the master did not take to --spill-dir and exits 3. Refused
+(another loadgen version or scenario file), it says why and exits 2."""
 EPILOG = """\
 examples:
   # the master (here on this machine, listening on loopback for the example):
@@ -61,11 +63,20 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="where records the master could not take are written (default: the current folder)",
     )
+    parser.add_argument(
+        "--master-timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="how long a worker whose master went silent waits for it to come back before it exits 3 (it sends "
+        "nothing new after 5 s of silence whatever this is; default: 60, Locust's)",
+    )
     parser.add_argument("--direct", action="store_true", help=argparse.SUPPRESS)  # the master's own machine
     return parser
 
 
 def run_worker(ns: argparse.Namespace) -> int:
+    import locust.runners
     from locust.env import Environment
 
     from loadgen.load.distributed import WorkerLink
@@ -73,13 +84,13 @@ def run_worker(ns: argparse.Namespace) -> int:
     from loadgen.load.user import LLMUser, OpenLoopUser
 
     host, port = parse_host_port(ns.master, "--master")
+    locust.runners.MASTER_HEARTBEAT_TIMEOUT = max(ns.master_timeout, 6.0)  # its checker quits the worker
     env = Environment(user_classes=[LLMUser, OpenLoopUser])
     runner = env.create_worker_runner(host, port)
     link = WorkerLink(env, direct=ns.direct, spill_dir=ns.spill_dir)
     quiet_gc()
     runner.greenlet.join()
-    if link.exit_code != 3:  # the master lost: already spilled
-        link.spill_left()
+    link.spill_left()  # what the master never took, on this machine's disk
     return link.exit_code
 
 

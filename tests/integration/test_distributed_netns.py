@@ -93,7 +93,7 @@ def _master(hosts: Hosts, tmp: Path, *ramp: str) -> subprocess.Popen[str]:
     )
 
 
-def _worker(hosts: Hosts, host: str, tmp: Path) -> subprocess.Popen[str]:
+def _worker(hosts: Hosts, host: str, tmp: Path, *extra: str) -> subprocess.Popen[str]:
     spill = tmp / f"spill-{host}"
     spill.mkdir()
     return hosts.popen(
@@ -107,6 +107,7 @@ def _worker(hosts: Hosts, host: str, tmp: Path) -> subprocess.Popen[str]:
             f"{hosts.addr['mst']}:{MASTER_PORT}",
             "--spill-dir",
             str(spill),
+            *extra,
         ],
         cwd=REPO,
         stdout=subprocess.PIPE,
@@ -168,7 +169,7 @@ def test_a_killed_master_stops_every_worker_within_a_few_heartbeats(tmp_path: Pa
     with hosts_or_skip("srv", "mst", "wa", "wb") as hosts:
         emission_log = _start_sim(hosts, tmp_path)
         master = _master(hosts, tmp_path, "--concurrency", "8", "--step-seconds", "60", "--warmup-seconds", "1")
-        workers = [_worker(hosts, h, tmp_path) for h in ("wa", "wb")]
+        workers = [_worker(hosts, h, tmp_path, "--master-timeout", "8") for h in ("wa", "wb")]
         deadline = time.monotonic() + 60
         while not (emission_log.exists() and len(emission_log.read_text().splitlines()) > 200):
             assert time.monotonic() < deadline, "no load reached the server"
@@ -290,3 +291,50 @@ def test_a_worker_of_another_loadgen_version_is_refused_in_one_line(tmp_path: Pa
     assert worker.returncode == 2, worker.stderr
     assert "runs loadgen 0.0.9, the master 0.1.0: install the same version on every machine" in worker.stderr
     assert master.returncode == 3 and "refused: worker on" in err and "0.0.9" in err
+
+
+def test_a_worker_cut_off_for_10_s_is_marked_and_sends_again_from_the_next_step(tmp_path: Path) -> None:
+    with hosts_or_skip("srv", "mst", "wa", "wb") as hosts:
+        emission_log = _start_sim(hosts, tmp_path)
+        master = _master(hosts, tmp_path, "--concurrency", "4,4,4", "--step-seconds", "8", "--warmup-seconds", "1")
+        workers = [_worker(hosts, h, tmp_path) for h in ("wa", "wb")]
+        steps_file = None
+        deadline = time.monotonic() + 60
+        while steps_file is None or '"event":"start"' not in steps_file.read_text().replace(" ", ""):
+            assert time.monotonic() < deadline, "the ramp did not start"
+            found = list((tmp_path / "reports").glob("*/steps.jsonl"))
+            steps_file = found[0] if found else None
+            time.sleep(0.2)
+        time.sleep(2.0)
+        hosts.link("wa", up=False)
+        cut_ns = time.time_ns()
+        time.sleep(10.0)
+        hosts.link("wa", up=True)
+        out, err = master.communicate(timeout=120)
+        assert master.returncode == 0, err[-3000:]
+        codes = [w.wait(30) for w in workers]
+        run_dir = Path(out.strip().splitlines()[-1])
+        events = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()]
+        assert codes == [0, 0], ([w.stderr.read() if w.stderr else "" for w in workers], err[-2000:], events)
+        lost = next(e for e in events if e.get("kind") == "worker_lost")
+        back = next(e for e in events if e.get("kind") == "worker_back")
+        assert lost["worker"] == back["worker"] and lost["t_ns"] - cut_ns < 6e9
+        worker = lost["worker"]
+        starts = {
+            x["step"]: x["t_ns"]
+            for x in map(json.loads, (run_dir / "steps.jsonl").read_text().splitlines())
+            if x["event"] == "start"
+        }
+        rejoin_ns = starts[back["step"] + 1]
+        recs = run_records(run_dir)
+        ids = [r["header_id"] for r in recs]
+        assert len(ids) == len(set(ids))  # batches sent again after the cut are kept once
+        assert set(emissions_by_request(emission_log)) <= set(ids)  # all the server saw, delivered
+        mine = [r for r in recs if r["worker"] == worker]
+        # silent from when it lost the master until the step after it came back, then sending again
+        assert not [r for r in mine if cut_ns + 6e9 < r["sent_ns"] < rejoin_ns]
+        assert [r for r in mine if r["sent_ns"] >= rejoin_ns and r["error_class"] is None]
+        steps = json.loads((run_dir / "summary.json").read_text())["steps"]
+        assert f"load below plan: worker {worker} lost" in steps[lost["step"]]["invalid_reason"]
+        assert f"worker {worker} back, idle until the next step" in steps[back["step"]]["invalid_reason"]
+        assert steps[-1]["valid"]  # the whole load again
