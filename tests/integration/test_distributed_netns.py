@@ -296,7 +296,9 @@ def test_a_worker_of_another_loadgen_version_is_refused_in_one_line(tmp_path: Pa
 def test_a_worker_cut_off_for_10_s_is_marked_and_sends_again_from_the_next_step(tmp_path: Path) -> None:
     with hosts_or_skip("srv", "mst", "wa", "wb") as hosts:
         emission_log = _start_sim(hosts, tmp_path)
-        master = _master(hosts, tmp_path, "--concurrency", "4,4,4", "--step-seconds", "8", "--warmup-seconds", "1")
+        # 4 steps of 7 s: cut 2 s into the first, back 10 s later; TCP's retransmission back-off brings
+        # the master's heartbeats back within ~7 s of that, so during the second or third step
+        master = _master(hosts, tmp_path, "--concurrency", "4,4,4,4", "--step-seconds", "7", "--warmup-seconds", "1")
         workers = [_worker(hosts, h, tmp_path) for h in ("wa", "wb")]
         steps_file = None
         deadline = time.monotonic() + 60
@@ -325,6 +327,7 @@ def test_a_worker_cut_off_for_10_s_is_marked_and_sends_again_from_the_next_step(
             for x in map(json.loads, (run_dir / "steps.jsonl").read_text().splitlines())
             if x["event"] == "start"
         }
+        assert back["step"] + 1 in starts, (back, starts)  # it came back before the last step
         rejoin_ns = starts[back["step"] + 1]
         recs = run_records(run_dir)
         ids = [r["header_id"] for r in recs]
