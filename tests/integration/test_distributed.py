@@ -83,30 +83,7 @@ def test_two_workers_record_every_request_the_server_saw(sim_factory: Any, tmp_p
 
 def test_a_worker_that_dies_is_reported_and_the_run_completes(sim_factory: Any, tmp_path: Path) -> None:
     sim = sim_factory("--profile", "tiny")
-    proc = subprocess.Popen(
-        loadgen_cmd(
-            "ramp",
-            "--url",
-            sim.url,
-            "--workers",
-            "2",
-            "--concurrency",
-            "4,4",
-            "--step-seconds",
-            "4",
-            "--warmup-seconds",
-            "0.2",
-            "--max-tokens",
-            "16",
-            "--no-telemetry",
-            "--out",
-            str(tmp_path),
-        ),
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = _two_workers_killing_one(sim.url, tmp_path, "--concurrency", "4,4")
     try:
         victim = _a_worker_once_recording(proc, tmp_path)
         os.kill(victim.pid, signal.SIGKILL)
@@ -138,32 +115,7 @@ def test_a_worker_that_dies_is_reported_and_the_run_completes(sim_factory: Any, 
 
 def test_on_worker_loss_stop_ends_the_ramp_with_a_partial_report(sim_factory: Any, tmp_path: Path) -> None:
     sim = sim_factory("--profile", "tiny")
-    proc = subprocess.Popen(
-        loadgen_cmd(
-            "ramp",
-            "--url",
-            sim.url,
-            "--workers",
-            "2",
-            "--concurrency",
-            "4,4,4",
-            "--step-seconds",
-            "4",
-            "--warmup-seconds",
-            "0.2",
-            "--max-tokens",
-            "16",
-            "--no-telemetry",
-            "--on-worker-loss",
-            "stop",
-            "--out",
-            str(tmp_path),
-        ),
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = _two_workers_killing_one(sim.url, tmp_path, "--concurrency", "4,4,4", "--on-worker-loss", "stop")
     try:
         victim = _a_worker_once_recording(proc, tmp_path)
         os.kill(victim.pid, signal.SIGKILL)
@@ -176,6 +128,28 @@ def test_on_worker_loss_stop_ends_the_ramp_with_a_partial_report(sim_factory: An
     run_dir = Path(out.strip().splitlines()[-1])
     steps = json.loads((run_dir / "summary.json").read_text())["steps"]
     assert len(steps) < 3 and steps[-1]["end_reason"] == "worker_lost"
+
+
+def _two_workers_killing_one(url: str, tmp_path: Path, *extra: str) -> subprocess.Popen[str]:
+    """A two-worker ramp of 4-s steps, for a test that kills one of its workers."""
+    argv = loadgen_cmd(
+        "ramp",
+        "--url",
+        url,
+        "--workers",
+        "2",
+        "--step-seconds",
+        "4",
+        "--warmup-seconds",
+        "0.2",
+        "--max-tokens",
+        "16",
+        "--no-telemetry",
+        "--out",
+        str(tmp_path),
+        *extra,
+    )
+    return subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def _a_worker_once_recording(proc: subprocess.Popen[str], tmp_path: Path) -> psutil.Process:

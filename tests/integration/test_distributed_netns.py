@@ -194,6 +194,34 @@ def test_a_killed_master_stops_every_worker_within_a_few_heartbeats(tmp_path: Pa
                 assert all(json.loads(line)["worker"] for line in spilled[0].read_text().splitlines())
 
 
+def _waiting_master(url: str, port: int, tmp: Path, *extra: str) -> subprocess.Popen[str]:
+    """A master on loopback that waits 4 s for the one worker it expects."""
+    argv = [
+        sys.executable,
+        "-m",
+        "loadgen.cli",
+        "ramp",
+        "--url",
+        url,
+        "--master",
+        "--master-bind",
+        f"127.0.0.1:{port}",
+        "--expect-workers",
+        "1",
+        "--worker-wait",
+        "4",
+        "--concurrency",
+        "1",
+        "--step-seconds",
+        "2",
+        "--no-telemetry",
+        "--out",
+        str(tmp / "reports"),
+        *extra,
+    ]
+    return subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
 def test_a_worker_with_another_scenario_file_is_refused_in_one_line(tmp_path: Path, sim_factory: Any) -> None:
     """Loopback is enough here: the check is between the master's file and the worker's."""
     sim = sim_factory("--profile", "tiny")
@@ -201,36 +229,7 @@ def test_a_worker_with_another_scenario_file_is_refused_in_one_line(tmp_path: Pa
     (other / "scenarios").mkdir(parents=True)
     (other / "scenarios" / "chat.toml").write_text((REPO / "scenarios" / "chat.toml").read_text() + "\n# edited\n")
     port = free_port()
-    master = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "loadgen.cli",
-            "ramp",
-            "--url",
-            sim.url,
-            "--scenario",
-            "scenarios/chat.toml",
-            "--master",
-            "--master-bind",
-            f"127.0.0.1:{port}",
-            "--expect-workers",
-            "1",
-            "--worker-wait",
-            "4",
-            "--concurrency",
-            "1",
-            "--step-seconds",
-            "2",
-            "--no-telemetry",
-            "--out",
-            str(tmp_path / "reports"),
-        ],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    master = _waiting_master(sim.url, port, tmp_path, "--scenario", "scenarios/chat.toml")
     worker = subprocess.run(
         [sys.executable, "-m", "loadgen.cli", "worker", "--master", f"127.0.0.1:{port}"],
         cwd=other,
@@ -248,34 +247,7 @@ def test_a_worker_with_another_scenario_file_is_refused_in_one_line(tmp_path: Pa
 def test_a_worker_of_another_loadgen_version_is_refused_in_one_line(tmp_path: Path, sim_factory: Any) -> None:
     sim = sim_factory("--profile", "tiny")
     port = free_port()
-    master = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "loadgen.cli",
-            "ramp",
-            "--url",
-            sim.url,
-            "--master",
-            "--master-bind",
-            f"127.0.0.1:{port}",
-            "--expect-workers",
-            "1",
-            "--worker-wait",
-            "4",
-            "--concurrency",
-            "1",
-            "--step-seconds",
-            "2",
-            "--no-telemetry",
-            "--out",
-            str(tmp_path / "reports"),
-        ],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    master = _waiting_master(sim.url, port, tmp_path)
     older = (
         "import sys, loadgen; loadgen.__version__ = '0.0.9'\n"
         "from loadgen.run.worker import main; sys.exit(main(sys.argv[1:]))"
