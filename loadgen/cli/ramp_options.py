@@ -73,18 +73,7 @@ def ramp_options(ns: argparse.Namespace, argv: list[str]) -> RampOptions:
     load = _load_values(value, scenario, open_loop=bool(ns.rate))
     _check_repeat(ns.repeat, ns.find_knee)
     burstiness = value("burstiness")
-    flags.check_combination(
-        {
-            "burstiness": burstiness,
-            "arrival": value("arrival"),
-            "master": ns.master,
-            "expect_workers": value("expect_workers"),
-            "workers": ns.workers,
-        },
-        "ramp",
-    )
-    if ns.master:
-        parse_host_port(value("master_bind"), "--master-bind")
+    _check_combination(ns, value, burstiness)
     gate = scenario.gate if scenario is not None else None
     # the flags' thresholds, read by the table; else the scenario's, read with the scenario
     fail_on = value("fail_on") or (gate.fail_on if gate else None)
@@ -139,6 +128,22 @@ def ramp_options(ns: argparse.Namespace, argv: list[str]) -> RampOptions:
         search_max_load=ns.max_load,
         argv=_redact(argv),
     )
+
+
+def _check_combination(ns: argparse.Namespace, value: Callable[[str], Any], burstiness: float | None) -> None:
+    """The rules between options (the table's), and the master's address when it listens."""
+    flags.check_combination(
+        {
+            "burstiness": burstiness,
+            "arrival": value("arrival"),
+            "master": ns.master,
+            "expect_workers": value("expect_workers"),
+            "workers": ns.workers,
+        },
+        "ramp",
+    )
+    if ns.master:
+        parse_host_port(value("master_bind"), "--master-bind")
 
 
 def _check_transport(transport: str | None) -> None:

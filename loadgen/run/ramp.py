@@ -280,7 +280,7 @@ class KneeSearch:
             return None
         self.out.write(f"\nknee search ({self.state.phase}): next {self.budget.axis} {nxt:g}\n")
         if t.open_loop:
-            return StepPlan(1, t.context_tokens, t.warmup_s, t.duration_s, t.requests, rate=float(nxt))
+            return StepPlan(t.concurrency, t.context_tokens, t.warmup_s, t.duration_s, t.requests, rate=float(nxt))
         return StepPlan(int(nxt), t.context_tokens, t.warmup_s, t.duration_s, t.requests)
 
 
@@ -347,10 +347,7 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
     """Run the ramp to the end (or Ctrl-C), write the report; return the run directory."""
     distributed = opts.workers > 0 or opts.master
     run = compose(opts, "ramp", worker="master" if distributed else "w0", records_elsewhere=distributed)
-    plan, run_dir, state = run.plan, run.run_dir, run.state
-    if distributed:  # one open-loop dispatcher a worker, each sending its share of the arrivals
-        dispatchers = opts.expect_workers if opts.master else opts.workers
-        plan = [replace(p, concurrency=dispatchers) if p.open_loop else p for p in plan]
+    plan, run_dir, state = _dispatchers(opts, run.plan), run.run_dir, run.state
     search = None
     if opts.find_knee:
         plan = plan[:1]  # the search starts from the first step and chooses the rest
@@ -406,9 +403,7 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
             watcher.kill()
         runner.stop()
         if link is not None:
-            late = link.drain()  # the workers' last batches of counts and records
-            if late:
-                out.write(f"\nworkers {', '.join(late)} did not hand over their last records in time\n")
+            _drain(link, out)
         runner.quit()
     finally:
         for sig, handler in previous.items():
@@ -475,6 +470,20 @@ class _Sidecars:
             self.exporter()
         if self.telemetry is not None:
             self.telemetry.stop()
+
+
+def _dispatchers(opts: RampOptions, plan: list[StepPlan]) -> list[StepPlan]:
+    """A distributed ramp's open-loop steps get one dispatcher a worker, each sending its share of
+    the one process of arrivals (``load.distributed.MasterLink.shares``)."""
+    workers = opts.expect_workers if opts.master else opts.workers
+    return [replace(p, concurrency=workers) if p.open_loop and workers else p for p in plan]
+
+
+def _drain(link: Any, out: TextIO) -> None:
+    """The workers' last batches of counts and records, before the master reads the run directory."""
+    late = link.drain()
+    if late:
+        out.write(f"\nworkers {', '.join(late)} did not hand over their last records in time\n")
 
 
 class WorkersMissing(Exception):
