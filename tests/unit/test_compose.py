@@ -78,7 +78,7 @@ def test_the_subset_reader_reads_what_it_claims() -> None:
 
 def test_services_commands_and_ports_are_what_the_readme_says() -> None:
     services = load_compose()["services"]
-    assert set(services) == {"sim", "master", "worker", "monitor"}
+    assert set(services) == {"sim", "master", "worker", "monitor", "headless-master", "headless-worker"}
     for name, svc in services.items():
         assert svc["build"] == ".", name  # one image, built from our Dockerfile
         assert svc["image"] == "llm-loadgen:latest", name
@@ -147,3 +147,29 @@ def test_readme_compose_commands_name_existing_services() -> None:
     readme = (REPO / "README.md").read_text()
     for m in re.finditer(r"--scale (\w+)=\d+", readme):
         assert m.group(1) in services, m.group(0)
+
+
+def test_the_headless_profile_runs_a_master_and_the_workers_one_value_counts() -> None:
+    """``docker compose --profile headless``: ``loadgen ramp --master`` and ``loadgen worker``
+    replicas; LOADGEN_WORKERS is both how many workers start and how many the master waits for."""
+    from loadgen.cli.parser import build_parser
+    from loadgen.cli.ramp_options import ramp_options
+    from loadgen.run.worker import build_parser as worker_parser
+    from loadgen.spec.options import parse_host_port
+
+    services = load_compose()["services"]
+    master, worker = services["headless-master"], services["headless-worker"]
+    assert master["profiles"] == ["headless"] and worker["profiles"] == ["headless"]
+    count = "${LOADGEN_WORKERS:-2}"
+    cmd = master["command"]
+    assert cmd[:2] == ["loadgen", "ramp"] and cmd[cmd.index("--expect-workers") + 1] == count
+    assert worker["deploy"]["replicas"] == count
+    # the command lines parse, with the defaults compose puts in for the variables
+    argv = [re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", a) for a in cmd[1:]]
+    opts = ramp_options(build_parser().parse_args(argv), argv)
+    assert opts.master and opts.expect_workers == 2 and opts.url == "http://sim:30000"
+    host, port = parse_host_port(opts.master_bind, "--master-bind")
+    wns = worker_parser().parse_args(worker["command"][2:])
+    assert parse_host_port(wns.master, "--master") == ("headless-master", port) and host == "0.0.0.0"
+    assert f"./reports:{opts.out}" in master["volumes"]  # the report lands on the host
+    assert "ports" not in worker and "container_name" not in worker  # replicas need neither

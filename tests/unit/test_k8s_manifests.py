@@ -27,6 +27,7 @@ yaml = pytest.importorskip("yaml")
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 
 BASE = REPO / "deploy" / "kubernetes"
+HEADLESS = BASE / "headless"  # the distributed ramp, applied after the base
 # 1.30: the oldest Kubernetes release still commonly run; also the newest the package ships
 K8S_VERSIONS = ["1.30", kubernetes_validate.utils.latest_version()]
 WORKLOADS = ("Deployment", "DaemonSet", "Job")
@@ -114,23 +115,54 @@ def test_manifest_validates_against_the_kubernetes_schema(name: str, doc: dict[s
         pytest.fail(f"{name}: {doc['kind']}/{doc['metadata']['name']} against {version}: {path}: {exc.message}")
 
 
-def test_the_kustomization_lists_every_file() -> None:
-    kust = yaml.safe_load((BASE / "kustomization.yaml").read_text())
+def _own(root: Path) -> list[tuple[str, dict[str, Any]]]:
+    """The manifests of one kustomization (the base's are those outside headless/)."""
+    inside = [(f, d) for f, d in MANIFESTS if (BASE / f).is_relative_to(HEADLESS)]
+    return inside if root == HEADLESS else [m for m in MANIFESTS if m not in inside]
+
+
+@pytest.mark.parametrize("root", [BASE, HEADLESS], ids=["base", "headless"])
+def test_the_kustomization_lists_every_file(root: Path) -> None:
+    kust = yaml.safe_load((root / "kustomization.yaml").read_text())
     assert kust["apiVersion"].startswith("kustomize.config.k8s.io/") and kust["kind"] == "Kustomization"
     listed = kust["resources"]
     assert len(listed) == len(set(listed)), "a file listed twice"
-    on_disk = {str(p.relative_to(BASE)) for p in _files()} - {"kustomization.yaml"}
+    on_disk = {str((BASE / f).relative_to(root)) for f in {f for f, _ in _own(root)}}
     assert set(listed) == on_disk
     assert [i["name"] for i in kust.get("images", [])] == ["llm-loadgen"]
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
-def test_kubectl_kustomize_renders_the_base_offline() -> None:
-    out = subprocess.run(["kubectl", "kustomize", str(BASE)], capture_output=True, text=True, timeout=60, check=False)
+def _render(root: Path) -> list[dict[str, Any]]:
+    out = subprocess.run(["kubectl", "kustomize", str(root)], capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 0, out.stderr
-    rendered = [d for d in yaml.safe_load_all(out.stdout) if d]
-    key = sorted((d["kind"], d["metadata"]["name"]) for d in rendered)
-    assert key == sorted((d["kind"], d["metadata"]["name"]) for _, d in MANIFESTS)
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
+@pytest.mark.parametrize("root", [BASE, HEADLESS], ids=["base", "headless"])
+def test_kubectl_kustomize_renders_it_offline(root: Path) -> None:
+    key = sorted((d["kind"], d["metadata"]["name"]) for d in _render(root))
+    local = {"config.kubernetes.io/local-config": "true"}  # kustomize keeps these out of the cluster
+    own = [d for _, d in _own(root) if not local.items() <= d["metadata"].get("annotations", {}).items()]
+    assert key == sorted((d["kind"], d["metadata"]["name"]) for d in own)
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
+def test_the_headless_ramps_worker_count_is_one_value(tmp_path: Path) -> None:
+    """``workers`` of the local ConfigMap is the workers Job's parallelism and completions and the
+    master's --expect-workers, whatever it is set to."""
+    shutil.copytree(HEADLESS, tmp_path / "headless")
+    size = tmp_path / "headless" / "headless.yaml"
+    size.write_text(size.read_text().replace('workers: "2"', 'workers: "7"'))
+    for root, n in ((HEADLESS, 2), (tmp_path / "headless", 7)):
+        jobs = {d["metadata"]["name"]: d for d in _render(root) if d["kind"] == "Job"}
+        workers = jobs["loadgen-headless-workers"]["spec"]
+        assert workers["parallelism"] == workers["completions"] == n
+        argv = _command(_pod_spec(jobs["loadgen-headless"])["containers"][0])
+        assert argv[argv.index("--expect-workers") + 1] == str(n)
+        wargv = _command(_pod_spec(jobs["loadgen-headless-workers"])["containers"][0])
+        assert wargv[:2] == ["loadgen", "worker"]
+        assert wargv[wargv.index("--master") + 1] == f"loadgen-headless:{argv[argv.index('--master-bind') + 1][-4:]}"
 
 
 # --- what each part must be ------------------------------------------------------------------------
@@ -320,6 +352,12 @@ def _check_loadgen(where: str, argv: list[str], monkeypatch: pytest.MonkeyPatch)
         assert Path(opts.locustfile).resolve() == (REPO / "loadgen" / "locustfile.py").resolve()
     elif sub == "campaign":
         pytest.fail(f"{where}: loadgen campaign is not expected in the base")
+    elif sub == "worker":
+        from loadgen.run.worker import build_parser as worker_parser
+        from loadgen.spec.options import parse_host_port
+
+        host, port = parse_host_port(worker_parser().parse_args(rest).master, "--master")
+        assert port in _services().get(host, set()), f"{where}: --master {host}:{port} is no Service port"
     else:
         ns = build_parser().parse_args(argv[1:])
         if sub == "ramp":

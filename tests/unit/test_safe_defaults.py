@@ -51,7 +51,7 @@ def test_the_monitor_command_names_the_fix(
 def test_compose_requires_a_monitor_token_instead_of_a_default() -> None:
     text = (REPO / "docker-compose.yml").read_text()
     assert "change-me" not in text
-    assert text.count("${LOADGEN_MONITOR_TOKEN:?") == 2  # monitor and master
+    assert text.count("${LOADGEN_MONITOR_TOKEN:?") == 3  # monitor, master and headless-master
     # the master's web UI listens on every interface of its container: behind a login, always
     assert "${LOADGEN_WEB_AUTH:?" in text and '"--web-login"' in text
 
