@@ -20,7 +20,7 @@ from tests.conftest import REPO, free_port, loadgen_cmd
 
 pytestmark = pytest.mark.slow
 
-DASHBOARD = REPO / "deploy" / "grafana" / "llm-loadgen-dashboard.json"
+DASHBOARD = REPO / "deploy" / "kubernetes" / "dashboards" / "llm-loadgen-dashboard.json"
 FUNCTIONS = {"sum", "avg", "max", "min", "count", "rate", "irate", "increase", "histogram_quantile"}
 
 
@@ -124,7 +124,7 @@ def test_grafana_and_prometheus_are_provisioned_with_it() -> None:
     folder = provider["providers"][0]["options"]["path"]
     compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())["services"]
     mounts = compose["grafana"]["volumes"]
-    assert f"./deploy/grafana/llm-loadgen-dashboard.json:{folder}/llm-loadgen-dashboard.json:ro" in mounts
+    assert f"./deploy/kubernetes/dashboards/llm-loadgen-dashboard.json:{folder}/llm-loadgen-dashboard.json:ro" in mounts
     prom = yaml.safe_load((REPO / "deploy/prometheus/prometheus.yml").read_text())
     targets = {t for job in prom["scrape_configs"] for sc in job["static_configs"] for t in sc["targets"]}
     master = compose["headless-master"]["command"]

@@ -28,6 +28,9 @@ kubernetes_validate = pytest.importorskip("kubernetes_validate")
 
 BASE = REPO / "deploy" / "kubernetes"
 HEADLESS = BASE / "headless"  # the distributed ramp, applied after the base
+DASHBOARDS = BASE / "dashboards"  # Prometheus and Grafana with the dashboard
+ROOTS = {"base": BASE, "headless": HEADLESS, "dashboards": DASHBOARDS}
+THIRD_PARTY = ("prom/prometheus", "grafana/grafana")  # images of their own, run as their own users
 # 1.30: the oldest Kubernetes release still commonly run; also the newest the package ships
 K8S_VERSIONS = ["1.30", kubernetes_validate.utils.latest_version()]
 WORKLOADS = ("Deployment", "DaemonSet", "Job")
@@ -115,13 +118,16 @@ def test_manifest_validates_against_the_kubernetes_schema(name: str, doc: dict[s
         pytest.fail(f"{name}: {doc['kind']}/{doc['metadata']['name']} against {version}: {path}: {exc.message}")
 
 
+def _root_of(file: str) -> Path:
+    return next((r for r in (HEADLESS, DASHBOARDS) if (BASE / file).is_relative_to(r)), BASE)
+
+
 def _own(root: Path) -> list[tuple[str, dict[str, Any]]]:
-    """The manifests of one kustomization (the base's are those outside headless/)."""
-    inside = [(f, d) for f, d in MANIFESTS if (BASE / f).is_relative_to(HEADLESS)]
-    return inside if root == HEADLESS else [m for m in MANIFESTS if m not in inside]
+    """The manifests of one kustomization (the base's are those outside its subfolders)."""
+    return [(f, d) for f, d in MANIFESTS if _root_of(f) == root]
 
 
-@pytest.mark.parametrize("root", [BASE, HEADLESS], ids=["base", "headless"])
+@pytest.mark.parametrize("root", list(ROOTS.values()), ids=list(ROOTS))
 def test_the_kustomization_lists_every_file(root: Path) -> None:
     kust = yaml.safe_load((root / "kustomization.yaml").read_text())
     assert kust["apiVersion"].startswith("kustomize.config.k8s.io/") and kust["kind"] == "Kustomization"
@@ -129,7 +135,8 @@ def test_the_kustomization_lists_every_file(root: Path) -> None:
     assert len(listed) == len(set(listed)), "a file listed twice"
     on_disk = {str((BASE / f).relative_to(root)) for f in {f for f, _ in _own(root)}}
     assert set(listed) == on_disk
-    assert [i["name"] for i in kust.get("images", [])] == ["llm-loadgen"]
+    ours = [i["name"] for i in kust.get("images", [])]
+    assert ours == ([] if root == DASHBOARDS else ["llm-loadgen"])  # the dashboards run no image of ours
 
 
 def _render(root: Path) -> list[dict[str, Any]]:
@@ -139,12 +146,48 @@ def _render(root: Path) -> list[dict[str, Any]]:
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
-@pytest.mark.parametrize("root", [BASE, HEADLESS], ids=["base", "headless"])
+@pytest.mark.parametrize("root", list(ROOTS.values()), ids=list(ROOTS))
 def test_kubectl_kustomize_renders_it_offline(root: Path) -> None:
-    key = sorted((d["kind"], d["metadata"]["name"]) for d in _render(root))
+    generated = [
+        g["name"] for g in yaml.safe_load((root / "kustomization.yaml").read_text()).get("configMapGenerator", [])
+    ]
+
+    def name(d: dict[str, Any]) -> str:  # a generated ConfigMap's name carries a hash of its content
+        n: str = d["metadata"]["name"]
+        base = n.rsplit("-", 1)[0]
+        return base if d["kind"] == "ConfigMap" and base in generated else n
+
+    key = sorted((d["kind"], name(d)) for d in _render(root))
     local = {"config.kubernetes.io/local-config": "true"}  # kustomize keeps these out of the cluster
     own = [d for _, d in _own(root) if not local.items() <= d["metadata"].get("annotations", {}).items()]
-    assert key == sorted((d["kind"], d["metadata"]["name"]) for d in own)
+    assert key == sorted([(d["kind"], d["metadata"]["name"]) for d in own] + [("ConfigMap", g) for g in generated])
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
+def test_grafana_gets_the_dashboard_and_prometheus_scrapes_the_load_generator() -> None:
+    rendered = _render(DASHBOARDS)
+    board = next(
+        d
+        for d in rendered
+        if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("loadgen-grafana-dashboard")
+    )
+    assert board["data"]["llm-loadgen-dashboard.json"] == (DASHBOARDS / "llm-loadgen-dashboard.json").read_text()
+    prom = yaml.safe_load(
+        next(d for d in rendered if d["metadata"]["name"] == "loadgen-prometheus" and d["kind"] == "ConfigMap")["data"][
+            "prometheus.yml"
+        ]
+    )
+    targets = {t for job in prom["scrape_configs"] for sc in job["static_configs"] for t in sc["targets"]}
+    services = _services()
+    for t in targets:
+        host, port = t.split(":")
+        assert int(port) in services.get(host, set()), f"Prometheus target {t} is no Service port"
+    master = _command(
+        _pod_spec(
+            next(d for _, d in _own(HEADLESS) if d["kind"] == "Job" and d["metadata"]["name"] == "loadgen-headless")
+        )["containers"][0]
+    )
+    assert f"loadgen-headless:{master[master.index('--prometheus-port') + 1]}" in targets
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
@@ -191,8 +234,10 @@ def _dockerfile_uid() -> int:
 def test_containers_run_as_the_images_user_with_limits_and_no_privileges() -> None:
     uid = _dockerfile_uid()
     for where, c, pod in _containers():
-        assert c["image"].split(":")[0] == "llm-loadgen", where  # docker-compose.yml's image name
-        assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == uid, where
+        ours = c["image"].split(":")[0] not in THIRD_PARTY
+        assert not ours or c["image"].split(":")[0] == "llm-loadgen", where  # docker-compose.yml's image name
+        assert pod["securityContext"]["runAsNonRoot"] is True, where
+        assert not ours or pod["securityContext"]["runAsUser"] == uid, where
         sc = c["securityContext"]
         assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"]["drop"] == ["ALL"], where
         assert not sc.get("privileged"), where
@@ -235,7 +280,8 @@ def test_no_secret_is_written_into_a_manifest() -> None:
             if re.search(r"TOKEN|KEY|PASSWORD|SECRET", e["name"]):
                 assert "value" not in e and "secretKeyRef" in e["valueFrom"], f"{where}: {e['name']}"
         # secrets travel in the environment, never on a command line (which `ps` and the pod spec show)
-        assert not any(re.match(r"--(token|api-key)(=|$)", a) for a in _command(c)), where
+        argv = list(c.get("command", [])) + list(c.get("args", []))  # a third-party image may have neither
+        assert not any(re.match(r"--(token|api-key)(=|$)", a) for a in argv), where
     assert not any(d["kind"] == "Secret" for _, d in MANIFESTS), "no Secret with a known value in the base"
 
 
@@ -275,6 +321,8 @@ def test_workers_connect_to_the_masters_service() -> None:
 def test_every_url_and_host_on_a_command_line_is_a_service_of_the_base() -> None:
     services = _services()
     for where, c, _ in _containers():
+        if c["image"].split(":")[0] in THIRD_PARTY:
+            continue
         argv = _command(c)
         for a in argv:
             if a.startswith("http://"):
@@ -366,7 +414,7 @@ def _check_loadgen(where: str, argv: list[str], monkeypatch: pytest.MonkeyPatch)
             ramp_options(ns, argv[1:])
 
 
-@pytest.mark.parametrize("where", [w for w, _, _ in _containers()])
+@pytest.mark.parametrize("where", [w for w, c, _ in _containers() if c["image"].split(":")[0] not in THIRD_PARTY])
 def test_the_command_line_is_one_its_program_accepts(where: str, monkeypatch: pytest.MonkeyPatch) -> None:
     c = next(c for w, c, _ in _containers() if w == where)
     argv = _command(c)
