@@ -373,7 +373,16 @@ def start_local_workers(n: int, port: int, run_dir: Path) -> list[subprocess.Pop
         log = open(run_dir / f"worker-{i}.log", "wb")  # noqa: SIM115  (the child owns it)
         procs.append(
             subprocess.Popen(
-                [sys.executable, "-m", "loadgen.run.worker", "--master", f"127.0.0.1:{port}", "--direct"],
+                [
+                    sys.executable,
+                    "-m",
+                    "loadgen.run.worker",
+                    "--master",
+                    f"127.0.0.1:{port}",
+                    "--direct",
+                    "--spill-dir",
+                    str(run_dir),
+                ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
