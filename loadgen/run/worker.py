@@ -86,6 +86,8 @@ def run_worker(ns: argparse.Namespace) -> int:
     host, port = parse_host_port(ns.master, "--master")
     locust.runners.MASTER_HEARTBEAT_TIMEOUT = max(ns.master_timeout, 6.0)  # its checker quits the worker
     env = Environment(user_classes=[LLMUser, OpenLoopUser])
+    # a wrong address is otherwise silence: say where this worker waits (the master lists who joined)
+    print(f"worker: taking the run from the master at {host}:{port} (waiting until it answers)", file=sys.stderr)
     runner = env.create_worker_runner(host, port)
     link = WorkerLink(env, direct=ns.direct, spill_dir=ns.spill_dir)
     quiet_gc()
@@ -101,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     except OptionError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("worker: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":
