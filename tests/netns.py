@@ -1,6 +1,7 @@
 """Separate hosts on one machine, for tests that need real network hops: one network namespace per
 host, each with an ``eth0`` on a bridge of its own (in a switch namespace), addresses in
-10.231.N.0/24, and ``tc netem`` for delay, jitter and loss on a host's way out.
+10.231.N.0/24, and netem for delay, jitter and loss on a host's way out (the kernel's, or
+tests/netem.py's in user space where the kernel has none).
 
 Every namespace a ``Hosts`` makes, it removes (and with them their links and processes' sockets);
 processes started with ``Hosts.popen`` are killed first. ``hosts_or_skip`` skips a test, with the
@@ -9,12 +10,14 @@ reason, where namespaces cannot be made (not root, no ``ip``, a container withou
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,6 +41,7 @@ class Hosts:
         self.addr = {name: f"{self.subnet}.{i + 1}" for i, name in enumerate(self.names)}
         self.made: list[str] = []
         self.procs: list[subprocess.Popen[Any]] = []
+        self.emulators: dict[str, subprocess.Popen[Any]] = {}
 
     def ns(self, host: str) -> str:
         return f"{self.prefix}-{host}"
@@ -62,18 +66,41 @@ class Hosts:
             _ip("-n", self.switch, "link", "set", b, "master", "br0")
             _ip("-n", self.switch, "link", "set", b, "up")
 
-    def netem(self, host: str, *spec: str) -> str | None:
-        """``tc netem`` on the host's way out, e.g. ``netem("srv", "delay", "20ms")``; None when
-        set, else why not (a kernel without the netem scheduler: ``Specified qdisc kind is unknown``)."""
+    def netem(self, host: str, delay_ms: float, jitter_ms: float = 0.0, loss: float = 0.0) -> str:
+        """The host's way out delayed by ``delay_ms ± jitter_ms`` (uniform) with each packet lost at
+        probability ``loss``: ``tc netem`` where the kernel has it, else the same in user space on a
+        TUN device (tests/netem.py). Returns which, for the test's output."""
+        spec = ["delay", f"{delay_ms:g}ms"] + ([f"{jitter_ms:g}ms"] if jitter_ms else [])
+        spec += ["loss", f"{loss * 100:g}%"] if loss else []
         proc = subprocess.run(
             ["ip", "netns", "exec", self.ns(host), "tc", "qdisc", "replace", "dev", "eth0", "root", "netem", *spec],
             capture_output=True,
             text=True,
             timeout=10,
         )
-        if proc.returncode != 0:
-            return f"tc netem {' '.join(spec)} on {host}: {proc.stderr.strip()}"
-        return None
+        if proc.returncode == 0:
+            return f"tc netem {' '.join(spec)} on {host}"
+        argv = [sys.executable, "-m", "tests.netem", "--subnet", f"{self.subnet}.0/24", "--delay-ms", f"{delay_ms}"]
+        argv += ["--jitter-ms", f"{jitter_ms}", "--loss", f"{loss}", "--stats", f"/tmp/{self.ns(host)}-netem.json"]
+        emu = self.popen(host, argv, cwd=Path(__file__).parent.parent, stdout=subprocess.PIPE, text=True)
+        self.emulators[host] = emu
+        line = emu.stdout.readline().strip() if emu.stdout else ""
+        if line != "ready":
+            raise RuntimeError(f"the user-space netem did not start on {host}: {line!r}")
+        return f"netem in user space ({proc.stderr.strip()}): {' '.join(spec)} on {host}"
+
+    def netem_counts(self, host: str) -> dict[str, int]:
+        """Stops the user-space netem on ``host`` and gives its packets forwarded and dropped ({}
+        where the kernel's netem ran)."""
+        emu = self.emulators.pop(host, None)
+        if emu is None:
+            return {}
+        emu.terminate()
+        emu.wait(10)
+        path = Path(f"/tmp/{self.ns(host)}-netem.json")
+        counts = dict(json.loads(path.read_text()))
+        path.unlink()
+        return counts
 
     def link(self, host: str, up: bool) -> None:
         """Cut a host off the network (its eth0 down), or put it back."""

@@ -1,6 +1,8 @@
 """``loadgen ramp --master`` and ``loadgen worker`` over real network hops: the master, two workers
 and the simulated server each on a host of its own (network namespaces, tests/netns.py), the
-server's way out delayed by ``tc netem``. Skipped, with the reason, where namespaces cannot be made."""
+hops delayed, jittered and lossy by netem (the kernel's, or tests/netem.py's in user space) and one
+worker's wall clock set off (tests/clockskew.py). Skipped, with the reason, where namespaces cannot
+be made."""
 
 from __future__ import annotations
 
@@ -15,12 +17,14 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests import clockskew
 from tests.conftest import REPO, emissions_by_request, free_port, run_records
 from tests.netns import Hosts, hosts_or_skip
 
 pytestmark = pytest.mark.slow
 
 DELAY_MS = 20.0
+SKEW_NS = 300_000_000
 SIM_PORT = 30000
 MASTER_PORT = 5557
 
@@ -93,7 +97,9 @@ def _master(hosts: Hosts, tmp: Path, *ramp: str) -> subprocess.Popen[str]:
     )
 
 
-def _worker(hosts: Hosts, host: str, tmp: Path, *extra: str) -> subprocess.Popen[str]:
+def _worker(
+    hosts: Hosts, host: str, tmp: Path, *extra: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
     spill = tmp / f"spill-{host}"
     spill.mkdir()
     return hosts.popen(
@@ -113,20 +119,25 @@ def _worker(hosts: Hosts, host: str, tmp: Path, *extra: str) -> subprocess.Popen
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env=env,
     )
 
 
 @pytest.mark.exclusive  # alone: the first token's arrival against the server's send, to the ms
 def test_two_workers_on_other_hosts_record_every_request_once_with_the_hops_delay(tmp_path: Path) -> None:
+    """The server's way out 20 ms long, and worker wb's wall clock 300 ms ahead of everyone's (an
+    NTP gone wrong): its records land on the master's clock all the same."""
     with hosts_or_skip("srv", "mst", "wa", "wb") as hosts:
-        # the server's way out delayed where the kernel has netem; else the hop as it is (said)
-        no_netem = hosts.netem("srv", "delay", f"{DELAY_MS:g}ms")
-        delay_ms = 0.0 if no_netem else DELAY_MS
-        if no_netem:
-            print(f"no added delay: {no_netem}")
+        print(hosts.netem("srv", DELAY_MS))
+        skew = clockskew.build(tmp_path)
+        skew_ns = SKEW_NS if isinstance(skew, Path) else 0
+        print(f"wb's clock {skew_ns / 1e6:+g} ms" + ("" if isinstance(skew, Path) else f" ({skew})"))
         emission_log = _start_sim(hosts, tmp_path)
         master = _master(hosts, tmp_path, "--concurrency", "8", "--step-seconds", "4", "--warmup-seconds", "0.5")
-        workers = [_worker(hosts, h, tmp_path) for h in ("wa", "wb")]
+        workers = [
+            _worker(hosts, "wa", tmp_path),
+            _worker(hosts, "wb", tmp_path, env=clockskew.skewed_env(skew, skew_ns) if isinstance(skew, Path) else None),
+        ]
         out, err = master.communicate(timeout=180)
         assert master.returncode == 0, err[-3000:]
         for w in workers:
@@ -139,13 +150,18 @@ def test_two_workers_on_other_hosts_record_every_request_once_with_the_hops_dela
         assert len(ids) == len(set(ids)) and set(ids) == set(emitted)
         assert {r["worker"] for r in recs} == {"w0", "w1"}
         assert sorted(f.name for f in run_dir.glob("requests*.jsonl")) == ["requests-w0.jsonl", "requests-w1.jsonl"]
-        # each worker's clock was measured when it joined (one kernel: the offset is within the hop)
+        # each worker's clock was measured when it joined: wa's reads the master's within the hop,
+        # wb's the skew, and wb moves its records onto the master's clock
         manifest = json.loads((run_dir / "manifest.json").read_text())
         joined = manifest["workers"]
-        assert [w["worker"] for w in joined] == ["w0", "w1"]
-        for w in joined:
-            assert abs(w["clock_offset_ns"]) < w["clock_rtt_ns"] and not w["follows_master_clock"]
-        # the first token arrives one netem delay after the server sent it
+        assert sorted(w["worker"] for w in joined) == ["w0", "w1"]
+        on_wa = next(w for w in joined if abs(w["clock_offset_ns"]) < w["clock_rtt_ns"])
+        assert not on_wa["follows_master_clock"]
+        if skew_ns:
+            on_wb = next(w for w in joined if w is not on_wa)
+            assert abs(on_wb["clock_offset_ns"] - skew_ns) < max(on_wb["clock_rtt_ns"], 1e6), on_wb
+            assert on_wb["follows_master_clock"]
+        # the first token arrives one netem delay after the server sent it, on both workers' records
         late = np.array(
             [
                 (r["sent_ns"] + r["chunk_offsets_ns"][0] - emitted[r["header_id"]][0]["emit_ns"]) / 1e6
@@ -153,16 +169,55 @@ def test_two_workers_on_other_hosts_record_every_request_once_with_the_hops_dela
                 if r["error_class"] is None
             ]
         )
-        extra = late - delay_ms
+        extra = late - DELAY_MS
         assert len(late) >= 40
         assert extra.min() > -0.5, extra.min()
         assert np.percentile(extra, 99) < 1.0, np.sort(extra)[-5:]
         print(
-            f"first token after the server sent it, less {delay_ms:g} ms: p50 {np.percentile(extra, 50):.2f} ms, "
+            f"first token after the server sent it, less {DELAY_MS:g} ms: p50 {np.percentile(extra, 50):.2f} ms, "
             f"p99 {np.percentile(extra, 99):.2f} ms, max {extra.max():.2f} ms over {len(extra)} requests"
         )
         steps = json.loads((run_dir / "summary.json").read_text())["steps"]
         assert [s["concurrency"] for s in steps] == [8] and all(s["valid"] for s in steps)
+
+
+def test_jitter_and_loss_on_every_hop_lose_no_record(tmp_path: Path) -> None:
+    """2 % of the packets lost and ±5 ms of jitter on the server's way out and the workers' (their
+    requests and their records to the master alike): TCP recovers what was lost, the records'
+    acknowledgements bring every one to the master once, and no first token comes sooner than the
+    least delay."""
+    with hosts_or_skip("srv", "mst", "wa", "wb") as hosts:
+        print(hosts.netem("srv", 10.0, 5.0, 0.02))
+        for host in ("wa", "wb"):
+            print(hosts.netem(host, 5.0, 2.0, 0.02))
+        emission_log = _start_sim(hosts, tmp_path)
+        master = _master(hosts, tmp_path, "--concurrency", "8", "--step-seconds", "4", "--warmup-seconds", "0.5")
+        workers = [_worker(hosts, h, tmp_path) for h in ("wa", "wb")]
+        out, err = master.communicate(timeout=180)
+        assert master.returncode == 0, err[-3000:]
+        for w in workers:
+            assert w.wait(30) == 0, w.stderr.read() if w.stderr else ""
+        counts = {h: hosts.netem_counts(h) for h in ("srv", "wa", "wb")}
+        lost = {h: c.get("dropped") for h, c in counts.items()}
+        run_dir = Path(out.strip().splitlines()[-1])
+        recs = run_records(run_dir)
+        ids = [r["header_id"] for r in recs]
+        emitted = emissions_by_request(emission_log)
+        assert len(ids) == len(set(ids)) and set(ids) == set(emitted)
+        assert all(r["error_class"] is None for r in recs), {r["error_class"] for r in recs}
+        late = np.array(
+            [(r["sent_ns"] + r["chunk_offsets_ns"][0] - emitted[r["header_id"]][0]["emit_ns"]) / 1e6 for r in recs]
+        )
+        print(
+            f"packets lost {lost}; first token after the server sent it: min {late.min():.1f} ms, "
+            f"p50 {np.percentile(late, 50):.1f} ms, p99 {np.percentile(late, 99):.1f} ms over {len(late)} requests"
+        )
+        assert late.min() > 5.0 - 0.5  # never sooner than the server's least delay
+        assert 5.0 < np.percentile(late, 50) < 30.0
+        if all(counts.values()):  # the user-space netem counts what it dropped: the loss was real
+            assert sum(c["dropped"] for c in counts.values()) > 10, counts
+        steps = json.loads((run_dir / "summary.json").read_text())["steps"]
+        assert all(s["valid"] for s in steps)
 
 
 def test_a_killed_master_stops_every_worker_within_a_few_heartbeats(tmp_path: Path) -> None:
