@@ -415,12 +415,18 @@ def _link_workers(env: Environment, run: _UIRun) -> None:
     """A master hands its run to the workers: config, steps, and records back (loadgen.load.distributed)."""
 
     from loadgen.load.distributed import MasterLink, master_config
+    from loadgen.rundir.layout import read_manifest, write_manifest
 
     global _link
     config = master_config(run.run_dir, run.options.manifest())
     if _link is None:
         _link = MasterLink(env, None, None, sys.stderr)
     _link.bind(run.state, config)
+    # the workers at the Start, with their clocks, as a headless ramp's manifest has them (a worker
+    # that joins later is in events.jsonl, ``worker_joined``)
+    manifest = read_manifest(run.run_dir)
+    manifest["workers"] = _link.workers()
+    write_manifest(run.run_dir, manifest)
 
 
 def _is_worker(env: Environment) -> bool:

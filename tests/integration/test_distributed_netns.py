@@ -7,6 +7,7 @@ be made."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -368,3 +369,90 @@ def test_a_worker_cut_off_for_10_s_is_marked_and_sends_again_from_the_next_step(
         assert f"load below plan: worker {worker} lost" in steps[lost["step"]]["invalid_reason"]
         assert f"worker {worker} back, idle until the next step" in steps[back["step"]]["invalid_reason"]
         assert steps[-1]["valid"]  # the whole load again
+
+
+def test_the_web_ui_master_with_locust_workers_on_other_hosts(tmp_path: Path) -> None:
+    """``loadgen ui --master`` and two ``locust -f loadgen/locustfile.py --worker`` on hosts of their
+    own, their records through the master (as from machines that cannot reach its disk), a Start
+    from the form over HTTP: the same checks, clocks and acknowledged records as the headless
+    ramp's, and a report from every request once."""
+    with hosts_or_skip("srv", "mst", "wa", "wb") as hosts:
+        print(hosts.netem("srv", 5.0))
+        emission_log = _start_sim(hosts, tmp_path)
+        out, web = tmp_path / "reports", 8089
+        hosts.popen(
+            "mst",
+            [
+                sys.executable, "-m", "loadgen.cli", "ui", "--url", f"http://{hosts.addr['srv']}:{SIM_PORT}",
+                "--out", str(out), "--no-telemetry", "--web-host", "127.0.0.1", "--web-port", str(web),
+                "--master", "--master-bind-host", hosts.addr["mst"], "--master-bind-port", str(MASTER_PORT),
+                "--expect-workers", "2",
+            ],
+            cwd=REPO, stdout=subprocess.DEVNULL, stderr=(tmp_path / "ui.log").open("wb"),
+        )  # fmt: skip
+        workers = [
+            hosts.popen(
+                host,
+                [
+                    sys.executable,
+                    "-m",
+                    "locust",
+                    "-f",
+                    "loadgen/locustfile.py",
+                    "--worker",
+                    "--master-host",
+                    hosts.addr["mst"],
+                    "--master-port",
+                    str(MASTER_PORT),
+                ],
+                cwd=REPO,
+                stdout=subprocess.DEVNULL,
+                stderr=(tmp_path / f"{host}.log").open("wb"),
+                env={**os.environ, "LOADGEN_RECORDS_VIA_MASTER": "1"},
+            )
+            for host in ("wa", "wb")
+        ]
+        page = f"http://127.0.0.1:{web}"
+        ask = (
+            f"import sys, urllib.request as u; sys.stdout.write(u.urlopen('{page}/loadgen/live.json').read().decode())"
+        )
+        form = {
+            "user_count": "1", "spawn_rate": "1", "host": f"http://{hosts.addr['srv']}:{SIM_PORT}",
+            "lg_steps": "2,4", "lg_step_seconds": "3", "lg_warmup_seconds": "0.5", "lg_max_tokens": "16",
+        }  # fmt: skip
+        start = (
+            "import json, sys, urllib.parse, urllib.request as u; "
+            f"data = urllib.parse.urlencode({form!r}).encode(); "
+            f"sys.stdout.write(u.urlopen(u.Request('{page}/swarm', data=data), timeout=30).read().decode())"
+        )
+        deadline = time.monotonic() + 60
+        while True:  # the page up and both workers joined (Locust refuses a Start before)
+            started = hosts.run("mst", [sys.executable, "-c", start], capture_output=True, text=True)
+            if started.returncode == 0 and json.loads(started.stdout)["success"]:
+                break
+            assert time.monotonic() < deadline, (
+                started.stdout,
+                started.stderr[-500:],
+                (tmp_path / "ui.log").read_text()[-2000:],
+            )
+            time.sleep(1.0)
+        deadline = time.monotonic() + 90
+        live: dict[str, Any] = {}
+        while "summary.json" not in live.get("reports", {}):
+            assert time.monotonic() < deadline, (live, (tmp_path / "ui.log").read_text()[-2000:])
+            time.sleep(0.5)
+            got = hosts.run("mst", [sys.executable, "-c", ask], capture_output=True, text=True)
+            live = json.loads(got.stdout) if got.returncode == 0 else {}
+        run_dir = out / live["run_id"]
+        recs = run_records(run_dir)
+        ids = [r["header_id"] for r in recs]
+        assert len(ids) == len(set(ids)) and set(ids) == set(emissions_by_request(emission_log))
+        assert {r["worker"] for r in recs} == {"w0", "w1"}
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+        assert sorted(w["worker"] for w in manifest["workers"]) == ["w0", "w1"]
+        assert all("clock_rtt_ns" in w for w in manifest["workers"])
+        steps = json.loads((run_dir / "summary.json").read_text())["steps"]
+        assert [s["concurrency"] for s in steps] == [2, 4] and all(s["valid"] for s in steps), steps
+        assert sum(s["requests_ok"] for s in steps) > 20
+        for w in workers:
+            assert w.poll() is None  # still there for the next Start
