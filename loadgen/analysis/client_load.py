@@ -91,7 +91,8 @@ def _loop_enricher(run: Run, steps: list[StepSummary], client_rows: list[dict[st
         sel = (t >= lo) & (t <= hi)
         if not sel.any():
             continue
-        per_worker = [float(cpu[sel & (workers == w)].mean()) for w in np.unique(workers[sel])]
+        names = [str(w) for w in np.unique(workers[sel])]
+        per_worker = [float(cpu[sel & (workers == w)].mean()) for w in names]
         step["client_cpu"] = {
             "mean": max(per_worker),
             "max": float(cpu[sel].max()),
@@ -100,6 +101,17 @@ def _loop_enricher(run: Run, steps: list[StepSummary], client_rows: list[dict[st
         }
         step["loop_lag_ms"] = _lag_stats([hists[i] for i in np.flatnonzero(sel)], lag[sel], lag_max[sel])
         why = []
+        master = dict(zip(names, per_worker, strict=True)).get("master") if len(names) > 1 else None
+        if master is not None and master > CPU_BOUND_FRAC:
+            # the master takes every worker's records and relays the steps: more workers add to its load
+            step["client_bound"] = True
+            mark_invalid(
+                step,
+                f"load generator bound (the master's CPU {master:.0%} of a core, over {len(names) - 1} workers): "
+                "it paces the steps and takes every record, so more workers cannot help; give the master a "
+                "core of its own (nothing else on its machine), or split the load over several masters",
+            )
+            continue
         if max(per_worker) > CPU_BOUND_FRAC:
             why.append(f"client CPU {max(per_worker):.0%} of a core")
         if step["loop_lag_ms"]["p90"] > LAG_BOUND_MS:

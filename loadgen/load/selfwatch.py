@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import gevent
+import orjson
 
 from loadgen.rundir.clock import ANCHOR
 from loadgen.rundir.records import LAG_EDGES_MS, JsonlAppender, RunDirError
@@ -35,8 +36,12 @@ class SelfWatch:
         in_flight: Callable[[], int],
         interval_s: float = 0.25,
         beat_s: float = 0.005,
+        sink: Callable[[bytes], None] | None = None,
     ) -> None:
-        self.out = JsonlAppender(run_dir / f"client-{worker}.jsonl")
+        """``sink``: where each line goes instead of the file (a worker on another machine sends its
+        lines to the master with its records, and the master writes them to this file)."""
+        self.out: JsonlAppender | None = None if sink is not None else JsonlAppender(run_dir / f"client-{worker}.jsonl")
+        self.sink = sink
         self.worker = worker
         self.in_flight = in_flight
         self.interval_s = interval_s
@@ -50,7 +55,8 @@ class SelfWatch:
         if self._greenlet is not None:
             self._greenlet.kill()
             self._greenlet = None
-        self.out.close()
+        if self.out is not None:
+            self.out.close()
 
     def _run(self) -> None:
         beat = self.beat_s
@@ -84,16 +90,18 @@ class SelfWatch:
                 return  # the run directory cannot be written; the ramp stops on its own records
 
     def _line(self, cpu_frac: float, lag_ms: float, lag_max: float, hist: list[int]) -> None:
-        self.out.write(
-            {
-                "t_ns": ANCHOR.now_wall_ns(),
-                "src": "client",
-                "worker": self.worker,
-                "pid": os.getpid(),
-                "cpu_frac": round(cpu_frac, 4),
-                "loop_lag_ms": round(lag_ms, 3),
-                "lag_max_ms": round(lag_max, 3),
-                "lag_hist": hist,
-                "in_flight": self.in_flight(),
-            }
-        )
+        line = {
+            "t_ns": ANCHOR.now_wall_ns(),
+            "src": "client",
+            "worker": self.worker,
+            "pid": os.getpid(),
+            "cpu_frac": round(cpu_frac, 4),
+            "loop_lag_ms": round(lag_ms, 3),
+            "lag_max_ms": round(lag_max, 3),
+            "lag_hist": hist,
+            "in_flight": self.in_flight(),
+        }
+        if self.out is not None:
+            self.out.write(line)
+        elif self.sink is not None:
+            self.sink(orjson.dumps(line) + b"\n")

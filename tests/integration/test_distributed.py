@@ -56,8 +56,13 @@ def test_two_workers_record_every_request_the_server_saw(sim_factory: Any, tmp_p
     run_dir = run_dir_of(proc)
     recs = run_records(run_dir)
     assert {r["worker"] for r in recs} == {"w0", "w1"}
-    # written by the master from the workers' messages
+    # written by the master from the workers' messages: their records, and their own CPU and loop lag
     assert sorted(f.name for f in run_dir.glob("requests*.jsonl")) == ["requests-w0.jsonl", "requests-w1.jsonl"]
+    assert sorted(f.name for f in run_dir.glob("client-*.jsonl")) == [
+        "client-master.jsonl",
+        "client-w0.jsonl",
+        "client-w1.jsonl",
+    ]
     # every request the server answered is on the master's disk, once
     ids = [r["header_id"] for r in recs]  # the id the server saw
     assert len(ids) == len(set(ids))
@@ -65,6 +70,7 @@ def test_two_workers_record_every_request_the_server_saw(sim_factory: Any, tmp_p
     # both workers followed the master's steps
     steps = json.loads((run_dir / "summary.json").read_text())["steps"]
     assert [s["concurrency"] for s in steps] == [4, 8]
+    assert all(s["client_cpu"]["processes"] == 3 for s in steps)  # every process judged
     for w in ("w0", "w1"):
         assert {r["step"] for r in recs if r["worker"] == w} == {0, 1}
     # percentiles come from all records, not averaged per worker

@@ -138,3 +138,29 @@ def test_exact_timing_is_not_marked(tmp_path: Path) -> None:
     assert step["timing"]["uncertain"] is False and step["timing"]["reason"] is None
     assert step["loop_lag_ms"]["p99"] == 0.25  # every beat within the first bucket
     assert "Timing uncertain" not in summary["_report_md"]
+
+
+def test_a_saturated_master_is_named_and_more_workers_are_not_advised(tmp_path: Path) -> None:
+    """A distributed run whose master (it takes every record, relays every step) used a whole core
+    while its workers idled: the step names the master, and the advice is not "add workers"."""
+    run_dir = write_run_dir(tmp_path / "run", steps=step_lines(0, 0, 1000, 11000, concurrency=4))
+    for worker, cpu in (("master", 0.96), ("w0", 0.35), ("w1", 0.3)):
+        lines = [
+            {"t_ns": at_ms(1000 + 250 * i), "src": "client", "worker": worker, "cpu_frac": cpu, "loop_lag_ms": 1.0}
+            for i in range(40)
+        ]
+        (run_dir / f"client-{worker}.jsonl").write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
+    step = {"steady_ns": at_ms(1000), "end_ns": at_ms(11000), "valid": True, "invalid_reason": None}
+    client_load_enricher(load_run(run_dir), [step])
+    assert step["client_bound"] is True and step["valid"] is False
+    reason = step["invalid_reason"]
+    assert "the master's CPU 96% of a core, over 2 workers" in reason and "more workers cannot help" in reason
+    assert "--workers" not in reason
+    assert step["client_cpu"]["processes"] == 3
+    # the same run with a master at half a core: the workers' figures judge the step, which passes
+    (run_dir / "client-master.jsonl").write_bytes(
+        (run_dir / "client-master.jsonl").read_bytes().replace(b'"cpu_frac":0.96', b'"cpu_frac":0.5')
+    )
+    step = {"steady_ns": at_ms(1000), "end_ns": at_ms(11000), "valid": True, "invalid_reason": None}
+    client_load_enricher(load_run(run_dir), [step])
+    assert step["client_bound"] is False and step["valid"] is True
