@@ -60,6 +60,45 @@ class CallTypeError(ValueError):
     """A call type was asked for that the run does not have; the message names those it has."""
 
 
+def subset_stats(a: StepAnalysis, mask: BArr, rows: IArr, lo: int, hi: int, pooling: bool) -> CallTypeStats:
+    """The figures of the requests of ``rows`` (a step's window) that ``mask`` picks (a call type,
+    a tenant): counts, errors, E2E, prompt tok/s, and TTFT, ITL, TPOT and output tok/s (generative)
+    or inputs/s (pooling)."""
+    req = a.req
+    mine = rows[mask[rows]]
+    ok_rows = mine[a.ok[mine]]
+    bad_rows = mine[~a.ok[mine] & ~a.cancelled[mine]]
+    window_s = (hi - lo) / NS_PER_S
+    if window_s > 0:
+        ended = np.flatnonzero(mask & a.ok & (req.end_ns >= lo) & (req.end_ns < hi))
+    else:
+        ended = np.empty(0, dtype=np.int64)
+    prompt = req.prompt_tokens[ended]
+    prompt_sum = float(prompt[prompt != MISSING].sum())
+    out: CallTypeStats = {
+        "kind": "pooling" if pooling else "generative",
+        "requests_ok": len(ok_rows),
+        "requests_failed": len(bad_rows),
+        "errors": a.error_counts(bad_rows),
+        "e2e_ms": dist_ms(req.end_ns[ok_rows] - req.intended_ns[ok_rows]),
+        "prompt_tok_s": prompt_sum / window_s if window_s > 0 else None,
+    }
+    if pooling:
+        inputs = req.inputs[ended]
+        out["inputs_s"] = float(inputs[inputs != MISSING].sum()) / window_s if window_s > 0 else None
+        return out
+    first = req.first_chunk_ns[ok_rows]
+    has_first = first != MISSING
+    end = req.end_ns[ok_rows]
+    n_out = a.out_eff[ok_rows]
+    tpot = has_first & (n_out > 1)
+    out["ttft_ms"] = dist_ms((first - req.intended_ns[ok_rows])[has_first])
+    out["itl_ms"] = a.itl_ms(ok_rows)
+    out["tpot_ms"] = dist_ms((end - first)[tpot] / (n_out[tpot] - 1))
+    out["output_tok_s"] = a.tokens_arrived(lo, hi, mask) / window_s if window_s > 0 else None
+    return out
+
+
 def _mean(values: IArr) -> float | None:
     return float(values.mean()) if len(values) else None
 
@@ -131,43 +170,8 @@ class CallTypes:
         if self.has_images:
             row["images"] = self._images(ok_rows)
 
-    def _ended_in(self, lo: int, hi: int, mask: BArr) -> IArr:
-        end = self.req.end_ns
-        return np.flatnonzero(mask & self.a.ok & (end >= lo) & (end < hi))
-
     def _call(self, name: str, rows: IArr, lo: int, hi: int) -> CallTypeStats:
-        req, a = self.req, self.a
-        mask = self.endpoint_mask[name]
-        mine = rows[mask[rows]]
-        ok_rows = mine[a.ok[mine]]
-        bad_rows = mine[~a.ok[mine] & ~a.cancelled[mine]]
-        window_s = (hi - lo) / NS_PER_S
-        ended = self._ended_in(lo, hi, mask) if window_s > 0 else np.empty(0, dtype=np.int64)
-        prompt = req.prompt_tokens[ended]
-        prompt_sum = float(prompt[prompt != MISSING].sum())
-        pooling = self.pooling[name]
-        out: CallTypeStats = {
-            "kind": "pooling" if pooling else "generative",
-            "requests_ok": len(ok_rows),
-            "requests_failed": len(bad_rows),
-            "errors": a.error_counts(bad_rows),
-            "e2e_ms": dist_ms(req.end_ns[ok_rows] - req.intended_ns[ok_rows]),
-            "prompt_tok_s": prompt_sum / window_s if window_s > 0 else None,
-        }
-        if pooling:
-            inputs = req.inputs[ended]
-            out["inputs_s"] = float(inputs[inputs != MISSING].sum()) / window_s if window_s > 0 else None
-            return out
-        first = req.first_chunk_ns[ok_rows]
-        has_first = first != MISSING
-        end = req.end_ns[ok_rows]
-        n_out = a.out_eff[ok_rows]
-        tpot = has_first & (n_out > 1)
-        out["ttft_ms"] = dist_ms((first - req.intended_ns[ok_rows])[has_first])
-        out["itl_ms"] = a.itl_ms(ok_rows)
-        out["tpot_ms"] = dist_ms((end - first)[tpot] / (n_out[tpot] - 1))
-        out["output_tok_s"] = a.tokens_arrived(lo, hi, mask) / window_s if window_s > 0 else None
-        return out
+        return subset_stats(self.a, self.endpoint_mask[name], rows, lo, hi, self.pooling[name])
 
     def _kinds(self, row: StepSummary, ok_rows: IArr) -> None:
         req = self.req

@@ -57,7 +57,7 @@ NEW_INT_FIELDS: dict[str, int] = {
     "turn": 0,
 }
 CAT_FIELDS = ("worker", "tokens_source", "finish_reason", "error_class", "endpoint", "chunk_clock")
-NEW_CAT_FIELDS = ("conversation", "source")
+NEW_CAT_FIELDS = ("conversation", "source", "tenant")
 # Columns derived from a record's ``chunk_late_ns`` (see ``columns_parse._late_columns``).
 DERIVED_INTS = ("late_first_ns", "late_gaps")
 ALL_INTS = (*INT_FIELDS, *NEW_INT_FIELDS, *DERIVED_INTS)
@@ -102,7 +102,7 @@ class Requests:
     more than ``TIMING_TOLERANCE_NS``; ``chunk_clock``: ``kernel``, ``read`` or ``""`` (older runs).
     The fields newer writers add (``first_reasoning_ns``, ``first_answer_ns``, ``first_tool_ns``,
     ``reasoning_tokens``, ``max_turns``, ``inputs``: MISSING; ``tool_calls``, ``tool_args_chars``,
-    ``images``, ``turn``: 0; ``conversation``, ``source`` (the workload's label): None) read as those
+    ``images``, ``turn``: 0; ``conversation``, ``source`` (the workload's label), ``tenant``: None) read as those
     defaults in older runs.
     """
 
@@ -138,6 +138,7 @@ class Requests:
     turn: I64
     conversation: Categorical
     source: Categorical
+    tenant: Categorical
     late_first_ns: I64
     late_gaps: I64
     chunk_start: I64
@@ -323,6 +324,7 @@ class ColumnBuilder:
             chunk_clock=cat("chunk_clock"),
             conversation=cat("conversation"),
             source=cat("source"),
+            tenant=cat("tenant"),
             chunk_start=chunk_start,
             chunk_offsets_ns=chunk_arrays[0] if chunk_arrays else (self.offsets or empty).finish(),
             chunk_tokens=chunk_arrays[1] if chunk_arrays else (self.tokens or FlatArray(np.int32, 0)).finish(),

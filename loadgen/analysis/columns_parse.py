@@ -248,7 +248,7 @@ def _new_columns(recs: list[dict[str, Any]]) -> dict[str, Sequence[Any]]:
     try:
         return dict(zip(_NEW_KEYS, zip(*map(_ALL_NEW_KEYS, recs), strict=True), strict=True))
     except KeyError:
-        defaults: dict[str, Any] = {**NEW_INT_FIELDS, "conversation": None, "source": None}
+        defaults: dict[str, Any] = {**NEW_INT_FIELDS, "conversation": None, "source": None, "tenant": None}
         return {k: [r.get(k, defaults[k]) for r in recs] for k in _NEW_KEYS}
 
 

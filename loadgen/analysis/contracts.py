@@ -23,7 +23,7 @@ from typing import Any, Literal, TypedDict
 LoadAxis = Literal["concurrency", "rate"]
 """What a ramp varies: users (closed loop) or the request rate (open loop, req/s)."""
 
-KneeRule = Literal["hard limit", "throughput curve", "none"]
+KneeRule = Literal["hard limit", "throughput curve", "tenant SLO", "none"]
 EnergyMethod = Literal["counter", "power_integral", "mixed"]
 LatencyKey = Literal["ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"]
 
@@ -331,8 +331,46 @@ class GoodputStats(TypedDict):
     missed_by_limit: dict[str, int]
 
 
+class TenantGoodput(TypedDict):
+    """A tenant's goodput at its own SLO: its successful requests of the window that met every limit."""
+
+    requests: int
+    met: int
+    frac: float | None
+    req_s: float | None
+    missed_by_limit: dict[str, int]
+
+
+class TenantStats(CallTypeStats, total=False):
+    """One tenant of a step (``tenants``; ``analysis.tenants``): the figures a call type has over its
+    own requests, its demand and share, and with an SLO its goodput and the limits it broke."""
+
+    demand: float | None  # users (closed loop) or requests/s (open loop) in the step's plan
+    token_share: float | None  # of the step's output tok/s
+    slo: dict[str, float]
+    goodput: TenantGoodput
+    slo_breaks: list[str]  # "ttft_p99 2.41 s > 2 s", one per limit its step figure exceeds
+
+
+class TenantKnee(TypedDict):
+    """``tenant_knee``: the first step where a tenant's SLO broke as the load grew (``at``, on
+    ``axis``), and the knee: the last load before it where every tenant's held (None: none did)."""
+
+    axis: str
+    knee: float | None
+    tenant: str
+    breaks: list[str]
+    at: float
+    step: int
+    reason: str
+
+
 class StepSummary(StepStats, StepCallTypes, StepTelemetry, StepClientLoad, total=False):
     """One element of ``steps``: the step's statistics and what the enrichers added."""
+
+    # With [[tenants]] (``analysis.tenants``): each tenant's figures, and Jain's fairness index
+    tenants: dict[str, TenantStats]
+    fairness: float | None
 
     step_fields: dict[str, Any]  # other keys of the step's lines (free-form), when any
     # With an SLO (``analysis.goodput``): the requests that met every limit, judged one by one; the
@@ -568,6 +606,8 @@ class RunSummary(_RunSummaryRequired, total=False):
     plan: CapacityPlan
     # the call type the knee and the plan are about, when the run has ``by_call`` (analysis.calltypes)
     knee_call_type: str
+    # with [[tenants]]: the first tenant whose SLO broke as the load grew (the knee's reason then)
+    tenant_knee: TenantKnee
     # ``--fail-on`` / ``--abort-on`` judged, when the run or ``loadgen report`` had any: the shape of
     # ``analysis.thresholds.ThresholdVerdict`` (typed there)
     thresholds: dict[str, Any]

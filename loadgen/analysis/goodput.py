@@ -54,7 +54,7 @@ def add_goodput(run: Run, steps: Sequence[StepSummary], slo: Mapping[str, float]
     """Set ``goodput`` and ``goodput_frac`` on every step with a steady window (see the module doc)."""
     if not slo or not steps:
         return
-    limits = [(key, *_split(key), float(limit)) for key, limit in slo.items()]
+    limits = slo_limits(slo)
     a = StepAnalysis(run)
     req = a.req
     by_id = {s.step: s for s in run.steps}
@@ -66,33 +66,10 @@ def add_goodput(run: Run, steps: Sequence[StepSummary], slo: Mapping[str, float]
         rows = np.flatnonzero((req.step == step.step) & (req.sent_ns >= lo) & (req.sent_ns < hi))
         ok = rows[a.ok[rows]]
         n = len(ok)
-        met = np.ones(n, dtype=bool)
-        missed: dict[str, int] = {}
-        intended = req.intended_ns[ok]
-        first = req.first_chunk_ns[ok]
-        end = req.end_ns[ok]
-        out = a.out_eff[ok]
-        has_first = first >= 0
-        for key, metric, stat, limit_ms in limits:
-            limit_ns = limit_ms * NS_PER_MS
-            if metric == "ttft":
-                good = has_first & ((first - intended) <= limit_ns)
-            elif metric == "e2e":
-                good = (end - intended) <= limit_ns
-            elif metric == "tpot":
-                judged = has_first & (out > 1)
-                tpot = np.where(judged, (end - first) / np.maximum(out - 1, 1), np.inf)
-                good = judged & (tpot <= limit_ns)
-            else:
-                good = np.zeros(n, dtype=bool)
-                for i, r in enumerate(ok.tolist()):
-                    offs, _ = req.chunks_of(r)
-                    if len(offs) >= 2:
-                        good[i] = _itl_figure(np.diff(offs), stat) <= limit_ns
-            missed[key] = int((~good).sum())
-            met &= good
+        met, missed = met_limits(a, ok, limits)
         n_met = int(met.sum())
         window_s = (hi - lo) / NS_PER_S
+        out = a.out_eff[ok]
         out_all = float(out.sum())
         share = float(out[met].sum()) / out_all if out_all > 0 else (1.0 if n_met == n and n else 0.0)
         tok_s = row.get("output_tok_s")
@@ -107,3 +84,42 @@ def add_goodput(run: Run, steps: Sequence[StepSummary], slo: Mapping[str, float]
         row["goodput"] = stats
         if n:
             row["goodput_frac"] = n_met / n
+
+
+def slo_limits(slo: Mapping[str, float]) -> list[tuple[str, str, str, float]]:
+    """(key, metric, stat, limit ms) of each SLO limit."""
+    return [(key, *_split(key), float(limit)) for key, limit in slo.items()]
+
+
+def met_limits(
+    a: StepAnalysis, ok: np.ndarray, limits: list[tuple[str, str, str, float]]
+) -> tuple[np.ndarray, dict[str, int]]:
+    """Which of the successful requests ``ok`` met every limit, and how many missed each."""
+    req = a.req
+    n = len(ok)
+    met = np.ones(n, dtype=bool)
+    missed: dict[str, int] = {}
+    intended = req.intended_ns[ok]
+    first = req.first_chunk_ns[ok]
+    end = req.end_ns[ok]
+    out = a.out_eff[ok]
+    has_first = first >= 0
+    for key, metric, stat, limit_ms in limits:
+        limit_ns = limit_ms * NS_PER_MS
+        if metric == "ttft":
+            good = has_first & ((first - intended) <= limit_ns)
+        elif metric == "e2e":
+            good = (end - intended) <= limit_ns
+        elif metric == "tpot":
+            judged = has_first & (out > 1)
+            tpot = np.where(judged, (end - first) / np.maximum(out - 1, 1), np.inf)
+            good = judged & (tpot <= limit_ns)
+        else:
+            good = np.zeros(n, dtype=bool)
+            for i, r in enumerate(ok.tolist()):
+                offs, _ = req.chunks_of(r)
+                if len(offs) >= 2:
+                    good[i] = _itl_figure(np.diff(offs), stat) <= limit_ns
+        missed[key] = int((~good).sum())
+        met &= good
+    return met, missed

@@ -28,6 +28,7 @@ from loadgen.analysis.repeats import add_repeats, merged_steps
 from loadgen.analysis.server_down import server_down_enricher
 from loadgen.analysis.summary import build_summary, manifest_value
 from loadgen.analysis.telemetry import telemetry_enricher
+from loadgen.analysis.tenants import add_tenants, tenant_knee
 from loadgen.analysis.thresholds import judge
 from loadgen.analysis.worker_loss import worker_loss_enricher
 from loadgen.rundir.layout import read_manifest
@@ -51,7 +52,7 @@ def summarise(
     ``--fail-on``/``--abort-on`` (kept in its manifest); ``summary["thresholds"]`` holds the verdict.
     """
     run = load_run(Path(run_dir))
-    enrichers = [telemetry_enricher, client_load_enricher, server_down_enricher, worker_loss_enricher]
+    enrichers = [telemetry_enricher, client_load_enricher, server_down_enricher, worker_loss_enricher, add_tenants]
     summary = build_summary(run, enrichers, call_type=call_type)
     predicted = predicted_mark(run.manifest)
     if predicted:
@@ -64,6 +65,19 @@ def summarise(
     # with --repeat: intervals over the repeats, and the knee judged on one point per load
     judged_steps = add_repeats(cast(dict[str, Any], summary), knee_steps(summary), slo)
     summary["knee"] = knee_verdict(judged_steps, slo)
+    by_tenant = tenant_knee(summary["steps"], summary["knee"]["axis"])
+    if by_tenant is not None:  # with tenants, the first tenant whose SLO breaks is the knee's reason
+        summary["tenant_knee"] = by_tenant
+        knee = by_tenant["knee"]
+        closed = by_tenant["axis"] == "concurrency"
+        summary["knee"] = {
+            **summary["knee"],
+            "knee": knee,
+            "concurrency": knee if closed else None,
+            "rate": None if closed else knee,
+            "rule": "tenant SLO",
+            "reason": by_tenant["reason"],
+        }
     summary["run_events"] = [cast(RunEvent, e) for e in run.events if e.get("src") == "loadgen"]
     if fail_on is not None:  # a re-judgement: these thresholds only, not how the ramp ended
         judged = judge(summary, fail_on, None, ())

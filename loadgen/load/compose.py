@@ -133,6 +133,12 @@ def compose(
     directory's name when the options have no label.
     """
     base = base_workload(opts)
+    if base.scenario.tenants and (opts.workers > 0 or opts.master or kind == "worker" or opts.find_knee):
+        raise OptionError(
+            f"{base.scenario.path}: a [[tenants]] scenario runs its own steps in one process for now (each "
+            "step's users are split among the tenants by their rank in the process); drop "
+            "--workers/--master/--find-knee"
+        )
     endpoint = base.scenario.endpoint
     if opts.transport == "openai" and endpoint not in OPENAI_SDK:
         raise OptionError(
@@ -155,4 +161,22 @@ def compose(
         user_offset=user_offset,
     )
     state.token_counter = output_token_counter(base)
+    state.tenants = tenant_workloads(base)
     return ComposedRun(opts, base, steps, run_dir, state)
+
+
+def tenant_workloads(base: Workload) -> dict[str, Workload]:
+    """The workload of each of the scenario's ``[[tenants]]``: its own scenario file's (or the
+    scenario's own sections), with its body fields, priority and headers; each its own random
+    streams, one length calibrator for all (they talk to one server)."""
+    out: dict[str, Workload] = {}
+    for t in base.scenario.tenants:
+        scenario = base.scenario if t.scenario is None else load_scenario(t.scenario)
+        if t.scenario is not None and scenario.tenants:
+            raise OptionError(
+                f"tenant {t.name}: its scenario {t.scenario} has tenants of its own; give it one workload"
+            )
+        out[t.name] = Workload(
+            replace(scenario, tenants=()), counter=base.counter, salt=f"#{t.name}", lengths=base.lengths, tenant=t
+        )
+    return out

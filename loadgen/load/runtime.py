@@ -30,11 +30,13 @@ and ``t_ns`` (wall clock):
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import itertools
 import os
 import uuid
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +57,7 @@ from loadgen.spec.calls import CALLS, Answer, assert_never, items_of, prompt_cha
 from loadgen.spec.options import DEFAULT_REQUEST_ID_HEADER, StepPlan, Timeouts
 from loadgen.spec.request import Reply, RequestSpec, ToolCall
 from loadgen.workload.calibration import LengthFeedback
+from loadgen.workload.tenants import tenant_of_rank
 
 
 @dataclass(slots=True)
@@ -128,6 +131,10 @@ class RunState(StepSink):
         self.log_metric = log_metric
         self._seq = itertools.count()
         self._users = itertools.count(user_offset)
+        # [[tenants]]: each tenant's workload (compose), and the closed-loop users alive here in
+        # index order, whose rank says whose user each is in a step (``session_for``)
+        self.tenants: dict[str, Any] = {}
+        self._live: list[int] = []
         self._prefix = f"{run_dir.name[-12:]}-{worker}-{os.getpid()}"
         self.step_index = -1
         self.step_plan: StepPlan | None = None
@@ -260,6 +267,41 @@ class RunState(StepSink):
     def next_user_index(self) -> int:
         return next(self._users)
 
+    def user_started(self, index: int) -> None:
+        bisect.insort(self._live, index)
+
+    def user_stopped(self, index: int) -> None:
+        k = bisect.bisect_left(self._live, index)
+        if k < len(self._live) and self._live[k] == index:
+            del self._live[k]
+
+    def session_for(self, plan: StepPlan | None, index: int) -> Any:
+        """The closed-loop request stream of user ``index`` in ``plan``'s step: with tenants, the
+        stream of the tenant whose users the user's rank falls in (the first tenant's users come
+        first: a step's tenants get exactly their users)."""
+        if plan is not None and plan.tenants and self.tenants:
+            rank = bisect.bisect_left(self._live, index)
+            name = tenant_of_rank(plan.tenants, rank) or plan.tenants[-1][0]
+            return self.tenants[name].session(index)
+        return self.workload_for(plan).session(index)
+
+    def arrivals_for(
+        self, plan: StepPlan, start_ns: int, target: Any, horizon_s: float, step: int
+    ) -> Iterator[tuple[int, RequestSpec]]:
+        """An open-loop step's requests in intended-time order: the workload's, or with tenants
+        every tenant's own arrivals at its rate, merged."""
+        if plan.tenants and self.tenants:
+            streams = [
+                self.tenants[name].arrivals(start_ns, rate, horizon_s, step=step, warmup_s=plan.warmup_s)
+                for name, rate in plan.tenants
+                if rate > 0
+            ]
+            return heapq.merge(*streams, key=lambda a: a[0])
+        arrivals: Iterator[tuple[int, RequestSpec]] = self.workload_for(plan).arrivals(
+            start_ns, target, horizon_s, step=step, warmup_s=plan.warmup_s
+        )
+        return arrivals
+
     def make_transport(self) -> Transport:
         t = self.target
         return make_transport(t.transport, t.url, t.timeouts, t.api_key, turn=self.turns.turn)
@@ -286,6 +328,8 @@ class RunState(StepSink):
             headers[self.target.request_id_header] = header_id
         if spec.source and spec.source.isascii() and spec.source.isprintable():
             headers["X-Loadgen-Source"] = spec.source  # the workload's label (a twin keys acceptance by it)
+        if spec.headers:
+            headers.update(spec.headers)  # a tenant's own headers
         body = self.body(spec)
         path = call.path
         self.in_flight += 1
@@ -372,6 +416,7 @@ class RunState(StepSink):
             max_turns=spec.max_turns,
             inputs=items_of(spec),
             images=spec.images,
+            tenant=spec.tenant,
         )
 
     def _record(self, rid: str, step: int, spec: RequestSpec, res: CallResult, user: int) -> RequestRecord:
@@ -588,11 +633,13 @@ def plan_to_dict(plan: StepPlan) -> dict[str, Any]:
         "requests": plan.requests,
         "rate": plan.rate,
         "repeat": plan.repeat,
+        "tenants": [list(t) for t in plan.tenants] if plan.tenants is not None else None,
     }
 
 
 def plan_from_dict(data: dict[str, Any]) -> StepPlan:
-    return StepPlan(**data)
+    tenants = data.get("tenants")
+    return StepPlan(**{**data, "tenants": tuple((str(n), float(v)) for n, v in tenants) if tenants else None})
 
 
 def prompt_size(spec: RequestSpec) -> tuple[int, int]:

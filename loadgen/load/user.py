@@ -44,11 +44,13 @@ class LLMUser(User):
         self.state = _state(self)
         self.state.turns.turn()  # a burst of user starts must not hold up the streams in flight
         self.index = self.state.next_user_index()
+        self.state.user_started(self.index)
         self.transport = self.state.make_transport()
         self._session: Any = None
         self._session_plan: Any = None
 
     def on_stop(self) -> None:
+        self.state.user_stopped(self.index)
         self.transport.close()
 
     @task
@@ -60,7 +62,7 @@ class LLMUser(User):
             return
         state.turns.turn()  # building and sending the next request (free inside the turn of the last end)
         if self._session is None or plan is not self._session_plan:
-            self._session = state.workload_for(plan).session(self.index)
+            self._session = state.session_for(plan, self.index)
             self._session_plan = plan
         warmup = state.in_warmup()
         spec, think_s = self._session.next(warmup=warmup)
@@ -117,7 +119,6 @@ class OpenLoopUser(User):
             return
         state.open_dispatching = index
         rank, of = share
-        workload = state.workload_for(plan)
         target = plan.replay if plan.replay is not None else plan.rate
         start_ns = state.counters[index].first_ns
         # a rate's arrivals go on until the step ends (at its duration or count, later when it was reached
@@ -126,7 +127,7 @@ class OpenLoopUser(User):
         horizon_s = plan.warmup_s + plan.duration_s if replay_span and plan.duration_s is not None else 86_400.0
         spawn = self._pool.spawn
         now = ANCHOR.now_wall_ns
-        arrivals = workload.arrivals(start_ns, target, horizon_s, step=index, warmup_s=plan.warmup_s)
+        arrivals = state.arrivals_for(plan, start_ns, target, horizon_s, index)
         for i, (intended_ns, spec) in enumerate(arrivals):
             if i % of != rank:
                 continue  # another worker's share of the same process (drawn all the same: same specs)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from loadgen.analysis.contracts import LatencyStats, RunSummary, StepSummary
 from loadgen.analysis.formats import fixed
@@ -107,6 +108,81 @@ def call_type_table(summary: RunSummary) -> Table | None:
         note,
         lines,
         frozenset({2, 3}),
+    )
+
+
+def tenant_table(summary: RunSummary) -> Table | None:
+    """One row per step and tenant (a ``[[tenants]]`` run): its load, requests, throughput and share,
+    latencies, goodput at its own SLO and what of it broke; fairness and the tenant the knee is about."""
+    steps = [s for s in steps_of(summary) if isinstance(s.get("tenants"), dict) and s.get("tenants")]
+    if not steps:
+        return None
+    rows: list[list[str]] = []
+    for s in steps:
+        tenants: dict[str, Any] = s.get("tenants")  # type: ignore[assignment]
+        for name, t in tenants.items():
+            if not isinstance(t, Mapping):
+                continue
+            good: dict[str, Any] = as_dict(t.get("goodput"))
+            frac = number(good.get("frac"))
+            breaks: list[str] = as_list(t.get("slo_breaks"))
+            if t.get("slo") is None or (not breaks and not t.get("requests_ok")):
+                slo = "–"  # no SLO, or no request to judge
+            else:
+                slo = "breaks: " + "; ".join(map(str, breaks)) if breaks else "held"
+            share = number(t.get("token_share"))
+            rows.append(
+                [
+                    _num(s.get("step")),
+                    _load(s),
+                    escape_cell(name),
+                    _num(t.get("demand"), 0 if number(s.get("concurrency")) is not None else 2),
+                    f"{_num(t.get('requests_ok', 0))} / {_num(t.get('requests_failed', 0))}",
+                    _num(t.get("output_tok_s")),
+                    "–" if share is None else f"{share * 100:.0f}%",
+                    _pair(t.get("ttft_ms")),
+                    _pair(t.get("tpot_ms")),
+                    _pair(t.get("e2e_ms")),
+                    "–" if frac is None else f"{frac * 100:.0f}%",
+                    escape_cell(slo),
+                ]
+            )
+    lines = []
+    fair = [f"{_load(s)} {number(s.get('fairness')):.2f}" for s in steps if number(s.get("fairness")) is not None]
+    if fair:
+        lines.append(
+            "Fairness (Jain's index of each tenant's goodput per unit of its demand; 1 = all served alike): "
+            + ", ".join(fair)
+        )
+    knee = summary.get("tenant_knee")
+    if isinstance(knee, dict) and knee.get("reason"):
+        lines.append(f"Knee: {escape_cell(knee['reason'])}.")
+    note = (
+        "Each tenant over its own requests of the step's steady window. Demand: its users (closed loop) or "
+        "requests/s (open loop) in the step's plan. Share: of the step's output tok/s. Goodput: its successful "
+        "requests that met every limit of its own SLO; the SLO column names each limit its step figure broke."
+    )
+    return Table(
+        "By tenant",
+        "by-tenant",
+        [
+            "Step",
+            "Load",
+            "Tenant",
+            "Demand",
+            "OK / failed",
+            "Output tok/s",
+            "Share",
+            "TTFT p50/p99 ms",
+            "TPOT p50/p99 ms",
+            "E2E p50/p99 ms",
+            "Goodput",
+            "SLO",
+        ],
+        rows,
+        note,
+        lines,
+        frozenset({2, 11}),
     )
 
 
@@ -337,7 +413,15 @@ def repeats_table(summary: RunSummary) -> Table | None:
     )
 
 
-TABLES = (call_type_table, output_kinds_table, agent_table, images_lines, goodput_table, repeats_table)
+TABLES = (
+    tenant_table,
+    call_type_table,
+    output_kinds_table,
+    agent_table,
+    images_lines,
+    goodput_table,
+    repeats_table,
+)
 
 
 def tables_of(summary: RunSummary) -> list[Table]:
@@ -385,4 +469,5 @@ __all__ = [
     "output_kinds_table",
     "render_table_md",
     "tables_of",
+    "tenant_table",
 ]

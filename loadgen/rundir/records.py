@@ -71,6 +71,7 @@ class RequestRecord:
     ``header_id``: the id sent in the request-id header (``X-Request-Id`` unless
     ``--request-id-header`` names another; a UUID, which every server accepts, where ``id`` is ours:
     run, worker, process and sequence), the key to the server's own logs; None when no id header was sent.
+    ``tenant``: the ``[[tenants]]`` entry that sent it (None in a run without tenants).
     """
 
     id: str
@@ -112,6 +113,7 @@ class RequestRecord:
     inputs: int | None = None
     images: int = 0
     header_id: str | None = None
+    tenant: str | None = None
 
     def to_json(self) -> bytes:
         # orjson serialises the dataclass itself, fields in order: the bytes asdict() would give,

@@ -149,10 +149,34 @@ class Engine:
         """Queue a request (call :meth:`check` first). Call :meth:`advance` afterwards if idle."""
         req.arrival_s = now
         req.state = WAITING
-        self.waiting.append(req)
+        self.enqueue(req)
         self.requests[req.rid] = req
         self.counters.requests += 1
         self.counters.prompt_tokens += req.prompt_tokens
+
+    def rank(self, req: SimRequest) -> tuple[int, float]:
+        """Where a request stands under the priority policy: its priority (the lower first, or the
+        higher with ``low_priority_values_first`` off, as SGLang by default), then its arrival."""
+        sign = 1 if self.profile.server.low_priority_values_first else -1
+        return (sign * req.priority, req.arrival_s)
+
+    @property
+    def by_priority(self) -> bool:
+        return self.profile.server.scheduling_policy == "priority"
+
+    def enqueue(self, req: SimRequest, front: bool = False) -> None:
+        """Into the waiting queue: at its end (or front: a preempted request, first come first
+        served), or under the priority policy at its rank (vLLM's heap of (priority, arrival))."""
+        if self.by_priority:
+            key = self.rank(req)
+            k = len(self.waiting)
+            while k > 0 and self.rank(self.waiting[k - 1]) > key:
+                k -= 1
+            self.waiting.insert(k, req)
+        elif front:
+            self.waiting.appendleft(req)
+        else:
+            self.waiting.append(req)
 
     def abort(self, rid: str, now: float, message: str = "") -> SimRequest | None:
         """Drop a request (client went away). Its KV is freed; no emission follows."""

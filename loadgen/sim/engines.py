@@ -72,6 +72,8 @@ def sglang_defaults(profile: Profile) -> dict[str, Any]:
         "server.mem_fraction_static": round((mem - reserved) / mem, 3),
         "server.max_running_requests": 0,
         "server.disable_radix_cache": False,
+        # SGLang serves the higher priority value first unless --schedule-low-priority-values-first
+        "server.low_priority_values_first": False,
     }
 
 
@@ -85,6 +87,7 @@ def vllm_defaults(profile: Profile) -> dict[str, Any]:
         "server.mem_fraction_static": 0.9,
         "server.disable_radix_cache": False,
         "server.prefix_block_tokens": 16,
+        "server.low_priority_values_first": True,  # vLLM: the lower value first, always
     }
 
 

@@ -44,6 +44,17 @@ def read_json_object(body_raw: bytes) -> dict[str, Any]:
     return body
 
 
+def body_priority(body: dict[str, Any]) -> int:
+    """The body's ``priority`` (0 when absent): an integer, as vLLM's and SGLang's request models
+    declare it; anything else is a 400."""
+    value = body.get("priority", 0)
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadRequest(f"priority must be an integer, got {value!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class GenerateParams:
     body: dict[str, Any]
@@ -72,6 +83,7 @@ def read_params(body_raw: bytes, chat: bool, chars_per_token: float, style: str)
         except ImageError as exc:
             raise BadRequest(f"Invalid image in {exc}") from None
         prompt_tokens += sum(image.tokens for image in images) + tools_tokens(body.get("tools"), chars_per_token)
+    body_priority(body)  # checked here: a bad priority is a 400 before anything is queued
     max_tokens = body.get("max_completion_tokens")
     if max_tokens is None:
         max_tokens = body.get("max_tokens")

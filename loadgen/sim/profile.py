@@ -163,6 +163,13 @@ class ServerConfig:
     natural_len_sigma: float = 0.8
     chars_per_token: float = 4.0  # prompt token estimator
     disable_radix_cache: bool = False  # SGLang's flag: no prefix cache, every prompt prefilled whole
+    # the request body's ``priority``: "fcfs" ignores it (vLLM's default; vLLM 0.32 accepts any value
+    # then), "priority" serves the waiting queue by it and preempts the lowest first (vLLM's
+    # --scheduling-policy priority; SGLang's --enable-priority-scheduling)
+    scheduling_policy: str = "fcfs"
+    # which priority values come first: vLLM, always the lower; SGLang, the higher unless
+    # --schedule-low-priority-values-first (SchedulePolicy.priority_sign)
+    low_priority_values_first: bool = True
     prefix_block_tokens: int = 64  # prefix cache granularity, in estimated prompt tokens
     quantization: str = ""  # weight format served (sim/quant.py); "" = the checkpoint's own
     kv_cache_dtype: str = "auto"  # auto (the model's BF16) or fp8 (fp8_e4m3, fp8_e5m2)

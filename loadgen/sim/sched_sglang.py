@@ -21,6 +21,13 @@ sched_vllm.py).
   with SGLang's log line, and ``new_token_ratio`` is set to what the remaining requests have
   decoded (plus 20 steps each) over their ``max_tokens``, at most 1. A lone request that cannot fit is aborted.
 
+Priorities (``--enable-priority-scheduling``: ``server.scheduling_policy = "priority"``): the
+waiting queue is served by priority, then arrival: the higher value first, as SGLang's
+``SchedulePolicy`` does unless ``--schedule-low-priority-values-first``
+(``server.low_priority_values_first``, which ``--engine sglang`` sets off); a retracted request goes
+back at its place. Not modelled: SGLang's preemption of running requests for a waiting one of
+higher priority (``--priority-scheduling-preemption-threshold``) and retraction by priority.
+
 The KV pool, the prefix cache and the statistics are the engine's (engine.py); this module decides
 only what each step holds and what it commits.
 """
@@ -162,7 +169,7 @@ class SglangScheduler:
             e.running.remove(req)
             e._abort_unfittable(req, t)
         for req in reversed(retracted):
-            e.waiting.appendleft(req)
+            e.enqueue(req, front=True)
         if retracted:
             old = self.new_token_ratio
             total_decoded = sum(r.generated for r in e.running)

@@ -27,9 +27,16 @@ from 0.8 to the 0.32 CPU build that ../shared/realserver serves):
 
 What a preempted request pays: its prompt and its output so far are prefilled again, less what the
 prefix cache still holds, and its next token comes only after that: one long inter-token gap.
-Not modelled: async scheduling (one step of lookahead), priorities (``--scheduling-policy
-priority``), ``long_prefill_token_threshold`` (0 by default) and partial prefills of several
-requests at once (vLLM's default allows one long prefill at a time only when that threshold is set).
+Priorities (``--scheduling-policy priority``, ``server.scheduling_policy``): the waiting queue is
+served by (priority, arrival), the lower value first, a preempted request going back at its place
+(vLLM's ``PriorityRequestQueue``), and the request preempted is the running one of the lowest
+priority, latest arrival (``max(running, key=(priority, arrival_time))``), even one scheduled
+earlier in the step (its tokens go back to the budget). Under ``fcfs`` the body's priority is
+ignored, as vLLM 0.32 ignores it.
+
+Not modelled: async scheduling (one step of lookahead), ``long_prefill_token_threshold`` (0 by
+default) and partial prefills of several requests at once (vLLM's default allows one long prefill
+at a time only when that threshold is set).
 """
 
 from __future__ import annotations
@@ -104,7 +111,16 @@ class VllmScheduler:
                 after = req.prefilled + n
             scheduled = True
             while not self._grow(req, after):
-                victim = e.running.pop()
+                if e.by_priority:  # the lowest priority (then the latest arrival) goes, wherever it stands
+                    k = max(range(len(e.running)), key=lambda j: e.rank(e.running[j]))
+                    victim = e.running.pop(k)
+                    if k < i:
+                        i -= 1
+                        at = reqs.index(victim)  # scheduled earlier in this step: its tokens come back
+                        budget += chunks.pop(at)
+                        reqs.pop(at)
+                else:
+                    victim = e.running.pop()
                 preempted = True
                 if victim is req and not e.running:
                     e._abort_unfittable(req, t)
@@ -122,7 +138,9 @@ class VllmScheduler:
         if not preempted:
             budget = self._admit(t, budget, reqs, chunks)
         if not reqs:
-            return None
+            # under the priority policy a request can preempt itself after older ones went before
+            # it: nothing ran, but blocks were freed; vLLM's engine loop schedules again at once
+            return self.plan(t) if preempted and e.running else None
         return self._step(t, reqs, chunks)
 
     def _admit(self, t: float, budget: int, reqs: list[SimRequest], chunks: list[int]) -> int:
@@ -168,7 +186,7 @@ class VllmScheduler:
         req.prefilled = 0
         req.state = WAITING
         req.retractions += 1
-        e.waiting.appendleft(req)
+        e.enqueue(req, front=True)
         e.log(f"Preempted request {req.rid} by recompute: KV cache is full (#running-req: {len(e.running)})")
 
     def _step(self, t: float, reqs: list[SimRequest], chunks: list[int]) -> Step:

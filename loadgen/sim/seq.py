@@ -55,6 +55,7 @@ class SimRequest:
     # output tokens (loadgen.sim.continuation); None: the output is not cached when the request ends
     continued_block_hashes: Callable[[int], list[int]] | None = None
     prefill_only: bool = False  # a pooling sequence (embeddings, rerank): done when its prefill ends
+    priority: int = 0  # the body's priority (used under scheduling_policy = "priority")
 
     @property
     def recompute_len(self) -> int:

@@ -59,7 +59,7 @@ from loadgen.sim.output_plan import (
     read_effort,
     read_tools,
 )
-from loadgen.sim.params import BadRequest, read_params
+from loadgen.sim.params import BadRequest, body_priority, read_params
 from loadgen.sim.pooling import (
     MAX_EMBEDDING_DIM,
     embeddings_body,
@@ -445,6 +445,7 @@ class SimServer:
             target_tokens=target,
             stop_reason=reason,
             source=request_source(self._taus_by_source, headers.get("x-loadgen-source"), params.text),
+            priority=body_priority(params.body),
         )
         if engine.cache is not None:
             s = self.profile.server

@@ -248,7 +248,8 @@ def run_manifest(
 ) -> dict[str, Any]:
     """The one manifest shape every run directory gets (``loadgen ramp``, the web UI's runs):
     ``kind``, ``label``, ``run_id``, ``options`` (``RampOptions.manifest``: no secrets), ``plan``,
-    ``scenario``, ``slo``, then ``extra`` (``outcome``, ``argv`` of a Locust command line...)."""
+    ``scenario``, ``slo``, ``tenants`` (a ``[[tenants]]`` scenario's: each one's load, priority, header
+    names, body fields and SLO), then ``extra`` (``outcome``, ``argv`` of a Locust command line...)."""
     return {
         "kind": kind,
         "label": opts.label,
@@ -257,6 +258,7 @@ def run_manifest(
         "plan": [p.describe() for p in plan],
         "scenario": scenario_manifest(base),
         "slo": opts.slo,
+        **({"tenants": [t.describe() for t in base.scenario.tenants]} if base and base.scenario.tenants else {}),
         **extra,
     }
 
@@ -291,6 +293,8 @@ def with_scenario_contexts(opts: RampOptions, base: Workload) -> RampOptions:
 
 def _ramp_plan(opts: RampOptions, base: Workload) -> list[StepPlan]:
     opts = with_scenario_contexts(opts, base)
+    if base.scenario.tenants:
+        return _tenants_plan(opts, base)
     if opts.rates:
         return build_open_plan(
             list(opts.rates), opts.context_tokens, opts.warmup_seconds, opts.step_seconds, opts.requests_per_step
@@ -313,6 +317,38 @@ def _ramp_plan(opts: RampOptions, base: Workload) -> list[StepPlan]:
     )
 
 
+def _tenants_plan(opts: RampOptions, base: Workload) -> list[StepPlan]:
+    """A ``[[tenants]]`` scenario's steps: each tenant's users or rate per step (their sum is the
+    step's load); ``--concurrency`` / ``--rate`` give the loads their shares divide."""
+    scenario = base.scenario
+    closed = scenario.load.mode == "closed"
+    flag = opts.concurrency if closed else opts.rates
+    other = opts.rates if closed else opts.concurrency
+    if other:
+        mode = scenario.load.mode
+        raise OptionError(
+            f"{'--rate' if closed else '--concurrency'}: the tenants of {scenario.path} are {mode} loop "
+            f'([load] mode = "{mode}"); give {"--concurrency" if closed else "--rate"} or neither'
+        )
+    if flag and not any(t.share is not None for t in scenario.tenants):
+        raise OptionError(
+            f"{'--concurrency' if closed else '--rate'}: the tenants of {scenario.path} set their own loads "
+            "(users or rate); the flag divides only shares (share = ...)"
+        )
+    loads = [float(x) for x in flag] if flag else [float(x) for x in scenario.load.steps()]
+    per_step = base.tenant_steps(loads)
+    plan: list[StepPlan] = []
+    for tenants in per_step:
+        total = sum(v for _, v in tenants)
+        if closed:
+            step = StepPlan(int(total), None, opts.warmup_seconds, opts.step_seconds, opts.requests_per_step)
+        else:
+            step = StepPlan(1, None, opts.warmup_seconds, opts.step_seconds, opts.requests_per_step, rate=total)
+        step.tenants = tenants
+        plan.append(step)
+    return plan
+
+
 @dataclass(slots=True)
 class StepPlan:
     """One step. Closed loop: ``concurrency`` users. Open loop (``rate`` req/s, or ``replay``, a
@@ -327,6 +363,7 @@ class StepPlan:
     rate: float | None = None
     replay: Any = None
     repeat: int | None = None  # which repeat of its load (``--repeat``), None without repeats
+    tenants: tuple[tuple[str, float], ...] | None = None  # [[tenants]]: (name, users or req/s) each
 
     @property
     def open_loop(self) -> bool:
@@ -342,6 +379,7 @@ class StepPlan:
             "duration_s": self.duration_s,
             "requests": self.requests,
             **({"repeat": self.repeat} if self.repeat is not None else {}),
+            **({"tenants": dict(self.tenants)} if self.tenants is not None else {}),
         }
 
 

@@ -61,6 +61,8 @@ class RequestSpec:
     query: str | None = None
     documents: list[str] | None = None
     images: int = 0
+    tenant: str | None = None  # [[tenants]]: whose request (the record's ``tenant``)
+    headers: dict[str, str] | None = None  # the tenant's extra request headers
 
 
 @dataclass(slots=True)

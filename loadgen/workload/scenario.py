@@ -49,6 +49,7 @@ from loadgen.workload.scenario_sections import (
 )
 from loadgen.workload.scenario_types import DEFAULT_CONTEXT_LIMIT, LoadSpec, PromptSpec, Scenario
 from loadgen.workload.tables import Table
+from loadgen.workload.tenants import check_tenants, parse_tenants
 from loadgen.workload.tokens import TokenizerError, resolve_tokenizer_file
 from loadgen.workload.tools import parse_tools
 
@@ -184,7 +185,11 @@ def _build(root: Table, path: str, base_dir: Path) -> Scenario:
     reasoning = parse_reasoning(root.sub("reasoning"), endpoint)
     images = parse_images(root.sub("images"), base_dir)
     gate = parse_gate(root.sub("gate"))
+    tenants = parse_tenants(root.raw("tenants", None), base_dir)
     root.finish()
+    check_tenants(tenants, load.mode)
+    if tenants and context_tokens:
+        raise TableError("matrix", NO_VALUE, "tenants each send their own lengths: remove [matrix]")
     _check_endpoint(root, endpoint, prompt, load, context_tokens)
 
     if conversation is not None and load.mode == "open":
@@ -224,6 +229,7 @@ def _build(root: Table, path: str, base_dir: Path) -> Scenario:
         reasoning=reasoning,
         images=images,
         gate=gate,
+        tenants=tenants,
     )
 
 

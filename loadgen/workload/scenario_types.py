@@ -18,6 +18,7 @@ from loadgen.workload.corpus import CORPUS_NAMES
 from loadgen.workload.datasets import PromptRow, Trace
 from loadgen.workload.lengths import Distribution, Fixed
 from loadgen.workload.prompts import CHAT_TASKS
+from loadgen.workload.tenants import TenantSpec
 from loadgen.workload.tools import ToolsSpec
 
 DEFAULT_CONTEXT_LIMIT = 32768
@@ -207,3 +208,4 @@ class Scenario:
     reasoning: ReasoningSpec | None = None
     images: ImagesSpec | None = None
     gate: GateSpec = field(default_factory=GateSpec)
+    tenants: tuple[TenantSpec, ...] = ()  # [[tenants]]: several workloads in one run (workload.tenants)

@@ -61,6 +61,7 @@ from loadgen.workload.scenario_types import (
     Scenario,
 )
 from loadgen.workload.session import Session
+from loadgen.workload.tenants import TenantSpec, tenant_steps
 from loadgen.workload.tokens import EstimatorCounter, TokenCounter, load_counter
 
 DOCUMENT_TASK = "With the document above as context:\n\n"
@@ -91,9 +92,18 @@ class Workload:
         counter: TokenCounter | None = None,
         salt: str = "",
         lengths: LengthCalibrator | None = None,
+        tenant: TenantSpec | None = None,
     ) -> None:
         """``counter``: a tokenizer (default: the scenario's, else the estimator); ``lengths``: the
-        calibrator to share (the cells of a matrix talk to one server)."""
+        calibrator to share (the cells of a matrix talk to one server); ``tenant``: the
+        ``[[tenants]]`` entry this workload sends for (its requests carry its name, headers, body
+        fields and priority)."""
+        if tenant is not None:
+            body = {**scenario.body, **tenant.body}
+            if tenant.priority is not None:
+                body["priority"] = tenant.priority
+            scenario = replace(scenario, body=body)
+        self.tenant = tenant
         self.scenario = scenario
         self._salt = salt  # keeps the request streams of matrix cells apart
         self.counter = counter if counter is not None else load_counter(scenario.tokenizer)
@@ -183,6 +193,11 @@ class Workload:
             return [TraceReplay(trace.trace, scale, trace.offset_s) for scale in load.time_scales]
         return list(load.steps())
 
+    def tenant_steps(self, step_loads: list[float]) -> list[tuple[tuple[str, float], ...]]:
+        """The scenario's ``[[tenants]]`` loads per step (``workload.tenants.tenant_steps``)."""
+        s = self.scenario
+        return tenant_steps(s.tenants, step_loads, s.load.mode == "closed")
+
     def arrivals(
         self,
         start_ns: int,
@@ -257,14 +272,16 @@ class Workload:
             text, _ = self._text(max(1, n - template), rng, counter)
             inputs.append(text)
             total += n
-        return RequestSpec(
-            endpoint=s.endpoint,
-            inputs=inputs,
-            max_tokens=1,
-            stream=False,
-            extra=dict(s.body),
-            context_tokens=total,
-            source=f"{s.endpoint}:{self._text_sources[0] if len(self._text_sources) == 1 else 'mixed'}",
+        return self._tag(
+            RequestSpec(
+                endpoint=s.endpoint,
+                inputs=inputs,
+                max_tokens=1,
+                stream=False,
+                extra=dict(s.body),
+                context_tokens=total,
+                source=f"{s.endpoint}:{self._text_sources[0] if len(self._text_sources) == 1 else 'mixed'}",
+            )
         )
 
     def _rerank(self, rng: random.Random) -> RequestSpec:
@@ -283,15 +300,17 @@ class Workload:
             text, _ = self._text(d, rng, counter)
             documents.append(text)
             total += q + d
-        return RequestSpec(
-            endpoint=s.endpoint,
-            query=query,
-            documents=documents,
-            max_tokens=1,
-            stream=False,
-            extra=dict(s.body),
-            context_tokens=total,
-            source=s.endpoint,
+        return self._tag(
+            RequestSpec(
+                endpoint=s.endpoint,
+                query=query,
+                documents=documents,
+                max_tokens=1,
+                stream=False,
+                extra=dict(s.body),
+                context_tokens=total,
+                source=s.endpoint,
+            )
         )
 
     def _images(self, rng: random.Random) -> tuple[str, ...]:
@@ -551,6 +570,15 @@ class Workload:
         )
         if CALLS[spec.endpoint].inputs is Inputs.PROMPT:
             spec.prompt = transcript(messages)
+        return self._tag(spec)
+
+    def _tag(self, spec: RequestSpec) -> RequestSpec:
+        """The tenant's name and extra headers on a request (its body fields are in the scenario's)."""
+        tenant = self.tenant
+        if tenant is not None:
+            spec.tenant = tenant.name
+            if tenant.headers:
+                spec.headers = tenant.headers
         return spec
 
 

@@ -239,6 +239,23 @@ def kinds_run(path: Path) -> Path:
     return write_run_dir(path, steps=step_lines(0, 0, 1000, 11_000, concurrency=2), records={"requests.jsonl": recs})
 
 
+def tenants_run(path: Path) -> Path:
+    """Two tenants over two steps: chat alone holds its TTFT SLO, then breaks it beside batch."""
+    recs = []
+    steps: list[dict[str, Any]] = []
+    for step, (start, chat_ttft, batch_users) in enumerate(((0, 50, 0), (12_000, 900, 4))):
+        lines = step_lines(step, start, start + 1000, start + 11_000, concurrency=2 + batch_users)
+        lines[0]["tenants"] = {"chat": 2.0, "batch": float(batch_users)}
+        steps += lines
+        for i in range(8):
+            t = start + 1500 + 1000 * i
+            recs.append(replace(make_record(f"c{step}-{i}", step, t, [chat_ttft, chat_ttft + 20]), tenant="chat"))
+            if batch_users:
+                recs.append(replace(make_record(f"b{step}-{i}", step, t, [200, 260, 320]), tenant="batch"))
+    manifest = {"tenants": [{"name": "chat", "slo": "ttft_p99=500ms"}, {"name": "batch", "slo": "e2e_p99=60s"}]}
+    return write_run_dir(path, steps=steps, records={"requests.jsonl": recs}, manifest=manifest)
+
+
 def test_a_rebuilt_summary_json_is_what_the_contract_declares(tmp_path: Path) -> None:
     run = rich_run(tmp_path / "run")
     rebuild(run)
@@ -249,8 +266,15 @@ def test_a_rebuilt_summary_json_is_what_the_contract_declares(tmp_path: Path) ->
     rebuild(kinds)
     kinds_problems, kinds_seen = conforms(json.loads((kinds / "summary.json").read_text()))
     assert kinds_problems == []
+    tenants = tenants_run(tmp_path / "tenants")
+    rebuild(tenants)
+    tenant_summary = json.loads((tenants / "summary.json").read_text())
+    tenant_problems, tenant_seen = conforms(tenant_summary)
+    assert tenant_problems == []
+    assert tenant_summary["tenant_knee"]["tenant"] == "chat" and tenant_summary["knee"]["concurrency"] == 2
     # the runs reach every object the contract names, so each was checked against a real summary
-    assert {t.__name__ for t in _reachable(RunSummary, set()) - seen - kinds_seen} == set()
+    unseen = _reachable(RunSummary, set()) - seen - kinds_seen - tenant_seen
+    assert {t.__name__ for t in unseen} == set()
     # and the parts that make those objects are there: it is the run meant above
     steps = summary["steps"]
     assert not steps[BOUND_STEP]["valid"] and steps[BOUND_STEP]["workers_advised"] >= 2

@@ -134,6 +134,11 @@ def rule_text(verdict: Mapping[str, Any]) -> str:
             f"Decided by a hard limit ({names}): a load that breaks an SLO, fails requests, fills the KV cache "
             f"or preempts is past the knee, whatever the throughput curve says. {evidence}"
         )
+    if rule == "tenant SLO":
+        return (
+            "Decided by the tenants' own SLOs: the knee is the last load at which every tenant held its SLO; the "
+            f"first tenant to break one as the load grew is the reason. {evidence}"
+        )
     if rule == "throughput curve":
         return (
             f"Decided by the throughput curve ({names}): the knee is the last load before a doubling that {under} "

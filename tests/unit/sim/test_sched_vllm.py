@@ -142,3 +142,35 @@ def test_the_simulated_vllm_exports_its_pool_as_vllm_does_and_telemetry_reads_it
     e.pool_tokens = 64
     rec = map_metrics(prom.parse(render_vllm(e, "tiny")))
     assert rec["engine"] == "vllm" and rec["kv_capacity_tokens"] == 64 and rec["kv_block_tokens"] == 16
+
+
+def test_under_the_priority_policy_the_lowest_priority_is_preempted_and_the_queue_goes_by_priority() -> None:
+    # the preemption test's pool, a (priority 0) arriving after b (priority 1): first come first
+    # served preempts the newest (a); the priority policy preempts b, the lowest, scheduled first
+    for policy, victim in (("fcfs", "a"), ("priority", "b")):
+        e = Engine(vllm(**{"server.scheduling_policy": policy}))
+        e.pool_tokens = 64
+        b, a = req("b", 20, 30), req("a", 20, 30)
+        b.priority, a.priority = 1, 0
+        times = run(e, [(0.0, b), (0.001, a)])
+        assert [r.rid for r in (a, b) if r.retractions] == [victim], policy
+        assert len(times["a"]) == len(times["b"]) == 30
+    # waiting requests: the policy serves the lower value first, then the earlier arrival
+    e = Engine(vllm(**{"server.scheduling_policy": "priority", "server.max_running_requests": 1}))
+    order = [("late-urgent", 0, 0.002), ("first", 2, 0.0), ("second", 1, 0.001), ("early-urgent", 0, 0.0015)]
+    reqs = {}
+    for rid, prio, _ in order:
+        reqs[rid] = req(rid, 20, 2)
+        reqs[rid].priority = prio
+    times = run(e, [(t, reqs[rid]) for rid, _, t in order])
+    by_first = sorted(times, key=lambda rid: times[rid][0])
+    assert by_first == ["first", "early-urgent", "late-urgent", "second"]  # "first" ran before the others came
+    # SGLang's default: the higher value first (unless --schedule-low-priority-values-first)
+    e = Engine(vllm(**{"server.scheduling_policy": "priority", "server.max_running_requests": 1,
+                       "server.low_priority_values_first": False}))  # fmt: skip
+    reqs = {}
+    for rid, prio, _ in order:
+        reqs[rid] = req(rid, 20, 2)
+        reqs[rid].priority = prio
+    times = run(e, [(t, reqs[rid]) for rid, _, t in order])
+    assert sorted(times, key=lambda rid: times[rid][0]) == ["first", "second", "early-urgent", "late-urgent"]

@@ -1,0 +1,127 @@
+"""``[[tenants]]`` scenarios: what they read, the steps they make, the requests they send, and
+the bad input each refused with its file, line and what to write."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from loadgen.load.compose import base_workload, tenant_workloads
+from loadgen.sim.params import BadRequest, body_priority
+from loadgen.spec.options import OptionError, RampOptions, build_ramp_plan
+from loadgen.workload.scenario import ScenarioError, load_scenario
+from loadgen.workload.tenants import tenant_of_rank, tenant_steps
+
+CHAT = 'name = "chat"\nseed = 3\n[prompt]\nsource = "chat"\ninput_tokens = 64\n[output]\nmax_tokens = 8\n'
+
+
+def _write(tmp: Path, tenants: str, load: str = 'mode = "closed"\nconcurrency = [8, 16]\n') -> Path:
+    (tmp / "chat.toml").write_text(CHAT)
+    path = tmp / "shared.toml"
+    path.write_text(f'name = "shared"\n[load]\n{load}\n{tenants}')
+    return path
+
+
+def test_users_per_step_make_the_steps_and_each_request_carries_its_tenant(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        '[[tenants]]\nname = "chat"\nscenario = "chat.toml"\nusers = 2\npriority = 0\nslo = "ttft_p99=2s"\n'
+        'headers = { "x-tenant" = "chat" }\nbody = { user = "chat-app" }\n\n'
+        '[[tenants]]\nname = "batch"\nusers = [0, 4, 10]\npriority = 1\n',
+    )
+    s = load_scenario(path)
+    assert [t.name for t in s.tenants] == ["chat", "batch"]
+    assert s.tenants[0].slo == {"ttft_p99_ms": 2000.0} and s.tenants[0].scenario == str(tmp_path / "chat.toml")
+    opts = RampOptions(url="http://x", model="m", scenario=str(path))
+    base = base_workload(opts)
+    plan = build_ramp_plan(opts, base)
+    assert [p.concurrency for p in plan] == [2, 6, 12]
+    assert [p.tenants for p in plan] == [
+        (("chat", 2.0), ("batch", 0.0)),
+        (("chat", 2.0), ("batch", 4.0)),
+        (("chat", 2.0), ("batch", 10.0)),
+    ]
+    assert plan[1].describe()["tenants"] == {"chat": 2.0, "batch": 4.0}
+    workloads = tenant_workloads(base)
+    spec, _ = workloads["chat"].session(0).next(warmup=False)
+    assert spec.tenant == "chat" and spec.headers == {"x-tenant": "chat"}
+    assert spec.extra["priority"] == 0 and spec.extra["user"] == "chat-app"
+    batch, _ = workloads["batch"].session(0).next(warmup=False)
+    assert batch.tenant == "batch" and batch.headers is None and batch.extra["priority"] == 1
+    # the users of a step, in rank order: the first tenant's first
+    assert [tenant_of_rank(plan[1].tenants or (), r) for r in range(7)] == ["chat"] * 2 + ["batch"] * 4 + [None]
+
+
+def test_shares_divide_the_steps_load_with_the_largest_remainder(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        '[[tenants]]\nname = "a"\nshare = 0.5\n\n[[tenants]]\nname = "b"\nshare = 0.3\n\n'
+        '[[tenants]]\nname = "c"\nshare = 0.2\n',
+        'mode = "closed"\nconcurrency = [1, 7, 10]\n',
+    )
+    s = load_scenario(path)
+    steps = tenant_steps(s.tenants, [1.0, 7.0, 10.0], closed=True)
+    assert steps == [
+        (("a", 1.0), ("b", 0.0), ("c", 0.0)),
+        (("a", 4.0), ("b", 2.0), ("c", 1.0)),  # 3.5, 2.1, 1.4: the 7th user to the largest remainder
+        (("a", 5.0), ("b", 3.0), ("c", 2.0)),
+    ]
+    assert all(sum(v for _, v in step) == total for step, total in zip(steps, (1, 7, 10), strict=True))
+    # --concurrency gives the loads the shares divide; open loop splits the rate as it is
+    plan = build_ramp_plan(RampOptions(url="http://x", model="m", scenario=str(path), concurrency=[20]), base_workload(
+        RampOptions(url="http://x", model="m", scenario=str(path))))  # fmt: skip
+    assert [p.tenants for p in plan] == [(("a", 10.0), ("b", 6.0), ("c", 4.0))]
+    assert tenant_steps(s.tenants, [5.0], closed=False) == [(("a", 2.5), ("b", 1.5), ("c", 1.0))]
+
+
+@pytest.mark.parametrize(
+    ("tenants", "load", "line", "says"),
+    [
+        (
+            '[[tenants]]\nname = "a"\nshare = 0.5\n\n[[tenants]]\nname = "b"\nshare = 0.4\n',
+            'mode = "closed"\nconcurrency = [10]\n',
+            None,
+            "the tenants' shares add up to 0.9 (a 0.5, b 0.4), not 1",
+        ),
+        (
+            '[[tenants]]\nname = "a"\nusers = [1, 2]\n\n[[tenants]]\nname = "b"\nusers = [1, 2, 3]\n',
+            'mode = "closed"\n',
+            None,
+            "per-step loads have different lengths [2, 3]",
+        ),
+        ('[[tenants]]\nname = "a"\nusers = 2\npriorty = 1\n', 'mode = "closed"\n', 8, "did you mean"),
+        ('[[tenants]]\nname = "a"\nusers = 2\npriority = "high"\n', 'mode = "closed"\n', 8, "must be an integer"),
+        ('[[tenants]]\nname = "a"\nrate = 2.0\n', 'mode = "closed"\n', None, "tenant a has a rate but [load] mode"),
+        ('[[tenants]]\nname = "a"\nusers = 2\nshare = 0.5\n', 'mode = "closed"\n', 6, "one load"),
+        ('[[tenants]]\nname = "a"\nusers = 2\nslo = "ttft_p99=2"\n', 'mode = "closed"\n', 8, "no unit"),
+        ('[[tenants]]\nname = "a b"\nusers = 2\n', 'mode = "closed"\n', 6, "letters, digits"),
+        ('[[tenants]]\nname = "a"\nusers = 2\nscenario = "nope.toml"\n', 'mode = "closed"\n', 8, "no such scenario"),
+    ],
+)
+def test_bad_tenants_are_refused_with_the_file_line_and_what_to_write(
+    tmp_path: Path, tenants: str, load: str, line: int | None, says: str
+) -> None:
+    path = _write(tmp_path, tenants, load)
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(path)
+    text = str(err.value)
+    assert text.startswith(str(path)) and says in text, text
+    if line is not None:
+        assert text.startswith(f"{path}:{line}:"), text
+
+
+def test_flags_that_contradict_the_tenants_loads_are_refused(tmp_path: Path) -> None:
+    path = _write(tmp_path, '[[tenants]]\nname = "a"\nusers = [1, 2]\n')
+    base = base_workload(RampOptions(url="http://x", model="m", scenario=str(path)))
+    with pytest.raises(OptionError, match="the flag divides only shares"):
+        build_ramp_plan(RampOptions(url="http://x", model="m", scenario=str(path), concurrency=[4]), base)
+    with pytest.raises(OptionError, match="are closed loop"):
+        build_ramp_plan(RampOptions(url="http://x", model="m", scenario=str(path), rates=[2.0]), base)
+
+
+def test_the_simulated_server_takes_an_integer_priority_only() -> None:
+    assert body_priority({}) == 0 and body_priority({"priority": -3}) == -3
+    for bad in ("high", 1.5, True):
+        with pytest.raises(BadRequest, match="priority must be an integer"):
+            body_priority({"priority": bad})
