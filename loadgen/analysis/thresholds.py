@@ -108,7 +108,17 @@ def _error_pct(ok: Any, failed: Any) -> float | None:
 
 
 def step_value(t: Threshold, step: Mapping[str, Any]) -> float | None:
-    """The value ``t`` judges in one step summary, in ``t.unit``; None when not measured."""
+    """The value ``t`` judges in one step summary, in ``t.unit``; None when not measured. A tenant's
+    threshold (``tenant:chat:ttft_p99>2s``) reads that tenant's figures of the step (``tenants``),
+    its goodput share at its own SLO."""
+    if t.tenant is not None:
+        tenant = (step.get("tenants") or {}).get(t.tenant)
+        if not isinstance(tenant, Mapping) or not tenant.get("demand"):
+            return None  # the tenant sent nothing in this step
+        if t.metric == "goodput_share":
+            frac = number((tenant.get("goodput") or {}).get("frac"))
+            return None if frac is None else 100.0 * frac
+        step = tenant
     if is_latency(t.metric):
         name, part = t.metric.rsplit("_", 1)
         return stat(step, f"{name}_ms", part)
@@ -168,11 +178,12 @@ def message(t: Threshold, value: float | None, at: str | None) -> str:
     """``ttft_p99 2,431 ms > 2,000 ms (+21.6%) at C=64`` (the operator is the threshold's own when
     it holds, its opposite when it does not: ``ttft_p99 1,200 ms <= 2,000 ms``)."""
     suffix = f" at {at}" if at else ""
+    name = t.metric if t.tenant is None else f"tenant {t.tenant} {t.metric}"
     if value is None:
-        return f"{t.metric} not measured{suffix}"
+        return f"{name} not measured{suffix}"
     margin = _margin(t, value)[2]
     shown_op = t.op if t.breached_by(value) else {">": "<=", ">=": "<", "<": ">=", "<=": ">"}[t.op]
-    return f"{t.metric} {_fmt(value, t.unit)} {shown_op} {_fmt(t.limit, t.unit)} ({margin}){suffix}"
+    return f"{name} {_fmt(value, t.unit)} {shown_op} {_fmt(t.limit, t.unit)} ({margin}){suffix}"
 
 
 def _judge_step(t: Threshold, step: Mapping[str, Any]) -> StepJudgement:
@@ -231,6 +242,12 @@ def evaluate(
                 if skipped
                 else ("no valid step to judge" if t.scope == "step" and not valid else f"{t.metric} not measured")
             )
+            if t.tenant is not None and not any(t.tenant in (s.get("tenants") or {}) for s in all_steps):
+                names = sorted({n for s in all_steps for n in (s.get("tenants") or {})})
+                status, skipped = "no_data", False
+                why = f"no tenant {t.tenant!r} in this run" + (f" (its tenants: {', '.join(names)})" if names else "")
+            elif t.tenant is not None and skipped:
+                why = f"tenant {t.tenant} has no SLO of its own (slo = ... in its [[tenants]] table); skipped"
             margin = rel = None
             text = f"{t.text}: {why}"
         else:

@@ -6,6 +6,8 @@ how much ("ttft_p99 2,431 ms > 2,000 ms (+21.6%) at C=64"). A step threshold wit
 judge is one failing testcase; an invalid step is a ``<skipped>`` testcase (its reason given), and
 so is a threshold skipped for want of figures (``goodput_share`` without ``--slo``). The layout is
 the common JUnit schema's (Jenkins' junit-10.xsd); ``tests/fixtures/junit/junit-10.xsd`` checks it.
+A ``[[tenants]]`` run adds one case per step and tenant with an SLO of its own (``tenant chat SLO
+ttft_p99=2000ms``), failing with the limits it broke; ``tenant:NAME:`` thresholds are cases as any.
 """
 
 from __future__ import annotations
@@ -77,6 +79,18 @@ def junit_xml(summary: Mapping[str, Any]) -> bytes:
                 ET.SubElement(
                     case, "failure", {"type": flag, "message": str(j.get("message"))}
                 ).text = f"{flag} {r['threshold']}: {j.get('message')}"
+                failures += 1
+    # a [[tenants]] run: one case per step and tenant with an SLO of its own, failing where it broke
+    for s in steps:
+        for name, t in (s.get("tenants") or {}).items():
+            if not isinstance(t, Mapping) or not t.get("slo") or not t.get("demand"):
+                continue
+            limits = ",".join(f"{k.removesuffix('_ms')}={v:g}ms" for k, v in t["slo"].items())
+            case = _case(suite, classname, f"step {s.get('step')} ({where(s)}): tenant {name} SLO {limits}")
+            tests += 1
+            if t.get("slo_breaks"):
+                why = "; ".join(map(str, t["slo_breaks"]))
+                ET.SubElement(case, "failure", {"type": "tenant SLO", "message": why}).text = f"tenant {name}: {why}"
                 failures += 1
     suite.set("tests", str(tests))
     suite.set("failures", str(failures))

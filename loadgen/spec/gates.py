@@ -85,10 +85,12 @@ METRICS = (
     "goodput_share (%), invalid_steps"
 )
 ALLOWED = (
-    f"write [run:]METRIC OP VALUE with OP one of > >= < <=, e.g. ttft_p99>2s or run:error_rate>1%; metrics: {METRICS}"
+    "write [run:|tenant:NAME:]METRIC OP VALUE with OP one of > >= < <=, e.g. ttft_p99>2s, run:error_rate>1% or "
+    f"tenant:chat:ttft_p99>2s; metrics: {METRICS}"
 )
 _PART = re.compile(
-    r"^\s*(?:(?P<scope>[A-Za-z]+)\s*:)?\s*(?P<metric>[A-Za-z0-9_]+)\s*(?P<op>>=|<=|>|<)\s*"
+    r"^\s*(?:tenant\s*:\s*(?P<tenant>[A-Za-z0-9][A-Za-z0-9_-]*)\s*:)?"
+    r"\s*(?:(?P<scope>[A-Za-z]+)\s*:)?\s*(?P<metric>[A-Za-z0-9_]+)\s*(?P<op>>=|<=|>|<)\s*"
     r"(?P<value>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(?P<unit>[A-Za-zµ%/]*)\s*$"
 )
 # metric -> (unit the value is written in, scopes it takes)
@@ -121,6 +123,7 @@ class Threshold:
     limit: float
     unit: str
     scope: Scope
+    tenant: str | None = None  # ``tenant:NAME:``: judged on that tenant's figures of each step
 
     def breached_by(self, value: float) -> bool:
         return OPS[self.op](value, self.limit)
@@ -159,9 +162,9 @@ def parse_thresholds(text: str, flag: str = "--fail-on") -> Thresholds:
     if not parts:
         raise ThresholdError(f"{flag} {text!r}: no threshold given; {ALLOWED}")
     out = [_parse_one(part, flag) for part in parts]
-    seen: set[tuple[str, str, str]] = set()
+    seen: set[tuple[str | None, str, str, str]] = set()
     for t in out:
-        key = (t.scope, t.metric, t.op)
+        key = (t.tenant, t.scope, t.metric, t.op)
         if key in seen:
             raise ThresholdError(f"{flag}: threshold {t.text!r} given twice ({t.scope} {t.metric} {t.op})")
         seen.add(key)
@@ -175,6 +178,16 @@ def _parse_one(part: str, flag: str) -> Threshold:
     metric, op, unit = m["metric"].lower(), cast(Op, m["op"]), m["unit"]
     value = float(m["value"])
     scope_text = (m["scope"] or "").lower()
+    tenant = m["tenant"]
+    if tenant is not None:
+        if scope_text:
+            raise ThresholdError(
+                f"{flag} threshold {part!r}: a tenant's threshold is judged per step; drop '{scope_text}:'"
+            )
+        if metric in _PLAIN and "step" not in _PLAIN[metric][1]:
+            raise ThresholdError(f"{flag} threshold {part!r}: {metric} counts over the run, not per tenant")
+        plain = _parse_one(part.split(":", 2)[2], flag)
+        return Threshold(part, plain.metric, plain.op, plain.limit, plain.unit, "step", tenant)
     if scope_text not in ("", "run", "step"):
         raise ThresholdError(f"{flag} threshold {part!r}: unknown scope {m['scope']!r}: use run: or nothing (per step)")
     if is_latency(metric):

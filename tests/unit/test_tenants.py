@@ -125,3 +125,54 @@ def test_the_simulated_server_takes_an_integer_priority_only() -> None:
     for bad in ("high", 1.5, True):
         with pytest.raises(BadRequest, match="priority must be an integer"):
             body_priority({"priority": bad})
+
+
+def _tenants_summary(tmp: Path) -> dict:
+    from loadgen.analysis.pipeline import summarise
+    from tests.unit.test_contracts import tenants_run
+
+    _, summary = summarise(tenants_run(tmp / "run"))
+    return dict(summary)
+
+
+def test_tenant_thresholds_judge_that_tenants_figures_and_name_it(tmp_path: Path) -> None:
+    from loadgen.analysis.thresholds import evaluate
+    from loadgen.spec.gates import ThresholdError, parse_thresholds
+
+    summary = _tenants_summary(tmp_path)
+    ts = parse_thresholds("tenant:chat:ttft_p99>500ms,tenant:batch:ttft_p99>500ms,ttft_p99>2s,tenant:ghost:e2e_p99>1s")
+    assert [t.tenant for t in ts] == ["chat", "batch", None, "ghost"]
+    results = {r["threshold"]: r for r in evaluate(summary, ts)}
+    chat = results["tenant:chat:ttft_p99>500ms"]
+    assert chat["status"] == "fail" and chat["step"] == 1
+    assert chat["message"].startswith("tenant chat ttft_p99 ") and "> 500 ms" in chat["message"]
+    assert [j["breached"] for j in chat["steps"]] == [False, True]
+    assert results["tenant:batch:ttft_p99>500ms"]["status"] == "pass"  # judged where batch sent
+    assert [j["step"] for j in results["tenant:batch:ttft_p99>500ms"]["steps"] if j["value"] is not None] == [1]
+    assert results["ttft_p99>2s"]["status"] == "pass"  # the step as a whole: both tenants' requests
+    ghost = results["tenant:ghost:e2e_p99>1s"]
+    assert (
+        ghost["status"] == "no_data" and "no tenant 'ghost' in this run (its tenants: batch, chat)" in ghost["message"]
+    )
+    for bad, says in (
+        ("tenant:chat:run:error_rate>1%", "judged per step; drop 'run:'"),
+        ("tenant:chat:invalid_steps>0", "counts over the run, not per tenant"),
+        ("tenant::ttft_p99>1s", "cannot read it"),
+    ):
+        with pytest.raises(ThresholdError, match=says):
+            parse_thresholds(bad)
+
+
+def test_junit_has_a_case_per_step_and_tenant_slo(tmp_path: Path) -> None:
+    import xmlschema
+
+    from loadgen.report.junit import junit_xml
+    from tests.unit.test_thresholds_junit import XSD
+
+    summary = _tenants_summary(tmp_path)
+    xml = junit_xml(summary).decode()
+    xmlschema.XMLSchema(str(XSD)).validate(xml)
+    assert 'name="step 0 (C=2): tenant chat SLO ttft_p99=500ms" time="0" />' in xml
+    assert 'name="step 1 (C=6): tenant chat SLO ttft_p99=500ms"' in xml and 'type="tenant SLO"' in xml
+    assert xml.count("tenant batch SLO") == 1  # batch asked for nothing in step 0: nothing to judge
+    assert 'failures="1"' in xml
