@@ -87,7 +87,7 @@ def test_the_issue_example_parses_with_units_scopes_and_operators() -> None:
 @pytest.mark.parametrize(
     ("text", "fragment"),
     [
-        ("ttft_p99=2s", "cannot read it; write [run:]METRIC OP VALUE"),
+        ("ttft_p99=2s", "cannot read it; write [run:|tenant:NAME:]METRIC OP VALUE"),
         ("ttft_p95>2s", "unknown metric 'ttft_p95'"),
         ("ttft_p99>2", "no unit; use ms, s or us"),
         ("ttft_p99>2min", "unknown unit 'min'"),
