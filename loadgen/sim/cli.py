@@ -188,6 +188,20 @@ def _add_faults(ap: argparse.ArgumentParser) -> None:
         help="repeat reject windows with this period (default: 0, once)",
     )
     fg.add_argument(
+        "--rate-limit",
+        action="append",
+        default=[],
+        metavar="TENANT=RPS",
+        help="answer a tenant's requests beyond RPS a second with 429 and Retry-After (the tenant: the value of "
+        "--rate-limit-header); repeatable (default: none)",
+    )
+    fg.add_argument(
+        "--rate-limit-header",
+        default="x-tenant",
+        metavar="NAME",
+        help="the request header that names the tenant for --rate-limit (default: x-tenant)",
+    )
+    fg.add_argument(
         "--ready-delay-s",
         type=float,
         default=0.0,
@@ -261,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     except ProfileError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    from loadgen.sim.ratelimit import RateLimits
     from loadgen.sim.server import Faults, ServerOptions, run_server
 
     faults = Faults(
@@ -276,7 +291,19 @@ def main(argv: list[str] | None = None) -> int:
         reject_period_s=args.reject_period_s,
         ready_delay_s=args.ready_delay_s,
     )
+    limits: dict[str, float] = {}
+    for item in args.rate_limit:
+        name, _, value = item.partition("=")
+        try:
+            rps = float(value)
+        except ValueError:
+            rps = -1.0
+        if not name or rps <= 0:
+            print(f"error: --rate-limit {item!r}: write TENANT=RPS with RPS > 0, e.g. batch=5", file=sys.stderr)
+            return 2
+        limits[name] = rps
     options = ServerOptions(
+        rate_limits=RateLimits(limits, args.rate_limit_header.lower()),
         host=args.host,
         port=args.port,
         port_file=args.port_file,

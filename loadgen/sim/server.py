@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import gc
 import json
+import math
 import os
 import select
 import selectors
@@ -71,6 +72,7 @@ from loadgen.sim.pooling import (
 )
 from loadgen.sim.profile import Profile
 from loadgen.sim.prom import GpuTelemetry, render_sglang, render_vllm
+from loadgen.sim.ratelimit import RateLimits
 from loadgen.sim.responses_api import (
     ResponsesFraming,
     ResponseStore,
@@ -146,6 +148,7 @@ class ServerOptions:
     seed: int = 0
     tool_rounds: int = DEFAULT_TOOL_ROUNDS  # tool_choice "auto" calls until this many tool results
     faults: Faults = field(default_factory=Faults)
+    rate_limits: RateLimits = field(default_factory=lambda: RateLimits({}))
 
 
 class SimServer:
@@ -365,9 +368,9 @@ class SimServer:
             t = t % f.reject_period_s
         return t < f.reject_duration_s
 
-    def _refused(self, conn: Connection, now: float) -> bool:
+    def _refused(self, conn: Connection, now: float, headers: dict[str, str]) -> bool:
         """Answer and return True if the server turns a request away before reading it (not ready,
-        a reject window); counts it towards ``--crash-after-requests``."""
+        a reject window, its tenant over its rate limit); counts it towards ``--crash-after-requests``."""
         if not self.ready:
             conn.send_json(
                 503, self._error_body(503, "The server is not ready yet (starting up).", "ServiceUnavailableError")
@@ -390,12 +393,23 @@ class SimServer:
                     self._error_body(f.reject_status, "The request queue is full.", "ServiceUnavailableError"),
                 )
             return True
+        limits = self.opts.rate_limits
+        tenant = headers.get(limits.header) if limits.per_s else None
+        if tenant is not None:
+            wait_s = limits.take(tenant, now)
+            if wait_s > 0:
+                conn.send_json(
+                    429,
+                    self._error_body(429, f"Rate limit exceeded for {limits.header} {tenant}.", "RateLimitError"),
+                    extra=f"Retry-After: {max(1, math.ceil(wait_s))}\r\n".encode(),
+                )
+                return True
         return False
 
     def _generate(self, conn: Connection, chat: bool, body_raw: bytes, headers: dict[str, str]) -> None:
         assert self.loop is not None
         now = self.loop.time()
-        if self._refused(conn, now):
+        if self._refused(conn, now, headers):
             return
         f = self.opts.faults
         effort, ask = None, None
@@ -485,7 +499,7 @@ class SimServer:
         """A Responses API call: one engine request, as a chat call with the same messages."""
         assert self.loop is not None
         now = self.loop.time()
-        if self._refused(conn, now):
+        if self._refused(conn, now, headers):
             return
         s = self.profile.server
         try:
@@ -547,7 +561,7 @@ class SimServer:
         engine sequence; the response is written when the last one ends."""
         assert self.loop is not None
         now = self.loop.time()
-        if self._refused(conn, now):
+        if self._refused(conn, now, headers):
             return
         cpt = self.profile.server.chars_per_token
         rid = headers.get("x-request-id") or RID_PREFIX[kind] + uuid.uuid4().hex

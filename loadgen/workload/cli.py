@@ -17,6 +17,7 @@ from loadgen.spec.calls import CALLS, GENERATIVE, Inputs
 from loadgen.spec.request import Reply, RequestSpec, ToolCall
 from loadgen.workload.errors import WorkloadError
 from loadgen.workload.scenario import Scenario, load_scenario
+from loadgen.workload.tenants import tenant_steps
 from loadgen.workload.traffic import TraceReplay, Workload
 
 EXIT_OK = 0
@@ -149,7 +150,12 @@ def _load_lines(s: Scenario) -> list[str]:
     """The summary lines of a scenario's load: the pattern, the steps and the context matrix."""
     lines: list[str] = []
     ld = s.load
-    if ld.mode == "closed":
+    if s.tenants:
+        steps = tenant_steps(s.tenants, [float(x) for x in ld.steps()], ld.mode == "closed")
+        totals = ", ".join(f"{sum(v for _, v in step):g}" for step in steps)
+        kind = "closed loop, users" if ld.mode == "closed" else "open loop, requests/s"
+        lines.append(f"load: {kind} {totals} a step, split among {len(s.tenants)} tenants (below)")
+    elif ld.mode == "closed":
         lines.append(f"load: closed loop, concurrency {', '.join(str(c) for c in ld.concurrency)}")
     elif ld.arrival == "trace":
         trace = s.trace
@@ -168,6 +174,16 @@ def _load_lines(s: Scenario) -> list[str]:
     )
     if s.context_tokens:
         lines.append(f"matrix: context tokens {', '.join(str(c) for c in s.context_tokens)} x every step")
+    if s.tenants:
+        steps = tenant_steps(s.tenants, [float(x) for x in ld.steps()], ld.mode == "closed")
+        unit = "users" if ld.mode == "closed" else "req/s"
+        for k, t in enumerate(s.tenants):
+            load = ", ".join(f"{step[k][1]:g}" for step in steps)
+            extra = [f"priority {t.priority}"] if t.priority is not None else []
+            extra += [f"slo {t.slo_text}"] if t.slo_text else []
+            extra += [f"headers {', '.join(sorted(t.headers))}"] if t.headers else []
+            where = t.scenario or "this file's workload"
+            lines.append(f"tenant {t.name}: {where}; {unit} {load}" + "".join(f"; {x}" for x in extra))
     return lines
 
 

@@ -4,6 +4,7 @@ the bad input each refused with its file, line and what to write."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -176,3 +177,56 @@ def test_junit_has_a_case_per_step_and_tenant_slo(tmp_path: Path) -> None:
     assert 'name="step 1 (C=6): tenant chat SLO ttft_p99=500ms"' in xml and 'type="tenant SLO"' in xml
     assert xml.count("tenant batch SLO") == 1  # batch asked for nothing in step 0: nothing to judge
     assert 'failures="1"' in xml
+
+
+def test_scenario_check_lists_each_tenant_and_the_steps_they_make(tmp_path: Path) -> None:
+    import io
+
+    from loadgen.workload.cli import check_main
+
+    path = _write(
+        tmp_path,
+        '[[tenants]]\nname = "chat"\nscenario = "chat.toml"\nusers = 2\npriority = 0\nslo = "ttft_p99=2s"\n'
+        'headers = { "x-tenant" = "chat" }\n\n[[tenants]]\nname = "batch"\nusers = [0, 4]\n',
+    )
+    out = io.StringIO()
+    assert check_main(str(path), out=out) == 0
+    text = out.getvalue()
+    assert "load: closed loop, users 2, 6 a step, split among 2 tenants (below)" in text
+    assert f"tenant chat: {tmp_path / 'chat.toml'}; users 2, 2; priority 0; slo ttft_p99=2s; headers x-tenant" in text
+    assert "tenant batch: this file's workload; users 0, 4" in text
+
+
+def test_the_simulators_rate_limit_is_a_token_bucket_per_tenant() -> None:
+    from loadgen.sim.ratelimit import RateLimits
+
+    limits = RateLimits({"batch": 2.0})
+    assert [limits.take("batch", 0.0) for _ in range(2)] == [0.0, 0.0]  # a second's worth at once
+    assert limits.take("batch", 0.0) == pytest.approx(0.5)  # then one every 0.5 s
+    assert limits.take("batch", 0.5) == 0.0 and limits.take("batch", 0.5) > 0
+    assert all(limits.take("chat", 0.0) == 0.0 for _ in range(10))  # no limit of its own
+
+
+def test_a_tenant_over_its_rate_limit_gets_429_with_retry_after(sim_factory: Any) -> None:
+    import urllib.error
+    import urllib.request
+
+    sim = sim_factory("--profile", "tiny", "--rate-limit", "batch=1")
+    body = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}'
+
+    def post(tenant: str) -> tuple[int, str | None]:
+        req = urllib.request.Request(
+            f"{sim.url}/v1/chat/completions",
+            data=body,
+            headers={"x-tenant": tenant, "content-type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                return resp.status, None
+        except urllib.error.HTTPError as err:
+            return err.code, err.headers.get("Retry-After")
+
+    assert post("batch") == (200, None)
+    status, retry = post("batch")
+    assert status == 429 and retry is not None and int(retry) >= 1
+    assert [post("chat")[0] for _ in range(3)] == [200, 200, 200]
