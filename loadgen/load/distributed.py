@@ -144,6 +144,7 @@ class MasterLink:
         self.roster: dict[str, dict[str, Any]] = {}  # client id -> the worker as it joined
         self.refused: list[str] = []  # one line each
         self.on_lost: Callable[[str, int], None] | None = None  # (worker, step)
+        self.lost_any = False  # a worker of this run stopped answering
         self._pings: dict[str, list[tuple[int, int, int]]] = {}
         self._hello: dict[str, dict[str, Any]] = {}
         self._batches: dict[str, set[int]] = {}  # worker -> the batch numbers written
@@ -354,10 +355,18 @@ class MasterLink:
                 if self.events is None or self.state is None:
                     continue
                 step = self.state.step_index
+                self.lost_any = True
                 self._event("worker_lost", worker=f"w{index}", client_id=client_id, step=step)
                 self.out.write(f"\nworker w{index} stopped answering during step {step + 1}\n")
                 if self.on_lost is not None:
                     self.on_lost(f"w{index}", step)
+
+    def short_handed(self) -> bool:
+        """A worker of this run was lost and every live worker has spawned its users: a step's load
+        is what they run (Locust gives the lost worker's users to nobody until the next change of
+        load, or until it drops the worker a minute later)."""
+        runner: Any = self.env.runner
+        return bool(self.lost_any) and not runner.clients.spawning and runner.spawning_completed
 
     def close(self) -> None:
         for app in self.appenders.values():

@@ -143,6 +143,10 @@ class RampShape(LoadTestShape):
         self._holds: list[dict[str, Any]] = []  # the current step's finished holds, for its end line
         self.origins: list[dict[str, Any] | None] = [None] * len(plan)  # beside plan: steering's origin
         self._steering = False  # an operation is writing its lines (tick leaves the steps alone meanwhile)
+        # a distributed master that lost a worker: whether every user its live workers run is running
+        # (the step then runs at that load, below plan and marked so, instead of waiting for users
+        # that left with the worker)
+        self.short_handed: Callable[[], bool] | None = None
         self._classes_out: list[Any] | None = None  # user classes of the last target with users tick returned
 
     def reset_time(self) -> None:
@@ -160,7 +164,7 @@ class RampShape(LoadTestShape):
         if (
             0 <= self.index < len(self.plan)
             and self.reached_ns is None
-            and user_count == self.plan[self.index].concurrency
+            and self._at_load(self.plan[self.index], user_count)
             and self._own_users(self.plan[self.index])
         ):
             self._reached(self.now_ns())
@@ -182,7 +186,7 @@ class RampShape(LoadTestShape):
             self.sink.step_started(index, self.plan[index], t)
         runner = self.runner
         plan = self.plan[index]
-        if runner is not None and runner.user_count == plan.concurrency and index > 0 and self._own_users(plan):
+        if runner is not None and self._at_load(plan, runner.user_count) and index > 0 and self._own_users(plan):
             self._reached(t)
 
     def _end(self, t: int, reason: str, by: str | None = None) -> None:
@@ -264,7 +268,7 @@ class RampShape(LoadTestShape):
         if (
             self.reached_ns is None
             and runner is not None
-            and runner.user_count == step.concurrency
+            and self._at_load(step, runner.user_count)
             and self._own_users(step)
         ):
             self._reached(now)
@@ -282,6 +286,13 @@ class RampShape(LoadTestShape):
 
     def _classes(self, step: StepPlan) -> list[Any] | None:
         return self.open_classes if step.open_loop else self.closed_classes
+
+    def _at_load(self, step: StepPlan, user_count: int) -> bool:
+        """The step's users all run: as many as it plans, or after a lost worker, as many as the
+        live workers carry."""
+        return user_count == step.concurrency or (
+            self.short_handed is not None and 0 < user_count < step.concurrency and self.short_handed()
+        )
 
     def _own_users(self, step: StepPlan) -> bool:
         """The runner's users are of the step's kind (closed-loop users or the open-loop dispatcher)."""

@@ -373,6 +373,7 @@ def run_ramp(opts: RampOptions, out: TextIO = sys.stderr) -> Path:
     if distributed:
         runner, link, workers = _master(env, state, opts, run_dir, out)
         link.on_lost = lambda worker, step: guard.worker_lost(worker, step)
+        shape.short_handed = link.short_handed
         watcher = gevent.spawn(link.watch)
     else:
         runner = env.create_local_runner()

@@ -113,6 +113,15 @@ def test_a_worker_that_dies_is_reported_and_the_run_completes(sim_factory: Any, 
     marked = steps[lost["step"]]
     assert marked["valid"] is False
     assert f"load below plan: worker {lost['worker']} lost" in marked["invalid_reason"]
+    # a step that began after the loss runs at what the survivor carries: it opens its steady window
+    # after its warm-up, not once Locust drops the dead worker (a minute later)
+    lines = [json.loads(x) for x in (run_dir / "steps.jsonl").read_text().splitlines()]
+    after = [x["step"] for x in lines if x["event"] == "start" and x["t_ns"] > lost["t_ns"]]
+    for k in after:
+        start, steady = (
+            next(x["t_ns"] for x in lines if x["step"] == k and x["event"] == e) for e in ("start", "steady")
+        )
+        assert (steady - start) / 1e9 < 10.0, (k, (steady - start) / 1e9)
     # the workers joined with their clocks measured against the master's (one machine: within the hop)
     joined = json.loads((run_dir / "manifest.json").read_text())["workers"]
     assert [w["worker"] for w in joined] == ["w0", "w1"]
