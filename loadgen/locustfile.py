@@ -311,6 +311,8 @@ class UIRampShape(RampShape):
         env.stop_timeout = run.options.drain_seconds
         self.runner = env.runner
         self.run = run
+        if _link is not None:  # a master: a step after a lost worker runs at what the others carry
+            self.short_handed = _link.short_handed
         self.abort: Any = None
         if run.options.abort_on:  # as loadgen ramp --abort-on: judged each time a step ends
             from loadgen.run.ramp import AbortGuard
@@ -519,6 +521,10 @@ def _on_init(environment: Environment, **_: Any) -> None:
 
         global _link
         _link = MasterLink(env, None, None, sys.stderr)  # before anything yields: workers say hello early
+        # workers that stop answering, or come back: events of the current run (its steps marked)
+        import gevent
+
+        gevent.spawn(_link.watch)
 
     def users() -> int | None:
         return int(env.runner.user_count) if env.runner is not None else None

@@ -173,6 +173,7 @@ class MasterLink:
         if self.events is not None:
             self.events.close()
         self.state, self.config = state, config
+        self.lost_any = False
         self.events = JsonlAppender(state.run_dir / "events.jsonl")
 
         def relay(message: dict[str, Any]) -> None:
