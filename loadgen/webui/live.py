@@ -56,6 +56,7 @@ from loadgen.analysis.server_down import server_down_enricher
 from loadgen.analysis.steps import DEFAULT_MIN_OK_REQUESTS, StepAnalysis, failure_class_names, ok_mask
 from loadgen.analysis.summary import manifest_value
 from loadgen.analysis.telemetry import telemetry_enricher
+from loadgen.analysis.tenants import add_tenants
 from loadgen.analysis.values import as_dict, steps_of
 from loadgen.analysis.worker_loss import worker_loss_enricher
 from loadgen.rundir.layout import read_manifest
@@ -185,6 +186,7 @@ class LiveRun:
             return cached.row
         run = Run(self.run_dir, self.manifest, [step], self.records.rows_for(step), [], [], [])
         row = StepAnalysis(run, DEFAULT_MIN_OK_REQUESTS).row(step)
+        add_tenants(run, [row])  # a [[tenants]] run: each tenant's figures, as the report has them
         self._cache[step.step] = _StepCache(step, self.records.seq, row)
         return row
 

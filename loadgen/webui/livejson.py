@@ -79,6 +79,47 @@ class LiveStep(TypedDict):
     tokens_per_joule: float | None
     per_user_tok_s: float | None  # the Pareto x: 1000 / TPOT p50
     tok_s_per_gpu: float | None  # the Pareto y
+    tenants: dict[str, LiveTenant] | None  # a [[tenants]] run: each tenant's figures of the step
+    fairness: float | None
+
+
+class LiveTenant(TypedDict):
+    """One tenant of a step on the page (the report's "By tenant" row)."""
+
+    demand: float | None
+    ok: int
+    failed: int
+    tok_s: float | None
+    share: float | None
+    ttft_p50: float | None
+    ttft_p99: float | None
+    tpot_p99: float | None
+    e2e_p99: float | None
+    goodput_frac: float | None
+    slo_breaks: list[str] | None  # None: no SLO of its own
+
+
+def live_tenants(row: StepSummary) -> dict[str, LiveTenant] | None:
+    tenants = row.get("tenants")
+    if not tenants:
+        return None
+    out: dict[str, LiveTenant] = {}
+    for name, t in tenants.items():
+        good = t.get("goodput")
+        out[name] = {
+            "demand": number(t.get("demand")),
+            "ok": int(t.get("requests_ok") or 0),
+            "failed": int(t.get("requests_failed") or 0),
+            "tok_s": number(t.get("output_tok_s")),
+            "share": number(t.get("token_share")),
+            "ttft_p50": stat(t, "ttft_ms", "p50"),
+            "ttft_p99": stat(t, "ttft_ms", "p99"),
+            "tpot_p99": stat(t, "tpot_ms", "p99"),
+            "e2e_p99": stat(t, "e2e_ms", "p99"),
+            "goodput_frac": number(good["frac"]) if good is not None else None,
+            "slo_breaks": list(t["slo_breaks"]) if "slo_breaks" in t else None,
+        }
+    return out
 
 
 def live_step(row: StepSummary, phase: str, ok: int, failed: int, point: dict[str, Any] | None) -> LiveStep:
@@ -137,6 +178,8 @@ def live_step(row: StepSummary, phase: str, ok: int, failed: int, point: dict[st
         "tokens_per_joule": number(row.get("tokens_per_joule")),
         "per_user_tok_s": number(point.get("per_user_tok_s")) if point else None,
         "tok_s_per_gpu": number(point.get("tok_s_per_gpu")) if point else None,
+        "tenants": live_tenants(row),
+        "fairness": number(row.get("fairness")),
     }
 
 

@@ -230,3 +230,22 @@ def test_a_tenant_over_its_rate_limit_gets_429_with_retry_after(sim_factory: Any
     status, retry = post("batch")
     assert status == 429 and retry is not None and int(retry) >= 1
     assert [post("chat")[0] for _ in range(3)] == [200, 200, 200]
+
+
+def test_the_live_page_has_each_tenants_figures_as_the_report(tmp_path: Path) -> None:
+    from loadgen.analysis.pipeline import summarise
+    from loadgen.webui.live import LiveRun
+    from tests.unit.test_contracts import tenants_run
+
+    run_dir = tenants_run(tmp_path / "run")
+    live = LiveRun(run_dir, prefer_report=False).payload()
+    _, summary = summarise(run_dir)
+    assert live["source"] == "live"
+    for shown, row in zip(live["steps"], summary["steps"], strict=True):
+        for name, t in row["tenants"].items():
+            page = shown["tenants"][name]
+            assert page["ok"] == t["requests_ok"] and page["demand"] == t["demand"]
+            assert page["ttft_p99"] == t["ttft_ms"]["p99"] and page["tok_s"] == t["output_tok_s"]
+            assert page["slo_breaks"] == t["slo_breaks"] and page["share"] == t["token_share"]
+        assert shown["fairness"] == row["fairness"]
+    assert live["steps"][1]["tenants"]["chat"]["slo_breaks"] == ["ttft_p99 900 ms > 500 ms"]

@@ -22,6 +22,8 @@
 //   #errors (#chart-errors, #errors-table tr[data-class] with li.sample per message)
 //   #logs (#logs-list li[data-pattern], #log-counts, #logs-empty)
 //   #workers (#workers-table tr[data-worker], #chart-workers-cpu, #chart-workers-lag)
+//   #tenants (hidden without [[tenants]]): #tenants-table tr[data-step][data-tenant][data-slo=held|broken|none],
+//                                                #tenants-fairness
 // Every chart svg carries data-points (points drawn); body carries data-steps and data-updated.
 "use strict";
 (function () {
@@ -346,6 +348,38 @@
       { xTitle: "since the run started", empty: noGpu, hlines: has(totalLimit) ? [{ y: totalLimit, label: `limit ${fmt(totalLimit)} W` }] : [] });
   }
 
+  // a [[tenants]] run: each tenant's figures per step, the limits of its SLO it broke
+  function tenantsTable(steps) {
+    const panel = document.getElementById("tenants");
+    const body = document.querySelector("#tenants-table tbody");
+    if (!panel || !body) return;
+    const rows = steps.filter((s) => s.tenants);
+    panel.hidden = rows.length === 0;
+    body.textContent = "";
+    rows.forEach((s) => {
+      Object.keys(s.tenants).forEach((name) => {
+        const t = s.tenants[name];
+        const broke = t.slo_breaks && t.slo_breaks.length;
+        const judged = t.slo_breaks !== null && (broke || t.ok > 0);  // no SLO, or nothing asked: –
+        const tr = h("tr", { "data-step": String(s.step), "data-tenant": name,
+          "data-slo": !judged ? "none" : broke ? "broken" : "held" }, body);
+        h("td", {}, tr, `${s.step} ${loadOf(s)}`);
+        h("td", {}, tr, name);
+        h("td", { class: "n" }, tr, has(t.demand) ? fmt(t.demand) : "–");
+        h("td", { class: "n" }, tr, `${num(t.ok)} / ${num(t.failed)}`);
+        h("td", { class: "n" }, tr, num(t.tok_s, 1));
+        h("td", { class: "n" }, tr, pct(t.share));
+        h("td", { class: "n" }, tr, `${ms(t.ttft_p50)} / ${ms(t.ttft_p99)}`);
+        h("td", { class: "n" }, tr, ms(t.tpot_p99));
+        h("td", { class: "n" }, tr, ms(t.e2e_p99));
+        h("td", { class: "n" }, tr, pct(t.goodput_frac));
+        h("td", { class: broke ? "why" : "" }, tr, !judged ? "–" : broke ? t.slo_breaks.join("; ") : "held");
+      });
+    });
+    const fair = rows.filter((s) => has(s.fairness)).map((s) => `${loadOf(s)} ${s.fairness.toFixed(2)}`);
+    text("tenants-fairness", fair.length ? `fairness (Jain's index of goodput per unit of demand): ${fair.join(", ")}` : "");
+  }
+
   function render(d) {
     const steps = d.steps || [];
     const labels = steps.map(loadOf);
@@ -376,6 +410,7 @@
       text("knee-text", `${at}: ${k.reason || ""}`);
     }
     stepsTable(steps);
+    tenantsTable(steps);
     pareto(d.pareto);
     chart("chart-tok", [{ name: "tok/s", points: by("tok_s") }], { xLabels: labels });
     chart("chart-req", [{ name: "tok/s", points: by("req_tok_s") }], { xLabels: labels });
