@@ -249,3 +249,29 @@ def test_the_live_page_has_each_tenants_figures_as_the_report(tmp_path: Path) ->
             assert page["slo_breaks"] == t["slo_breaks"] and page["share"] == t["token_share"]
         assert shown["fairness"] == row["fairness"]
     assert live["steps"][1]["tenants"]["chat"]["slo_breaks"] == ["ttft_p99 900 ms > 500 ms"]
+
+
+def test_open_loop_tenants_each_draw_their_own_arrivals_merged_in_time(tmp_path: Path) -> None:
+    from loadgen.load.compose import compose
+
+    path = _write(
+        tmp_path,
+        '[[tenants]]\nname = "chat"\nscenario = "chat.toml"\nrate = 8.0\n\n'
+        '[[tenants]]\nname = "batch"\nrate = [0, 2]\n',
+        'mode = "open"\nrates = [1.0]\nstep_seconds = 30\n',
+    )
+    opts = RampOptions(url="http://127.0.0.1:9", model="m", scenario=str(path), out=str(tmp_path / "out"))
+    run = compose(opts, "ramp")
+    assert [(p.rate, p.tenants) for p in run.plan] == [
+        (8.0, (("chat", 8.0), ("batch", 0.0))),
+        (10.0, (("chat", 8.0), ("batch", 2.0))),
+    ]
+    step = run.plan[1]
+    arrivals = list(run.state.arrivals_for(step, 0, step.rate, 30.0, 1))
+    times = [t for t, _ in arrivals]
+    assert times == sorted(times) and all(0 <= t < 30e9 for t in times)
+    by = {name: [s for _, s in arrivals if s.tenant == name] for name in ("chat", "batch")}
+    # Poisson counts over 30 s: 240 and 60 expected; 5 sigma either way
+    assert abs(len(by["chat"]) - 240) < 5 * 240**0.5 and abs(len(by["batch"]) - 60) < 5 * 60**0.5
+    assert all(s.intended_ns is not None for s in by["chat"] + by["batch"])
+    assert {s.tenant for _, s in run.state.arrivals_for(run.plan[0], 0, 8.0, 30.0, 0)} == {"chat"}  # alone
