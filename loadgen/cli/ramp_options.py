@@ -94,6 +94,7 @@ def ramp_options(ns: argparse.Namespace, argv: list[str]) -> RampOptions:
         endpoint=raw["endpoint"],
         stream=not ns.no_stream,
         extra_body=value("extra_body") or {},
+        tenants=value("tenants") or (),
         label=value("label"),
         out=raw["out"],
         transport=raw["transport"],

@@ -28,7 +28,9 @@ from loadgen.spec.options import (
     with_scenario_contexts,
 )
 from loadgen.workload import Workload
+from loadgen.workload.errors import TableError
 from loadgen.workload.scenario import Scenario, load_scenario
+from loadgen.workload.tenants import parse_tenants
 from loadgen.workload.tokens import TokenCounter, load_counter
 
 
@@ -50,6 +52,8 @@ def base_workload(opts: RampOptions) -> Workload:
     ``--tokenizer``, prompts are cut to exact lengths by it (else by the scenario's, or the ratio the
     workload learns from the server's usage)."""
     counter = load_counter(opts.tokenizer) if opts.tokenizer else None  # exact prompt lengths by it
+    if opts.tenants and opts.scenario:
+        raise OptionError("--tenant and --scenario: give the tenants in the scenario ([[tenants]]) or on the line")
     if opts.scenario:
         base = Workload(with_arrival(load_scenario(opts.scenario), opts), counter=counter)
     else:
@@ -62,7 +66,23 @@ def base_workload(opts: RampOptions) -> Workload:
             counter=counter,
         )
         base.scenario = with_arrival(base.scenario, opts)
+        if opts.tenants:
+            base.scenario = flag_tenants(base.scenario, opts)
     return base
+
+
+def flag_tenants(scenario: Scenario, opts: RampOptions) -> Scenario:
+    """``--tenant NAME=SCENARIO`` (repeated): tenants that split each step's ``--concurrency`` (the
+    ramp's default steps when not given) or ``--rate`` evenly, as ``[[tenants]]`` with equal shares."""
+    n = len(opts.tenants)
+    raw = [{"name": name, "scenario": path, "share": 1.0 / n} for name, path in opts.tenants]
+    try:
+        tenants = parse_tenants(raw, Path.cwd())
+    except TableError as exc:
+        k = int(exc.key.split("]")[0].split("[")[-1]) if exc.key.startswith("tenants[") else 0
+        raise OptionError(f"--tenant {'='.join(opts.tenants[k])}: {exc.problem}") from None
+    load = replace(scenario.load, mode="open") if opts.rates else replace(scenario.load, mode="closed")
+    return replace(scenario, name="tenants", tenants=tenants, load=load)
 
 
 def with_arrival(scenario: Scenario, opts: RampOptions) -> Scenario:
@@ -135,7 +155,7 @@ def compose(
     base = base_workload(opts)
     if base.scenario.tenants and (opts.workers > 0 or opts.master or kind == "worker" or opts.find_knee):
         raise OptionError(
-            f"{base.scenario.path}: a [[tenants]] scenario runs its own steps in one process for now (each "
+            f"{base.scenario.path or '--tenant'}: tenants run their own steps in one process for now (each "
             "step's users are split among the tenants by their rank in the process); drop "
             "--workers/--master/--find-knee"
         )

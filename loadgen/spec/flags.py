@@ -30,14 +30,21 @@ from typing import Any, Literal, Protocol
 
 from loadgen.spec.calls import ENDPOINTS
 from loadgen.spec.gates import SLOError, ThresholdError, Thresholds, parse_slo, parse_thresholds
-from loadgen.spec.options import OptionError, extra_body_items, parse_extra_body, parse_float_list, parse_int_list
+from loadgen.spec.options import (
+    OptionError,
+    extra_body_items,
+    parse_extra_body,
+    parse_float_list,
+    parse_int_list,
+    parse_tenant_flags,
+)
 from loadgen.spec.request import DEFAULT_MAX_TOKENS
 
 Surface = Literal["ramp", "ui", "form", "lg", "campaign"]
 # int, float, str: one value; ints, floats: comma-separated lists; body: --extra-body items; slo:
 # latency limits; thresholds: pass/fail conditions (spec.gates); switch: present or not; choice: one
 # of ``choices``
-Kind = Literal["int", "float", "str", "ints", "floats", "body", "slo", "thresholds", "switch", "choice"]
+Kind = Literal["int", "float", "str", "ints", "floats", "body", "slo", "thresholds", "switch", "choice", "tenants"]
 
 RAMP: frozenset[Surface] = frozenset({"ramp"})
 
@@ -165,6 +172,11 @@ FLAGS: tuple[Flag, ...] = (
          "extra JSON body field, e.g. temperature=0, ignore_eos=true (repeatable; value parsed as JSON "
          "when it parses; or a whole JSON object)",
          _s("ramp", "ui", "form"), metavar="KEY=VALUE", group=REQUESTS, unset="none"),
+    Flag("tenants", "tenant", "tenants",
+         "a tenant and its scenario file, NAME=SCENARIO (repeatable): the steps' load (--concurrency or --rate) "
+         "split evenly among them, each in the report; priorities, SLOs and loads of their own: a scenario's "
+         "[[tenants]] (docs/scenarios.md)",
+         RAMP, metavar="NAME=SCENARIO", group=REQUESTS, unset="none"),
     Flag("transport", "transport", "choice",
          "HTTP client: fast (built in) or openai (the openai package: pip install 'llm-loadgen[openai]')",
          _s("ramp", "ui", "form"), default="fast", choices=("fast", "openai"), group=TRANSPORT),
@@ -308,7 +320,7 @@ def add_arguments(
         if f.kind == "switch":
             group.add_argument(f.flag(surface), action="store_true", **kw)
             continue
-        if f.kind == "body":
+        if f.kind in ("body", "tenants"):
             group.add_argument(f.flag(surface), action="append", default=[], **kw)
             continue
         if f.kind == "choice":
@@ -388,6 +400,8 @@ def parse_value(f: Flag, raw: Any, flag: str) -> Any:
     if f.kind == "body":
         items = raw if isinstance(raw, list) else extra_body_items(str(raw), flag)
         return parse_extra_body(items, flag)
+    if f.kind == "tenants":
+        return parse_tenant_flags(raw if isinstance(raw, list) else [str(raw)], flag)
     if f.kind == "slo":
         try:
             return dict(parse_slo(str(raw)))

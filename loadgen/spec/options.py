@@ -76,6 +76,21 @@ def parse_extra_body(items: Sequence[str], flag: str = "--extra-body") -> dict[s
     return out
 
 
+def parse_tenant_flags(items: Sequence[str], flag: str = "--tenant") -> tuple[tuple[str, str], ...]:
+    """``["chat=chat.toml", "batch=batch.toml"]`` -> (name, scenario path) pairs, in order; OptionError
+    naming the item when it is not NAME=PATH or a name comes twice."""
+    out: list[tuple[str, str]] = []
+    for item in items:
+        name, sep, path = str(item).partition("=")
+        name, path = name.strip(), path.strip()
+        if not sep or not name or not path:
+            raise OptionError(f"{flag} {item!r}: write NAME=SCENARIO, e.g. {flag} chat=scenarios/chat.toml")
+        if any(n == name for n, _ in out):
+            raise OptionError(f"{flag} {item!r}: tenant {name} is given twice")
+        out.append((name, path))
+    return tuple(out)
+
+
 def extra_body_items(text: str, flag: str = "--extra-body") -> list[str]:
     """One text field (the web UI's form) holding what ``--extra-body`` takes: a JSON object, or
     KEY=VALUE items separated by spaces (quoted as in a shell)."""
@@ -168,6 +183,7 @@ class RampOptions:
     endpoint: Endpoint = "chat"
     stream: bool = True
     extra_body: dict[str, Any] = field(default_factory=dict)
+    tenants: tuple[tuple[str, str], ...] = ()  # --tenant NAME=SCENARIO: an even split of each step's load
     label: str | None = None
     out: str = "reports"
     transport: str = "fast"

@@ -275,3 +275,33 @@ def test_open_loop_tenants_each_draw_their_own_arrivals_merged_in_time(tmp_path:
     assert abs(len(by["chat"]) - 240) < 5 * 240**0.5 and abs(len(by["batch"]) - 60) < 5 * 60**0.5
     assert all(s.intended_ns is not None for s in by["chat"] + by["batch"])
     assert {s.tenant for _, s in run.state.arrivals_for(run.plan[0], 0, 8.0, 30.0, 0)} == {"chat"}  # alone
+
+
+def test_tenant_flags_split_the_steps_load_evenly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from loadgen.cli.parser import build_parser
+    from loadgen.cli.ramp_options import ramp_options
+    from loadgen.spec.options import parse_tenant_flags
+
+    (tmp_path / "chat.toml").write_text(CHAT)
+    (tmp_path / "other.toml").write_text(CHAT.replace('"chat"', '"other"', 1))
+    monkeypatch.chdir(tmp_path)
+    argv = ["ramp", "--url", "http://x", "--tenant", "chat=chat.toml", "--tenant", "other=other.toml",
+            "--concurrency", "4,9"]  # fmt: skip
+    opts = ramp_options(build_parser().parse_args(argv), argv)
+    tenants = opts.tenants
+    assert tenants == (("chat", "chat.toml"), ("other", "other.toml"))
+    base = base_workload(opts)
+    plan = build_ramp_plan(opts, base)
+    assert [p.tenants for p in plan] == [(("chat", 2.0), ("other", 2.0)), (("chat", 5.0), ("other", 4.0))]
+    assert tenant_workloads(base)["other"].scenario.name == "other"
+    for bad, says in (
+        (["chat"], "write NAME=SCENARIO"),
+        (["a=chat.toml", "a=other.toml"], "tenant a is given twice"),
+    ):
+        with pytest.raises(OptionError, match=says):
+            parse_tenant_flags(bad)
+    with pytest.raises(OptionError, match="no such scenario file"):
+        base_workload(RampOptions(url="http://x", model="m", concurrency=[2], tenants=(("x", "nope.toml"),)))
+    with pytest.raises(OptionError, match="--tenant and --scenario"):
+        chat = str(tmp_path / "chat.toml")
+        base_workload(RampOptions(url="http://x", model="m", concurrency=[2], tenants=tenants, scenario=chat))
