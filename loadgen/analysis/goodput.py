@@ -30,7 +30,7 @@ import numpy as np
 
 from loadgen.analysis.contracts import GoodputStats, StepSummary
 from loadgen.analysis.load import Run
-from loadgen.analysis.steps import NS_PER_MS, NS_PER_S, PERCENTILE_METHOD, StepAnalysis
+from loadgen.analysis.steps import NS_PER_MS, NS_PER_S, PERCENTILE_METHOD, StepAnalysis, steady_windows
 
 _METRICS = ("ttft", "itl", "tpot", "e2e")
 
@@ -56,14 +56,8 @@ def add_goodput(run: Run, steps: Sequence[StepSummary], slo: Mapping[str, float]
         return
     limits = slo_limits(slo)
     a = StepAnalysis(run)
-    req = a.req
-    by_id = {s.step: s for s in run.steps}
-    for row in steps:
-        step = by_id.get(int(row["step"]))
-        if step is None or step.steady_ns is None or step.end_ns <= step.steady_ns:
-            continue
+    for row, step, rows in steady_windows(a, list(steps)):
         lo, hi = step.steady_ns, step.end_ns
-        rows = np.flatnonzero((req.step == step.step) & (req.sent_ns >= lo) & (req.sent_ns < hi))
         ok = rows[a.ok[rows]]
         n = len(ok)
         met, missed = met_limits(a, ok, limits)

@@ -466,6 +466,19 @@ class StepAnalysis:
         return out
 
 
+def steady_windows(a: StepAnalysis, steps: list[StepSummary]) -> Iterator[tuple[StepSummary, Step, IArr]]:
+    """Each summary row whose step has a steady window, its step, and the rows of the requests sent
+    in that window (``[steady_ns, end_ns)``): what a step's figures are computed over."""
+    req = a.req
+    by_id = {s.step: s for s in a.run.steps}
+    for row in steps:
+        step = by_id.get(int(row["step"]))
+        if step is None or step.steady_ns is None or step.end_ns <= step.steady_ns:
+            continue
+        lo, hi = step.steady_ns, step.end_ns
+        yield row, step, np.flatnonzero((req.step == step.step) & (req.sent_ns >= lo) & (req.sent_ns < hi))
+
+
 def step_rows(run: Run, min_ok_requests: int = DEFAULT_MIN_OK_REQUESTS) -> list[StepSummary]:
     """One summary row (a ``StepSummary``) per step of ``run``, in step order."""
     analysis = StepAnalysis(run, min_ok_requests)

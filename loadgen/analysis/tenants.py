@@ -25,14 +25,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, cast
 
-import numpy as np
-
 from loadgen.analysis.calltypes import subset_stats
 from loadgen.analysis.contracts import StepSummary, TenantKnee, TenantStats
 from loadgen.analysis.goodput import met_limits, slo_limits
 from loadgen.analysis.knee.curve import fmt_load
 from loadgen.analysis.load import Run
-from loadgen.analysis.steps import NS_PER_S, StepAnalysis
+from loadgen.analysis.steps import NS_PER_S, StepAnalysis, steady_windows
 from loadgen.analysis.values import number
 
 
@@ -56,14 +54,9 @@ def add_tenants(run: Run, steps: list[StepSummary]) -> None:
         return
     slos = tenant_slos(run.manifest)
     masks = {n: req.tenant.codes == req.tenant.code_of(n) for n in names}
-    by_id = {s.step: s for s in run.steps}
-    for row in steps:
-        step = by_id.get(int(row["step"]))
-        if step is None or step.steady_ns is None or step.end_ns <= step.steady_ns:
-            continue
+    for row, step, rows in steady_windows(a, steps):
         lo, hi = step.steady_ns, step.end_ns
         window_s = (hi - lo) / NS_PER_S
-        rows = np.flatnonzero((req.step == step.step) & (req.sent_ns >= lo) & (req.sent_ns < hi))
         demand = step.fields.get("tenants") or {}
         per: dict[str, TenantStats] = {}
         for name in sorted(names, key=lambda n: list(demand).index(n) if n in demand else len(demand)):
