@@ -153,7 +153,13 @@ def compose(
     directory's name when the options have no label.
     """
     base = base_workload(opts)
-    if base.scenario.tenants and (opts.workers > 0 or opts.master or kind == "worker" or opts.find_knee):
+    distributed = opts.workers > 0 or opts.master or kind == "worker" or records_elsewhere
+    if base.scenario.tenants and kind == "locust":
+        raise OptionError(
+            f"{base.scenario.path or '--tenant'}: tenants split each step's load among them; run it as a ramp "
+            "(steps in the form), not with Locust's user count"
+        )
+    if base.scenario.tenants and (distributed or opts.find_knee):
         raise OptionError(
             f"{base.scenario.path or '--tenant'}: tenants run their own steps in one process for now (each "
             "step's users are split among the tenants by their rank in the process); drop "

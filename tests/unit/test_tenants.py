@@ -305,3 +305,22 @@ def test_tenant_flags_split_the_steps_load_evenly(tmp_path: Path, monkeypatch: p
     with pytest.raises(OptionError, match="--tenant and --scenario"):
         chat = str(tmp_path / "chat.toml")
         base_workload(RampOptions(url="http://x", model="m", concurrency=[2], tenants=tenants, scenario=chat))
+
+
+def test_where_tenants_cannot_run_yet_the_run_is_refused_before_its_directory(tmp_path: Path) -> None:
+    from loadgen.load.compose import compose
+
+    path = _write(tmp_path, '[[tenants]]\nname = "a"\nusers = 2\n')
+    out = tmp_path / "out"
+    for kind, extra, says in (
+        ("ramp", {"workers": 2}, "drop --workers/--master/--find-knee"),
+        ("ramp", {"find_knee": True}, "drop --workers/--master/--find-knee"),
+        ("locust", {}, "run it as a ramp"),
+    ):
+        opts = RampOptions(url="http://x", model="m", scenario=str(path), out=str(out), **extra)  # type: ignore[arg-type]
+        with pytest.raises(OptionError, match=says):
+            compose(opts, kind)
+    with pytest.raises(OptionError, match="one process for now"):
+        compose(RampOptions(url="http://x", model="m", scenario=str(path), out=str(out)), "locust-ramp",
+                records_elsewhere=True)  # fmt: skip
+    assert not out.exists()
