@@ -90,13 +90,7 @@ def test_two_workers_record_every_request_the_server_saw(sim_factory: Any, tmp_p
 def test_a_worker_that_dies_is_reported_and_the_run_completes(sim_factory: Any, tmp_path: Path) -> None:
     sim = sim_factory("--profile", "tiny")
     proc = _two_workers_killing_one(sim.url, tmp_path, "--concurrency", "4,4")
-    try:
-        victim = _a_worker_once_recording(proc, tmp_path)
-        os.kill(victim.pid, signal.SIGKILL)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    out, err = _kill_one_worker(proc, tmp_path)
     assert proc.returncode == 0, err[-3000:]
     run_dir = Path(out.strip().splitlines()[-1])
     assert "stopped answering" in err
@@ -131,13 +125,7 @@ def test_a_worker_that_dies_is_reported_and_the_run_completes(sim_factory: Any, 
 def test_on_worker_loss_stop_ends_the_ramp_with_a_partial_report(sim_factory: Any, tmp_path: Path) -> None:
     sim = sim_factory("--profile", "tiny")
     proc = _two_workers_killing_one(sim.url, tmp_path, "--concurrency", "4,4,4", "--on-worker-loss", "stop")
-    try:
-        victim = _a_worker_once_recording(proc, tmp_path)
-        os.kill(victim.pid, signal.SIGKILL)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    out, err = _kill_one_worker(proc, tmp_path)
     assert proc.returncode == 2, err[-3000:]
     assert "(--on-worker-loss stop)" in err and "partial report" in err
     run_dir = Path(out.strip().splitlines()[-1])
@@ -177,6 +165,17 @@ def _a_worker_once_recording(proc: subprocess.Popen[str], tmp_path: Path) -> psu
             return next(k for k in kids if "loadgen.run.worker" in " ".join(k.cmdline()))
         time.sleep(0.1)
     raise AssertionError("the workers recorded nothing")
+
+
+def _kill_one_worker(proc: subprocess.Popen[str], tmp_path: Path) -> tuple[str, str]:
+    """SIGKILL one of the ramp's workers once both record; the ramp's stdout and stderr when it ends."""
+    try:
+        victim = _a_worker_once_recording(proc, tmp_path)
+        os.kill(victim.pid, signal.SIGKILL)
+        return proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
 
 
 def test_an_open_loop_rate_over_two_workers_sends_one_poisson_process(sim_factory: Any, tmp_path: Path) -> None:
