@@ -194,6 +194,55 @@ def first_model(url: str, api_key: str | None = None) -> str | None:
         return None
 
 
+# servers known by their /v1/models ``owned_by`` that read no ``priority`` in a request body
+_NO_PRIORITY = {"llamacpp": "llama.cpp's server"}
+
+
+def priority_unread(url: str, path: str, api_key: str | None = None) -> str | None:
+    """Why the server at ``url`` would not read a request body's ``priority`` on ``path``, or None
+    when it does or cannot be told. Its OpenAPI document (vLLM, SGLang and other FastAPI servers)
+    says which fields the path's request takes; else its ``owned_by`` names a server known to have
+    no priority field."""
+    base = base_of(url)
+    try:
+        status, body = _get(base + "/openapi.json", timeout=5.0, api_key=api_key)
+        if status == 200:
+            fields = _request_fields(json.loads(body), path)
+            if fields is not None and "priority" not in fields:
+                return f"its request schema for {path} (/openapi.json) has no priority field"
+            if fields is not None:
+                return None
+        status, body = _get(base + "/v1/models", timeout=5.0, api_key=api_key)
+        if status == 200:
+            models = json.loads(body).get("data", [])
+            owners = {str(m.get("owned_by", "")).lower() for m in models if isinstance(m, dict)}
+            for owner, name in _NO_PRIORITY.items():
+                if owner in owners:
+                    return f"{name} (owned_by {owner}) has no priority field"
+    except (urllib.error.URLError, OSError, ValueError, AttributeError):
+        return None
+    return None
+
+
+def _request_fields(doc: Any, path: str) -> set[str] | None:
+    """The property names of ``path``'s POST request body in an OpenAPI document (None: not said)."""
+    try:
+        content = doc["paths"][path]["post"]["requestBody"]["content"]
+        schema = next(iter(content.values()))["schema"]
+        for _ in range(4):  # $ref, or anyOf/allOf of one $ref
+            if "$ref" in schema:
+                schema = doc["components"]["schemas"][schema["$ref"].rsplit("/", 1)[-1]]
+            elif "properties" in schema:
+                return set(schema["properties"])
+            elif schema.get("anyOf") or schema.get("allOf"):
+                schema = (schema.get("anyOf") or schema.get("allOf"))[0]
+            else:
+                return None
+    except (KeyError, TypeError, StopIteration, IndexError):
+        return None
+    return None
+
+
 def served_endpoints(url: str, api_key: str | None = None) -> list[str] | None:
     """The POST paths under /v1 the server lists in its OpenAPI document (vLLM, SGLang and other
     FastAPI servers serve /openapi.json), sorted; None when it lists none."""

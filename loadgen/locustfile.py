@@ -26,6 +26,7 @@ import copy
 import logging
 import os
 import sys
+import time
 from argparse import Namespace
 from collections.abc import Mapping
 from dataclasses import replace
@@ -429,6 +430,28 @@ def _link_workers(env: Environment, run: _UIRun) -> None:
     manifest = read_manifest(run.run_dir)
     manifest["workers"] = _link.workers()
     write_manifest(run.run_dir, manifest)
+    runner: Any = env.runner
+    if len(_link.roster) < len(runner.clients):
+        # Locust let the Start through with a worker whose clock exchange with us is still under way
+        # (a slow or lossy hop): it is a worker of the Start all the same, in the manifest once it ends
+        import gevent
+
+        gevent.spawn(_complete_roster, run.run_dir, len(runner.clients))
+
+
+def _complete_roster(run_dir: Path, expected: int, wait_s: float = 30.0) -> None:
+    import gevent
+
+    from loadgen.rundir.layout import read_manifest, write_manifest
+
+    link = _link
+    deadline = time.monotonic() + wait_s
+    while link is not None and len(link.roster) < expected and time.monotonic() < deadline:
+        gevent.sleep(0.1)
+    if link is not None and link.roster:
+        manifest = read_manifest(run_dir)
+        manifest["workers"] = link.workers()
+        write_manifest(run_dir, manifest)
 
 
 def _is_worker(env: Environment) -> bool:

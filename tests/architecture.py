@@ -92,7 +92,9 @@ PARTS: tuple[Part, ...] = (
         "values out of TOML tables; what is sent: `traffic.py` the `Workload` (single requests, traces, "
         "embeddings, rerank), `session.py` one user's conversations and agent tasks, `messages.py` a turn's "
         "chat form; `tools.py`, `images.py`, prompts, corpora, datasets, lengths, arrivals, tokenizers, "
-        "`calibration.py` the prompt-length ratio learned from the server's usage)",
+        "`calibration.py` the prompt-length ratio learned from the server's usage; workload files: `wfile.py` "
+        "the format read and indexed, `export.py` a run's requests written, `replay.py` a file sent exactly, "
+        "`wshow.py` its statistics)",
         "what a run sends",
         ("spec",),
         "never gevent",
@@ -169,9 +171,10 @@ PARTS: tuple[Part, ...] = (
     Part(
         "run",
         "run",
-        "`run/ramp.py`, `run/worker.py`",
+        "`run/ramp.py`, `run/worker.py`, `run/export.py`",
         "the orchestrator: walks the steps (or searches for the knee), starts telemetry, the exporter and log "
-        "capture, judges `--abort-on`, writes the report; a distributed worker's process (`loadgen worker`)",
+        "capture, judges `--abort-on`, writes the report; a distributed worker's process (`loadgen worker`); "
+        "a ramp's requests as a workload file (`loadgen workload export`)",
         ("spec", "rundir", "workload", "telemetry", "lifecycle", "analysis", "load", "report", "webui"),
     ),
     Part(
@@ -194,7 +197,8 @@ PARTS: tuple[Part, ...] = (
         "cli",
         "entry point",
         "`cli/` (the `loadgen` command: `parser.py` its command line and help, `ramp_options.py` the ramp's "
-        "and the demo's flags into `RampOptions`, `commands.py` each subcommand, `codes.py` exit codes)",
+        "and the demo's flags into `RampOptions`, `commands.py` each subcommand, `workload_cmd.py` `loadgen "
+        "workload`, `codes.py` exit codes)",
         "parse flags, import the part a subcommand needs, lazily",
         (
             "spec",

@@ -75,10 +75,19 @@ def _realtime() -> None:
         pass  # held at normal priority: the delay is then as good as the scheduler's
 
 
-def forward(fd: int, delay_s: float, jitter_s: float, loss: float, seed: int) -> dict[str, int]:
+TICK_S = 0.001  # how often the loop wakes, packets or not, to see its own stalls
+STALL_S = 0.002  # a wake-up this much later than asked for is a stall
+
+
+def forward(fd: int, delay_s: float, jitter_s: float, loss: float, seed: int) -> dict[str, object]:
+    """Holds, drops and writes back packets until SIGTERM. Gives the counts, and the stalls: the
+    spans (wall clock, ns) in which this process was not running when it should have been (the
+    scheduler or the hypervisor took its CPU away), so packets read or written then were late by
+    up to the span; a check of timing to the millisecond leaves those spans out."""
     rng = random.Random(seed)
     held: list[tuple[float, int, bytes]] = []
-    counts = {"forwarded": 0, "dropped": 0}
+    counts = {"forwarded": 0, "dropped": 0, "write_errors": 0}
+    stalls: list[tuple[int, int]] = []
     last_release = 0.0
     n = 0
     stop = False
@@ -89,8 +98,15 @@ def forward(fd: int, delay_s: float, jitter_s: float, loss: float, seed: int) ->
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
+
+    def stalled(since: float, now: float) -> None:
+        wall = time.time_ns()
+        stalls.append((wall - int((now - since) * 1e9), wall))
+
     while not stop:
         now = time.monotonic()
+        if held and now - held[0][0] > STALL_S:  # held past its time since the last wake-up
+            stalled(held[0][0], now)
         while held and held[0][0] <= now:
             _, _, pkt = heapq.heappop(held)
             try:
@@ -98,14 +114,18 @@ def forward(fd: int, delay_s: float, jitter_s: float, loss: float, seed: int) ->
                 counts["forwarded"] += 1
             except OSError:
                 counts["dropped"] += 1
-        timeout = max(0.0, held[0][0] - now) if held else 0.5
+                counts["write_errors"] += 1
+        timeout = min(max(0.0, held[0][0] - now), TICK_S) if held else TICK_S
+        due = now + timeout
         try:
             ready, _, _ = select.select([fd], [], [], timeout)
         except InterruptedError:
             continue
+        arrived = time.monotonic()
+        if arrived - due > STALL_S:  # back later than asked: a packet may have waited unread since
+            stalled(due, arrived)
         if not ready:
             continue
-        arrived = time.monotonic()
         while True:
             try:
                 pkt = os.read(fd, 65535)
@@ -119,7 +139,7 @@ def forward(fd: int, delay_s: float, jitter_s: float, loss: float, seed: int) ->
             last_release = release
             n += 1
             heapq.heappush(held, (release, n, pkt))
-    return counts
+    return {**counts, "stalls": [list(s) for s in stalls]}
 
 
 def main(argv: list[str] | None = None) -> int:

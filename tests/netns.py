@@ -89,9 +89,10 @@ class Hosts:
             raise RuntimeError(f"the user-space netem did not start on {host}: {line!r}")
         return f"netem in user space ({proc.stderr.strip()}): {' '.join(spec)} on {host}"
 
-    def netem_counts(self, host: str) -> dict[str, int]:
-        """Stops the user-space netem on ``host`` and gives its packets forwarded and dropped ({}
-        where the kernel's netem ran)."""
+    def netem_counts(self, host: str) -> dict[str, Any]:
+        """Stops the user-space netem on ``host`` and gives its packets forwarded and dropped, and
+        its stalls (wall-clock spans, ns, when it was not running: packets then were late by up to
+        the span); {} where the kernel's netem ran."""
         emu = self.emulators.pop(host, None)
         if emu is None:
             return {}

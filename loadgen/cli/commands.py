@@ -94,6 +94,7 @@ def cmd_ramp(ns: argparse.Namespace, argv: list[str]) -> int:
         opts = replace(opts, model=first_model(opts.url, opts.api_key) or "")
         if not opts.model:
             raise UsageError("--model not given and the server's /v1/models lists none; pass --model NAME")
+    _check_priorities(opts)
     try:
         run_dir = ramp.run_ramp(opts)
     except ramp.WorkersMissing as exc:
@@ -109,6 +110,40 @@ def cmd_ramp(ns: argparse.Namespace, argv: list[str]) -> int:
     print(f"report: {run_dir / 'report.md'}")
     print(run_dir)
     return code
+
+
+def _check_priorities(opts: Any) -> None:
+    """Tenants with priorities against a server that reads no body ``priority`` (its OpenAPI
+    document has none, or it is known to have none): the test could not show what it is asked to,
+    so it is refused before it starts, in one line (exit 2)."""
+    from loadgen.lifecycle import priority_unread
+    from loadgen.spec.calls import CALLS
+
+    if opts.workload:
+        from loadgen.workload.wfile import read_header
+
+        header = read_header(opts.workload)
+        tenants = [(str(t.get("name")), t.get("priority")) for t in header.tenants]
+        endpoint = header.endpoint
+    elif opts.scenario:
+        from loadgen.workload.scenario import load_scenario
+
+        scenario = load_scenario(opts.scenario)
+        tenants = [(t.name, t.priority) for t in scenario.tenants]
+        endpoint = scenario.endpoint
+    else:
+        return
+    given = [f"{name} {priority}" for name, priority in tenants if priority is not None]
+    if not given:
+        return
+    why = priority_unread(opts.url, CALLS[endpoint].path, opts.api_key)
+    if why:
+        raise UsageError(
+            f"tenants with priorities ({', '.join(given)}) are sent as the request body's priority field, and "
+            f"the server at {opts.url} does not read it: {why}. Their priorities would change nothing; drop "
+            "them, or test a server that schedules by them (vLLM --scheduling-policy priority, SGLang "
+            "--enable-priority-scheduling)"
+        )
 
 
 def _stopped_early(exc: Any) -> int:
@@ -324,6 +359,12 @@ def cmd_twin(ns: argparse.Namespace, argv: list[str]) -> int:
     return twin_main(ns.twin_args)
 
 
+def cmd_workload(ns: argparse.Namespace, argv: list[str]) -> int:
+    from loadgen.cli.workload_cmd import main as workload_main
+
+    return workload_main(ns.workload_args)
+
+
 def cmd_worker(ns: argparse.Namespace, argv: list[str]) -> int:
     from loadgen.run.worker import main as worker_main  # imports locust and gevent
 
@@ -344,6 +385,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
     "campaign": cmd_campaign,
     "monitor": cmd_monitor,
     "worker": cmd_worker,
+    "workload": cmd_workload,
     "calibrate": cmd_calibrate,
     "twin": cmd_twin,
 }
@@ -362,6 +404,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_monitor(argparse.Namespace(monitor_args=argv[1:]), argv)
     if argv and argv[0] == "worker":
         return cmd_worker(argparse.Namespace(worker_args=argv[1:]), argv)
+    if argv and argv[0] == "workload":
+        return cmd_workload(argparse.Namespace(workload_args=argv[1:]), argv)
     if argv and argv[0] == "ui":
         return cmd_ui(argparse.Namespace(ui_args=argv[1:]), argv)
     if argv and argv[0] in ("calibrate", "twin"):

@@ -162,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     _delegated(sub, "campaign", "the same ramp against several server configurations")
     _delegated(sub, "monitor", "the telemetry side process on its own")
     _delegated(sub, "worker", "a load-generating worker for loadgen ramp --master on another machine")
+    _delegated(sub, "workload", "workload files: export a run's requests, show one, import a trace")
     _delegated(sub, "calibrate", "fit a simulator profile (a twin) to what a run observed", dest="twin_args")
     _delegated(sub, "twin", "calibrate a twin, replay the ramp against it, compare; what-ifs", dest="twin_args")
     return parser

@@ -67,6 +67,7 @@ def ramp_options(ns: argparse.Namespace, argv: list[str]) -> RampOptions:
         return flags.parse_value(f, raw.get(dest), f.flag("ramp"))
 
     _check_transport(raw.get("transport"))
+    _check_workload(ns)
     scenario = _scenario(ns.scenario)
     if ns.rate and ns.concurrency:
         raise UsageError("--rate and --concurrency: give one (open loop or closed loop), not both")
@@ -90,6 +91,7 @@ def ramp_options(ns: argparse.Namespace, argv: list[str]) -> RampOptions:
         arrival=value("arrival"),
         burstiness=burstiness,
         scenario=value("scenario"),
+        workload=value("workload"),
         context_tokens=value("context_tokens"),
         endpoint=raw["endpoint"],
         stream=not ns.no_stream,
@@ -129,6 +131,45 @@ def ramp_options(ns: argparse.Namespace, argv: list[str]) -> RampOptions:
         search_max_load=ns.max_load,
         argv=_redact(argv),
     )
+
+
+# what a workload file holds itself: its requests and its steps (workload.replay)
+_WORKLOAD_SETS = (
+    ("scenario", "--scenario"),
+    ("tenants", "--tenant"),
+    ("concurrency", "--concurrency"),
+    ("rate", "--rate"),
+    ("context_tokens", "--context-tokens"),
+    ("max_tokens", "--max-tokens"),
+    ("extra_body", "--extra-body"),
+    ("arrival", "--arrival"),
+    ("step_seconds", "--step-seconds"),
+    ("warmup_seconds", "--warmup-seconds"),
+    ("requests_per_step", "--requests-per-step"),
+    ("find_knee", "--find-knee"),
+    ("workers", "--workers"),
+    ("master", "--master"),
+)
+
+
+def _check_workload(ns: argparse.Namespace) -> None:
+    """``--workload FILE`` holds the requests and the steps: the flags that would set them again are
+    refused, naming them; so are the distributed and searching runs it cannot run yet."""
+    if not getattr(ns, "workload", None):
+        return
+    from loadgen.workload.wfile import WorkloadFileError, read_header
+
+    try:
+        read_header(ns.workload)  # another schema or version: one line, before anything starts
+    except WorkloadFileError as exc:
+        raise UsageError(f"--workload {exc}") from None
+    given = [flag for attr, flag in _WORKLOAD_SETS if getattr(ns, attr, None)]
+    if given:
+        raise UsageError(
+            f"--workload {ns.workload} and {', '.join(given)}: the workload file holds the requests and the "
+            "steps (export it again with those options: loadgen workload export ...); a file replays in one "
+            "process, without --workers/--master/--find-knee"
+        )
 
 
 def _check_combination(ns: argparse.Namespace, value: Callable[[str], Any], burstiness: float | None) -> None:

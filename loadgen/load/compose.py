@@ -29,9 +29,11 @@ from loadgen.spec.options import (
 )
 from loadgen.workload import Workload
 from loadgen.workload.errors import TableError
+from loadgen.workload.replay import FileWorkload
 from loadgen.workload.scenario import Scenario, load_scenario
 from loadgen.workload.tenants import parse_tenants
 from loadgen.workload.tokens import TokenCounter, load_counter
+from loadgen.workload.wfile import WorkloadFileError
 
 
 @dataclass(slots=True)
@@ -51,6 +53,11 @@ def base_workload(opts: RampOptions) -> Workload:
     """The scenario's workload, or chat prompts of a fixed length built from the ramp's flags; with
     ``--tokenizer``, prompts are cut to exact lengths by it (else by the scenario's, or the ratio the
     workload learns from the server's usage)."""
+    if opts.workload:
+        try:
+            return FileWorkload.open(opts.workload)  # its bodies are sent as they are: no prompt to build
+        except WorkloadFileError as exc:
+            raise OptionError(f"--workload {exc}") from None
     counter = load_counter(opts.tokenizer) if opts.tokenizer else None  # exact prompt lengths by it
     if opts.tenants and opts.scenario:
         raise OptionError("--tenant and --scenario: give the tenants in the scenario ([[tenants]]) or on the line")
@@ -170,12 +177,24 @@ def compose(
         raise OptionError(
             f"--transport openai: the openai SDK has no API for the {endpoint} endpoint; use --transport fast"
         )
-    if plan is None:  # the manifest records the prompt lengths the plan steps through
+    replaying = isinstance(base, FileWorkload)
+    if replaying and (distributed or kind == "locust" or opts.find_knee):
+        raise OptionError(
+            f"--workload {opts.workload}: a workload file replays its own steps in one process for now; run it "
+            "with loadgen ramp, without --workers/--master/--find-knee"
+        )
+    if plan is None and not replaying:  # the manifest records the prompt lengths the plan steps through
         opts = with_scenario_contexts(opts, base)
-    steps = list(plan) if plan is not None else build_ramp_plan(opts, base)
+    if plan is not None:
+        steps = list(plan)
+    else:
+        steps = base.plan() if isinstance(base, FileWorkload) else build_ramp_plan(opts, base)
     if run_dir is None:
+        extra = dict(manifest_extra or {})
+        if isinstance(base, FileWorkload):
+            extra.update(workload_manifest(base))
         run_dir = create_run_dir(opts.out, opts.label or dir_label)
-        write_manifest(run_dir, run_manifest(kind, run_dir.name, opts, steps, base, **(manifest_extra or {})))
+        write_manifest(run_dir, run_manifest(kind, run_dir.name, opts, steps, base, **extra))
     sink = (lambda line: None) if records_elsewhere else record_sink
     state = RunState(
         run_dir,
@@ -189,6 +208,28 @@ def compose(
     state.token_counter = output_token_counter(base)
     state.tenants = tenant_workloads(base)
     return ComposedRun(opts, base, steps, run_dir, state)
+
+
+def workload_manifest(base: FileWorkload) -> dict[str, Any]:
+    """What the manifest says of a replayed workload file: where, its hash, what it holds, and its
+    tenants as the export's manifest would have them (their SLOs judge the replay the same way)."""
+    wf = base.file
+    h = wf.header
+    out: dict[str, Any] = {
+        "workload": {
+            "path": str(wf.path.resolve()),
+            "sha256": wf.sha256,
+            "requests": wf.requests,
+            "mode": h.mode,
+            "redacted": h.redacted,
+            "source": h.source,
+            "created_by": h.created_by,
+            "scenario": h.scenario,
+        }
+    }
+    if h.tenants:
+        out["tenants"] = h.tenants
+    return out
 
 
 def tenant_workloads(base: Workload) -> dict[str, Workload]:

@@ -117,6 +117,7 @@ class RunState(StepSink):
         self.worker = worker
         self.workload_for = workload_for
         self.records: JsonlAppender | None = None
+        self._events: JsonlAppender | None = None
         if record_sink is None:
             self.records = JsonlAppender(run_dir / f"requests-{worker}.jsonl")
             record_sink = self.records.write_bytes
@@ -279,11 +280,14 @@ class RunState(StepSink):
         """The closed-loop request stream of user ``index`` in ``plan``'s step: with tenants, the
         stream of the tenant whose users the user's rank falls in (the first tenant's users come
         first: a step's tenants get exactly their users)."""
+        workload = self.workload_for(plan)
+        if hasattr(workload, "session_at"):  # a workload file: the stream of this rank in this step
+            return workload.session_at(max(self.step_index, 0), bisect.bisect_left(self._live, index))
         if plan is not None and plan.tenants and self.tenants:
             rank = bisect.bisect_left(self._live, index)
             name = tenant_of_rank(plan.tenants, rank) or plan.tenants[-1][0]
             return self.tenants[name].session(index)
-        return self.workload_for(plan).session(index)
+        return workload.session(index)
 
     def arrivals_for(
         self, plan: StepPlan, start_ns: int, target: Any, horizon_s: float, step: int
@@ -301,6 +305,23 @@ class RunState(StepSink):
             start_ns, target, horizon_s, step=step, warmup_s=plan.warmup_s
         )
         return arrivals
+
+    def stream_exhausted(self, index: int, sent: int) -> None:
+        """A workload file's user ran out of requests in the current step: an event the analysis
+        reads (that step below plan from then on)."""
+        rank = bisect.bisect_left(self._live, index)
+        self.event("workload_exhausted", step=self.step_index, user=rank, sent=sent)
+
+    def event(self, kind: str, **fields: Any) -> None:
+        """One line of events.jsonl from the load side (nothing once the run directory failed)."""
+        if self.write_failure is not None:
+            return
+        if self._events is None:
+            self._events = JsonlAppender(self.run_dir / "events.jsonl")
+        try:
+            self._events.write({"t_ns": ANCHOR.now_wall_ns(), "src": "loadgen", "kind": kind, **fields})
+        except RunDirError as exc:
+            self._write_failed(exc)
 
     def make_transport(self) -> Transport:
         t = self.target
@@ -559,6 +580,8 @@ class RunState(StepSink):
             self.records.close()
         if self.steps is not None:
             self.steps.close()
+        if self._events is not None:
+            self._events.close()
 
 
 def _stream_failure(rec: RequestRecord, s: Any, chunks: int) -> None:

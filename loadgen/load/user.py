@@ -48,6 +48,7 @@ class LLMUser(User):
         self.transport = self.state.make_transport()
         self._session: Any = None
         self._session_plan: Any = None
+        self._ran_out: Any = None  # the step plan whose workload-file stream this user sent to its end
 
     def on_stop(self) -> None:
         self.state.user_stopped(self.index)
@@ -66,6 +67,12 @@ class LLMUser(User):
             self._session_plan = plan
         warmup = state.in_warmup()
         spec, think_s = self._session.next(warmup=warmup)
+        if spec is None:  # a workload file's stream ran out: nothing more to send in this step
+            if self._ran_out is not plan:
+                self._ran_out = plan
+                state.stream_exhausted(self.index, self._session.sent)
+            gevent.sleep(0.05)  # a task that returns: Locust can stop this user at the run's end
+            return
         if think_s:
             gevent.sleep(think_s)
             state.turns.turn()

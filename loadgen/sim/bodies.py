@@ -269,6 +269,7 @@ def sim_stats_body(lateness_s: list[float], engine: Engine, ready: bool) -> byte
         "finished": c.finished,
         "aborted": c.aborted,
         "retracted": c.retracted_reqs,
+        "preempted": c.preempted_reqs,
         "spec_cycles": c.spec_cycles,
         "spec_accepted_tokens": c.spec_accepted_tokens,
         "kv_pool_tokens": engine.pool_tokens,

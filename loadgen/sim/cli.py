@@ -106,6 +106,11 @@ def _add_serving(ap: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--emission-log", metavar="PATH", help="append one JSON line per chunk sent to this file (default: none)"
     )
+    g.add_argument(
+        "--body-log",
+        metavar="PATH",
+        help="append one JSON line per request received to this file: its path, X-Request-Id and body (default: none)",
+    )
     g.add_argument("--log-file", metavar="PATH", help="write the server log here (default: stderr)")
     g.add_argument(
         "--engine",
@@ -308,6 +313,7 @@ def main(argv: list[str] | None = None) -> int:
         port=args.port,
         port_file=args.port_file,
         emission_log=args.emission_log,
+        body_log=args.body_log,
         log_file=args.log_file,
         metrics_style=args.metrics_style or args.engine or "sglang",
         seed=args.seed,

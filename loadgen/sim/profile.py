@@ -170,6 +170,11 @@ class ServerConfig:
     # which priority values come first: vLLM, always the lower; SGLang, the higher unless
     # --schedule-low-priority-values-first (SchedulePolicy.priority_sign)
     low_priority_values_first: bool = True
+    # SGLang's priority preemption (PrefillAdder.preempt_to_schedule): a waiting request that cannot
+    # be admitted preempts running ones whose priority it beats by more than this
+    # (--priority-scheduling-preemption-threshold, 10); off with --disable-priority-preemption
+    priority_preemption_threshold: int = 10
+    disable_priority_preemption: bool = False
     prefix_block_tokens: int = 64  # prefix cache granularity, in estimated prompt tokens
     quantization: str = ""  # weight format served (sim/quant.py); "" = the checkpoint's own
     kv_cache_dtype: str = "auto"  # auto (the model's BF16) or fp8 (fp8_e4m3, fp8_e5m2)

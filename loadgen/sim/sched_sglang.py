@@ -25,8 +25,18 @@ Priorities (``--enable-priority-scheduling``: ``server.scheduling_policy = "prio
 waiting queue is served by priority, then arrival: the higher value first, as SGLang's
 ``SchedulePolicy`` does unless ``--schedule-low-priority-values-first``
 (``server.low_priority_values_first``, which ``--engine sglang`` sets off); a retracted request goes
-back at its place. Not modelled: SGLang's preemption of running requests for a waiting one of
-higher priority (``--priority-scheduling-preemption-threshold``) and retraction by priority.
+back at its place. A waiting request that cannot be admitted (no slot under
+``max_running_requests``, or no room in the pool) preempts running requests whose priority it beats
+by more than ``server.priority_preemption_threshold`` (SGLang's
+``--priority-scheduling-preemption-threshold``, 10; ``server.disable_priority_preemption`` is its
+``--disable-priority-preemption``), as SGLang's ``PrefillAdder.preempt_to_schedule`` does
+(python/sglang/srt/managers/schedule_policy.py): the running requests in order of the lowest
+priority, then the latest arrival, each taken while it is beaten by more than the threshold, until
+what they hold and reserve covers the new request's prompt and output (clipped at 4096) beyond the
+room left; if that cannot be covered none is preempted. The preempted ones free their KV and go back
+to the queue at their place, to be prefilled again (prompt and output so far). SGLang tries it when
+it next plans a prefill after the batch was found full; here in the same pass (ASSUMPTION: one
+step earlier). Not modelled: retraction by priority (``--retraction-policy priority``).
 
 The KV pool, the prefix cache and the statistics are the engine's (engine.py); this module decides
 only what each step holds and what it commits.
@@ -74,10 +84,60 @@ class SglangScheduler:
             total += min(r.max_new_tokens - r.generated, CLIP_MAX_NEW_TOKENS) * ratio
         return total
 
+    @property
+    def _preempting(self) -> bool:
+        srv = self.e.profile.server
+        return self.e.by_priority and not srv.disable_priority_preemption
+
+    def _offset(self, req: SimRequest) -> float:
+        """What a running request holds and reserves in the pool (its KV, its remaining output at the
+        new-token ratio): what preempting it gives back to admission."""
+        return req.kv_tokens + min(req.max_new_tokens - req.generated, CLIP_MAX_NEW_TOKENS) * self.new_token_ratio
+
+    def _preempt_for(self, req: SimRequest, need: float) -> float:
+        """SGLang's priority preemption for ``req``, which lacks a slot or ``need`` tokens of room
+        (module docstring); the room it freed (0: none preempted)."""
+        e = self.e
+        srv = e.profile.server
+        sign = 1 if srv.low_priority_values_first else -1
+        order = sorted(e.running, key=lambda r: (r.priority * -sign, -r.arrival_s))
+        chosen: list[SimRequest] = []
+        for r in order:
+            if (req.priority - r.priority) * -sign <= srv.priority_preemption_threshold:
+                break
+            chosen.append(r)
+            need -= self._offset(r)
+            if need <= 0:
+                break
+        if not chosen or need > 0:
+            return 0.0
+        freed = 0.0
+        for r in chosen:
+            freed += self._offset(r)
+            e.running.remove(r)
+            e._free(r)
+            r.prefilled = 0
+            r.state = WAITING
+            r.retractions += 1
+            e.enqueue(r)
+        e.counters.preempted_reqs += len(chosen)
+        return freed
+
+    def _head_need(self, req: SimRequest) -> int:
+        """The pool ``req`` asks of admission, its prefix-cache hits aside: its prompt (or what is left
+        of it) and its output (clipped)."""
+        return req.recompute_len - req.prefilled + min(req.max_new_tokens - req.generated, CLIP_MAX_NEW_TOKENS)
+
     def _plan_prefill(self, t: float) -> Step | None:
         e = self.e
-        if not e.waiting or len(e.running) >= e.max_running:
+        if not e.waiting:
             return None
+        if len(e.running) >= e.max_running:
+            if not self._preempting:
+                return None
+            rem0 = e.pool_tokens - e.used_tokens - self._reserved_tokens()
+            if not self._preempt_for(e.waiting[0], self._head_need(e.waiting[0]) - rem0):
+                return None
         budget = e.profile.server.chunked_prefill_size
         if budget <= 0:
             budget = 1 << 30
@@ -86,10 +146,16 @@ class SglangScheduler:
         chunks: list[int] = []
         pairs = 0.0
         hit_tokens = 0
-        slots = e.max_running - len(e.running)
         cache = e.cache
-        while e.waiting and len(batch) < slots and budget > 0:
+        while e.waiting and budget > 0:
             req = e.waiting[0]
+            if len(e.running) + len(batch) >= e.max_running:
+                if not self._preempting:
+                    break
+                freed = self._preempt_for(req, self._head_need(req) - rem)
+                if not freed:
+                    break
+                rem += freed
             if req.recompute_len + 1 > e.pool_tokens:
                 e.waiting.popleft()
                 e._abort_unfittable(req, t)
@@ -103,7 +169,10 @@ class SglangScheduler:
             need_total = req.recompute_len - req.prefilled - hit
             reserve = need_total + min(req.max_new_tokens - req.generated, CLIP_MAX_NEW_TOKENS)
             if reserve + moving > rem and (batch or e.running):
-                break
+                freed = self._preempt_for(req, reserve + moving - rem) if self._preempting else 0.0
+                if not freed:
+                    break
+                rem += freed
             chunk = min(need_total, budget)
             e.waiting.popleft()
             if path:

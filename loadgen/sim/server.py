@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 import numpy as np
+import orjson
 
 from loadgen.sim.acceptance import request_source
 from loadgen.sim.bodies import error_body, models_body, server_info_body, sim_stats_body
@@ -143,6 +144,7 @@ class ServerOptions:
     port: int = 0
     port_file: str | None = None
     emission_log: str | None = None
+    body_log: str | None = None  # one line per request received: path, X-Request-Id, the body
     log_file: str | None = None
     metrics_style: str = "sglang"
     seed: int = 0
@@ -184,6 +186,7 @@ class SimServer:
         self.responses_api = ResponsesFraming(self.responder, ResponseStore())
         self._startup_task: asyncio.Task[None] | None = None
         self._vllm_stats_line = VllmStats(self.engine, self.log)
+        self._bodylog = open(options.body_log, "ab") if options.body_log else None  # noqa: SIM115
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -222,7 +225,20 @@ class SimServer:
         if self._stopping is not None and not self._stopping.done():
             self._stopping.set_result(code)
 
+    def _log_body(self, path: str, headers: dict[str, str], body: bytes) -> None:
+        """One body-log line: the request as received (a body that is not JSON is kept as text)."""
+        assert self._bodylog is not None
+        try:
+            parsed = orjson.loads(body) if body else None
+        except orjson.JSONDecodeError:
+            parsed = body.decode("utf-8", "replace")
+        line = {"t_ns": time.time_ns(), "path": path, "request_id": headers.get("x-request-id"), "body": parsed}
+        self._bodylog.write(orjson.dumps(line) + b"\n")
+        self._bodylog.flush()
+
     def close(self) -> None:
+        if self._bodylog is not None:
+            self._bodylog.close()
         self.responder.close()
         self.log.close()
 
@@ -301,6 +317,8 @@ class SimServer:
         return error_body(self.opts.metrics_style, status, message, err_type)
 
     def handle(self, conn: Connection, method: str, path: str, headers: dict[str, str], body: bytes) -> None:
+        if self._bodylog is not None and method == "POST":
+            self._log_body(path, headers, body)
         if path in ("/v1/chat/completions", "/v1/completions"):
             if method != "POST":
                 conn.send_json(405, self._error_body(405, "Method Not Allowed", "BadRequestError"))

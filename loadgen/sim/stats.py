@@ -85,6 +85,7 @@ class Counters:
     prompt_tokens: int = 0
     generation_tokens: int = 0
     retracted_reqs: int = 0
+    preempted_reqs: int = 0  # SGLang's priority preemption: running requests sent back for a waiting one
     retracted_input_tokens: int = 0
     retracted_output_tokens: int = 0
     spec_cycles: int = 0  # request-cycles (drafts)

@@ -199,6 +199,7 @@ class RampOptions:
     arrival: str | None = None  # open loop: poisson | gamma (None: the scenario's [load] arrival)
     burstiness: float | None = None  # --arrival gamma: the gaps' coefficient of variation
     scenario: str | None = None
+    workload: str | None = None  # --workload FILE: a workload file replayed exactly (workload.replay)
     telemetry: TelemetryOptions | None = None  # None: no side process
     slo: dict[str, float] | None = None
     call_type: str | None = None  # the call type the knee and plan are about (None: most served tokens)

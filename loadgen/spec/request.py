@@ -38,7 +38,9 @@ class RequestSpec:
     ``turn`` its step). Responses API: ``previous_response_id`` chains to a stored response, and
     ``new_from`` is the index of the first message not yet held by it (the turns sent). Embeddings:
     ``inputs`` (the batch). Rerank: ``query`` and ``documents``. ``images``: image parts in
-    ``messages`` (recorded; the server's usage tells their token cost).
+    ``messages`` (recorded; the server's usage tells their token cost). ``body``: a workload file's
+    request (``workload.wfile``): the JSON body exactly as the file has it, with the run's model; the
+    other fields then only describe it (for the record and the length feedback).
     """
 
     endpoint: Endpoint = "chat"
@@ -63,6 +65,7 @@ class RequestSpec:
     images: int = 0
     tenant: str | None = None  # [[tenants]]: whose request (the record's ``tenant``)
     headers: dict[str, str] | None = None  # the tenant's extra request headers
+    body: dict[str, Any] | None = None  # a workload file's request: this body is sent as it is (its model set)
 
 
 @dataclass(slots=True)

@@ -137,6 +137,9 @@ def build_chat_prompt(
     return chat_prompt_with_count(n_tokens, rng, task, corpus, counter)[0]
 
 
+_FRAME_TOKENS: dict[str, int] = {}  # a chat frame's tokens by the estimator (templates x questions)
+
+
 def chat_prompt_with_count(
     n_tokens: int,
     rng: random.Random,
@@ -155,8 +158,12 @@ def chat_prompt_with_count(
     frame = template.replace("{question}", question)
     # Measure the frame around a one-word stand-in, so the runs either side of the excerpt are
     # counted as they will be once it is in place (the excerpt starts and ends like a word).
-    overhead = counter.count(frame.replace("{doc}", "x")) - counter.count("x")
     additive = isinstance(counter, EstimatorCounter)
+    overhead = _FRAME_TOKENS.get(frame) if additive else None
+    if overhead is None:
+        overhead = counter.count(frame.replace("{doc}", "x")) - counter.count("x")
+        if additive:  # the estimator's count of a frame never changes: counted once a process
+            _FRAME_TOKENS[frame] = overhead
     if n_tokens <= overhead:
         if additive:
             text = counter.truncate(frame.replace("{doc}", ""), n_tokens)

@@ -163,20 +163,30 @@ def test_two_workers_on_other_hosts_record_every_request_once_with_the_hops_dela
             assert abs(on_wb["clock_offset_ns"] - skew_ns) < max(on_wb["clock_rtt_ns"], 1e6), on_wb
             assert on_wb["follows_master_clock"]
         # the first token arrives one netem delay after the server sent it, on both workers' records
-        late = np.array(
-            [
-                (r["sent_ns"] + r["chunk_offsets_ns"][0] - emitted[r["header_id"]][0]["emit_ns"]) / 1e6
-                for r in recs
-                if r["error_class"] is None
-            ]
-        )
+        # The user-space netem is a process: where the scheduler or the hypervisor took its CPU away
+        # (it says when), the packets it held then were late by up to that span, on the wire as in
+        # the records. Those first tokens are left out of the millisecond check, and counted.
+        stalls = hosts.netem_counts("srv").get("stalls", [])
+        hop_ns = DELAY_MS * 1e6
+
+        def in_stall(emit_ns: int) -> bool:
+            return any(a - hop_ns - 1e6 <= emit_ns <= b + 1e6 for a, b in stalls)
+
+        firsts = [
+            (r["sent_ns"] + r["chunk_offsets_ns"][0], emitted[r["header_id"]][0]["emit_ns"])
+            for r in recs
+            if r["error_class"] is None
+        ]
+        late = np.array([(got - emit) / 1e6 for got, emit in firsts if not in_stall(emit)])
+        left_out = len(firsts) - len(late)
         extra = late - DELAY_MS
-        assert len(late) >= 40
+        assert len(late) >= max(40, len(firsts) // 2), (left_out, len(firsts), stalls)
         assert extra.min() > -0.5, extra.min()
-        assert np.percentile(extra, 99) < 1.0, np.sort(extra)[-5:]
+        assert np.percentile(extra, 99) < 1.0, (np.sort(extra)[-5:], stalls)
         print(
             f"first token after the server sent it, less {DELAY_MS:g} ms: p50 {np.percentile(extra, 50):.2f} ms, "
-            f"p99 {np.percentile(extra, 99):.2f} ms, max {extra.max():.2f} ms over {len(extra)} requests"
+            f"p99 {np.percentile(extra, 99):.2f} ms, max {extra.max():.2f} ms over {len(extra)} requests "
+            f"({left_out} left out: the emulator stalled {len(stalls)} times)"
         )
         steps = json.loads((run_dir / "summary.json").read_text())["steps"]
         assert [s["concurrency"] for s in steps] == [8] and all(s["valid"] for s in steps)

@@ -43,7 +43,7 @@ def _gaps(run_dir: Path) -> list[float]:
 def test_predict_lands_where_a_real_ramp_against_the_same_deployment_lands(sim_factory: Any, tmp_path: Path) -> None:
     sim = sim_factory("--profile", PROFILE, "--startup-s", "0")
     args = ["ramp", "--url", sim.url, "--concurrency", "1,8", "--context-tokens", "1000", "--max-tokens", "128",
-            "--extra-body", "ignore_eos=true", "--warmup-seconds", "2", "--step-seconds", "8", "--no-telemetry",
+            "--extra-body", "ignore_eos=true", "--warmup-seconds", "1.5", "--step-seconds", "5", "--no-telemetry",
             "--out", str(tmp_path / "out")]  # fmt: skip
     done = subprocess.run(loadgen_cmd(*args), capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]

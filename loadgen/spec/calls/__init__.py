@@ -71,12 +71,24 @@ def of(name: str) -> CallType:
 
 def request_body(spec: RequestSpec, model: str) -> bytes:
     """The JSON body of ``spec`` for its endpoint: ``model``, the type's own fields, then
-    ``spec.extra`` merged last (sampling parameters, ``ignore_eos``...)."""
-    body: dict[str, Any] = {"model": model}
+    ``spec.extra`` merged last (sampling parameters, ``ignore_eos``...). A workload file's request
+    (``spec.body``) goes as the file has it, with ``model`` (and ``stream`` off when the run asks)."""
+    if spec.body is not None:
+        body = {"model": model, **spec.body}
+        if not spec.stream and body.get("stream"):
+            body["stream"] = False
+            body.pop("stream_options", None)
+        return orjson.dumps(body)
+    return orjson.dumps({"model": model, **request_fields(spec)})
+
+
+def request_fields(spec: RequestSpec) -> dict[str, Any]:
+    """The JSON body of ``spec`` without ``model``: what a workload file keeps of a request."""
+    body: dict[str, Any] = {}
     of(spec.endpoint).build(spec, body)
     if spec.extra:
         body.update(spec.extra)
-    return orjson.dumps(body)
+    return body
 
 
 def prompt_chars(spec: RequestSpec) -> tuple[int, int]:
@@ -113,5 +125,6 @@ __all__ = [
     "of",
     "prompt_chars",
     "request_body",
+    "request_fields",
     "taking",
 ]
