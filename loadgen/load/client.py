@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import gevent
+import gevent.queue
 import gevent.socket
 from geventhttpclient import HTTPClient
 
@@ -88,8 +89,16 @@ class RequestTimeout(Exception):
     """The whole call outlasted ``Timeouts.request_s``."""
 
 
+# A kept-alive connection idle this long is replaced, before the call's send time, by a new one:
+# servers close idle connections after a few seconds (uvicorn's default, which vLLM and SGLang run
+# under, is 5 s), and a request sent as that close is on its way meets a closed connection; a POST
+# is not sent again after that (RFC 9110 section 9.2.2: it may have been processed), so it fails.
+IDLE_REUSE_S = 4.0
+
+
 class FastTransport:
-    """geventhttpclient, one persistent connection, timestamps taken at ``recv``."""
+    """geventhttpclient, one persistent connection, timestamps taken at ``recv``. A connection idle
+    for ``idle_reuse_s`` is replaced by a new one before the next call is timed (``IDLE_REUSE_S``)."""
 
     def __init__(
         self,
@@ -98,8 +107,11 @@ class FastTransport:
         read_size: int = 65536,
         preconnect: bool = True,
         turn: Callable[[], None] | None = None,
+        idle_reuse_s: float = IDLE_REUSE_S,
     ) -> None:
         scheme, host, port, prefix = split_base_url(base_url)
+        self._idle_reuse_ns = int(idle_reuse_s * 1e9)
+        self._last_ns = 0  # when the last call ended (0: none yet)
         self._prefix = prefix
         self._turn = turn or no_turn
         self._timeouts = timeouts
@@ -143,9 +155,32 @@ class FastTransport:
     def close(self) -> None:
         self._client.close()
 
+    def _renew(self) -> None:
+        """Close the idle kept-alive connection and open a new one (untimed: before the send time)."""
+        pool: Any = self._client._connection_pool
+        queue = pool._socket_queue
+        while not queue.empty():
+            try:
+                sock = queue.get(block=False)
+            except gevent.queue.Empty:
+                break
+            try:
+                sock.close()
+            except OSError:
+                pass
+        self._preconnect(pool, min(self._timeouts.connect_s, _PRECONNECT_MAX_S))
+
     def call(
         self, path: str, body: bytes, headers: dict[str, str], stream: bool, decode: Decoder = Decoder.CHAT
     ) -> CallResult:
+        if self._last_ns and perf_ns() - self._last_ns > self._idle_reuse_ns:
+            self._renew()
+        try:
+            return self._call(path, body, headers, stream, decode)
+        finally:
+            self._last_ns = perf_ns()
+
+    def _call(self, path: str, body: bytes, headers: dict[str, str], stream: bool, decode: Decoder) -> CallResult:
         sent = perf_ns()
         resp: Any = None
         timer = gevent.Timeout(self._timeouts.request_s, RequestTimeout)

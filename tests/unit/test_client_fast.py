@@ -144,6 +144,41 @@ def test_paced_chunks_are_timed_at_arrival_and_the_connection_is_reused(serve: A
     assert srv.requests == 2 and srv.connections == 1
 
 
+def _closes_idle_connections(idle_s: float) -> Script:
+    """A server that drops a kept-alive connection idle for ``idle_s`` at the instant the next
+    request arrives, without answering it: the race of a server's keep-alive timeout (uvicorn's
+    5 s) with a request on its way, made certain."""
+    last: dict[int, float] = {}
+
+    def script(sock: Any, _n: int) -> None:
+        key = id(sock)
+        if key in last and time.monotonic() - last[key] > idle_s:
+            sock.close()
+            raise OSError("closed idle")
+        _paced(0.0, 2)(sock, _n)
+        last[key] = time.monotonic()
+
+    return script
+
+
+def test_a_connection_idle_for_longer_than_a_servers_keep_alive_is_renewed_before_the_send(serve: Any) -> None:
+    srv = serve(_closes_idle_connections(0.3))
+    renewing, keeping = FastTransport(srv.url, Timeouts(), idle_reuse_s=0.2), FastTransport(srv.url, Timeouts())
+    try:
+        for t in (renewing, keeping):
+            assert _call(t).error_class is None
+        time.sleep(0.4)
+        assert _call(renewing).error_class is None  # a new connection, opened before the send time
+        res = _call(keeping)  # the old one: the server had closed it, and a POST is not sent twice
+        assert res.error_class == "connection_reset", (res.error_class, res.error)
+        # a connection in use more often than that is kept
+        assert [_call(renewing).error_class for _ in range(3)] == [None] * 3
+    finally:
+        renewing.close()
+        keeping.close()
+    assert srv.connections == 3  # the two first, the renewed one
+
+
 def test_one_write_of_many_events_shares_one_arrival_time(serve: Any) -> None:
     def script(sock: Any, _n: int) -> None:
         body = b"".join(_event(f" t{i}", first=i == 0) for i in range(200)) + _FINAL % 200
