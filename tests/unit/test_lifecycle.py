@@ -170,7 +170,8 @@ def test_capture_logs_tails_a_file_within_bounds(tmp_path: Path) -> None:
 
 
 def test_capture_logs_stops_a_following_command(tmp_path: Path) -> None:
-    follow = [PY, "-u", "-c", "import time\nfor i in range(10**6):\n    print('n', i)\n    time.sleep(0.01)"]
+    # one write a line (print's pieces each a write under -u: a kill between them left a line "n")
+    follow = [PY, "-u", "-c", "import time\nfor i in range(10**6):\n    print(f'n {i}')\n    time.sleep(0.01)"]
     t0 = time.monotonic()
     lines = capture_logs(follow, None, max_lines=5, timeout_s=1.0)
     assert time.monotonic() - t0 < 4
