@@ -414,6 +414,9 @@ def _is_master(env: Environment) -> bool:
 _link: MasterLink | None = None
 
 
+HANDSHAKE_WAIT_S = 15.0  # how long a Start waits for connected workers to end their clock exchange
+
+
 def _link_workers(env: Environment, run: _UIRun) -> None:
     """A master hands its run to the workers: config, steps, and records back (loadgen.load.distributed)."""
 
@@ -424,13 +427,21 @@ def _link_workers(env: Environment, run: _UIRun) -> None:
     config = master_config(run.run_dir, run.options.manifest())
     if _link is None:
         _link = MasterLink(env, None, None, sys.stderr)
+    runner: Any = env.runner
+    # Locust lets a Start through once its workers are connected; ours may still be exchanging clocks
+    # with us (a slow or lossy hop), and one that has not ended gets its config only then: the first
+    # step would start without it. Wait for them (bounded), as a headless master waits for its workers.
+    deadline = time.monotonic() + HANDSHAKE_WAIT_S
+    while len(_link.roster) < len(runner.clients) and time.monotonic() < deadline:
+        import gevent
+
+        gevent.sleep(0.05)
     _link.bind(run.state, config)
     # the workers at the Start, with their clocks, as a headless ramp's manifest has them (a worker
     # that joins later is in events.jsonl, ``worker_joined``)
     manifest = read_manifest(run.run_dir)
     manifest["workers"] = _link.workers()
     write_manifest(run.run_dir, manifest)
-    runner: Any = env.runner
     if len(_link.roster) < len(runner.clients):
         # Locust let the Start through with a worker whose clock exchange with us is still under way
         # (a slow or lossy hop): it is a worker of the Start all the same, in the manifest once it ends

@@ -164,6 +164,8 @@ def _check_workload(ns: argparse.Namespace) -> None:
     except WorkloadFileError as exc:
         raise UsageError(f"--workload {exc}") from None
     given = [flag for attr, flag in _WORKLOAD_SETS if getattr(ns, attr, None)]
+    if getattr(ns, "repeat", 1) > 1:
+        given.append("--repeat")
     if given:
         raise UsageError(
             f"--workload {ns.workload} and {', '.join(given)}: the workload file holds the requests and the "
