@@ -1,6 +1,6 @@
 """Shared fixtures: real servers on 127.0.0.1, started and stopped by the tests that use them.
 
-The suite runs on five pytest-xdist workers on two cores (pyproject's addopts): most tests wait on
+The suite runs on four pytest-xdist workers on two cores (pyproject's addopts): most tests wait on
 real servers and real steps, not on the CPU. Each file is one unit of work for one worker
 (``--dist loadfile``), except the tests marked ``exclusive`` (they measure
 timing that another test's CPU would move: a twin against its profile, the client's clock against

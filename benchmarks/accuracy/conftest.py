@@ -4,7 +4,8 @@
 
 They are tests as the suite's are (real simulators over HTTP, real ramps, the same assertions) and
 use the suite's fixtures; they are kept out of the README's test command because together they take
-about four minutes of a 2-core machine's wall clock alone. Their figures are in ../RESULTS.md.
+about four minutes of a 2-core machine's wall clock alone (test_predict_http.py, ``loadgen predict``
+against a real ramp over HTTP to 5 %, joined them from the suite: 17 s of it alone). Their figures are in ../RESULTS.md.
 """
 
 from tests.conftest import sim_factory

@@ -39,7 +39,7 @@ from typing import Any
 import orjson
 
 from loadgen.spec.calls import ENDPOINTS
-from loadgen.workload.errors import WorkloadError
+from loadgen.workload.errors import DatasetError
 
 SCHEMA = "llm-loadgen.workload"
 VERSION = 1
@@ -51,15 +51,8 @@ _READ_BLOCK = 1 << 16
 _TEXT_FIELDS = ("prompt", "input", "query", "documents", "text_1", "text_2", "instructions")
 
 
-class WorkloadFileError(WorkloadError):
+class WorkloadFileError(DatasetError):
     """A workload file that cannot be used: names the file, the line and what to do."""
-
-    def __init__(self, path: object, line: int | None, problem: str) -> None:
-        self.path = str(path)
-        self.line = line
-        self.problem = problem
-        where = f"{path}:{line}" if line is not None else f"{path}"
-        super().__init__(f"{where}: {problem}")
 
 
 @dataclass(slots=True)
