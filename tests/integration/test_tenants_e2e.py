@@ -15,7 +15,9 @@ from tests.conftest import REPO, loadgen_cmd, run_dir_of, run_records
 
 pytestmark = pytest.mark.slow
 
-SLO_MS = 400.0
+# chat's TTFT p99: 2.6-3.1 s first come first served; with priorities 0.2-0.25 s alone, up to 0.9 s
+# beside the suite's other tests on two cores (the simulator's steps run late when it waits for CPU)
+SLO_MS = 1200.0
 
 
 def _scenario(tmp: Path) -> Path:
@@ -91,6 +93,7 @@ def test_priority_keeps_the_chat_tenants_slo_where_first_come_first_served_break
     assert chat_fcfs["requests_ok"] == 0 or chat_fcfs["ttft_ms"]["p99"] > SLO_MS
     # vLLM's priority policy: chat's requests go first, it holds, the batch tenant waits instead
     assert chat_prio["ttft_ms"]["p99"] <= SLO_MS and chat_prio["slo_breaks"] == []
+    assert chat_fcfs["requests_ok"] == 0 or chat_prio["ttft_ms"]["p99"] < chat_fcfs["ttft_ms"]["p99"] / 2
     batch_fcfs, batch_prio = (r["steps"][1]["tenants"]["batch"]["ttft_ms"]["p99"] for r in (fcfs, prio))
     assert batch_prio > batch_fcfs
     # the knee names the tenant that broke, in summary.json and in the report
