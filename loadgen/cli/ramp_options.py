@@ -136,7 +136,7 @@ def ramp_options(ns: argparse.Namespace, argv: list[str]) -> RampOptions:
 # what a workload file holds itself: its requests and its steps (workload.replay)
 _WORKLOAD_SETS = (
     ("scenario", "--scenario"),
-    ("tenants", "--tenant"),
+    ("tenant", "--tenant"),
     ("concurrency", "--concurrency"),
     ("rate", "--rate"),
     ("context_tokens", "--context-tokens"),

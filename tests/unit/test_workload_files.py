@@ -285,3 +285,18 @@ def test_a_replay_plan_is_the_files_steps(tmp_path: Path) -> None:
     assert arrivals and all(t == s.intended_ns for t, s in arrivals) and arrivals[0][0] >= 10**9
     buf = io.BytesIO(out.read_bytes())
     assert buf.readline().startswith(b'{"schema":"llm-loadgen.workload","version":1')
+
+
+@pytest.mark.parametrize(
+    "flags", [["--tenant", "a=x.toml"], ["--concurrency", "4"], ["--repeat", "2"], ["--rate", "3"]]
+)
+def test_a_replay_refuses_the_flags_that_would_set_its_requests_again(tmp_path: Path, flags: list[str]) -> None:
+    from loadgen.cli import parser as cli
+    from loadgen.cli.codes import UsageError
+    from loadgen.cli.ramp_options import ramp_options
+
+    path = _write(tmp_path / "w.jsonl", HEADER, [_req(0, 0)])
+    argv = ["ramp", "--url", "http://127.0.0.1:1", "--workload", str(path), *flags]
+    ns = cli.build_parser().parse_args(argv)
+    with pytest.raises(UsageError, match=f"--workload {path} and {flags[0]}: the workload file holds"):
+        ramp_options(ns, argv[1:])
