@@ -11,6 +11,7 @@ naming the file, line or flag, when the input cannot be used.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -107,6 +108,9 @@ def main(argv: list[str]) -> int:
     except (OptionError, WorkloadError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:  # ``show`` into ``head``: the reader had enough
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
 
 
 def _export(ns: argparse.Namespace, argv: list[str]) -> int:
@@ -115,6 +119,13 @@ def _export(ns: argparse.Namespace, argv: list[str]) -> int:
     if ns.requests_per_user is not None and ns.requests_per_user < 1:
         raise UsageError(f"--requests-per-user {ns.requests_per_user}: 1 or more")
     if ns.workload:
+        from loadgen.cli.ramp_options import _check_workload
+
+        _check_workload(ns)  # a file's requests and steps are its own: the flags that would change them
+        if ns.requests_per_user is not None:
+            raise UsageError(
+                f"--workload {ns.workload} and --requests-per-user: the file's streams are as long as they are"
+            )
         return _reexport(ns)
     ns.url = ""
     ns.no_telemetry = True

@@ -300,3 +300,23 @@ def test_a_replay_refuses_the_flags_that_would_set_its_requests_again(tmp_path: 
     ns = cli.build_parser().parse_args(argv)
     with pytest.raises(UsageError, match=f"--workload {path} and {flags[0]}: the workload file holds"):
         ramp_options(ns, argv[1:])
+
+
+def test_a_file_written_again_refuses_the_options_that_would_change_it(tmp_path: Path, capsys: Any) -> None:
+    path = _write(tmp_path / "w.jsonl", HEADER, [_req(0, 0)])
+    for extra in (["--concurrency", "4"], ["--requests-per-user", "3"]):
+        assert workload_main(["export", "--workload", str(path), *extra, "-o", str(tmp_path / "o.jsonl")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"--workload {path} and {extra[0]}" in err[0], err
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_show_into_a_reader_that_stops_early_ends_quietly(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    path = _export(tmp_path, "w.jsonl", "--concurrency", "2", "--step-seconds", "2", "--context-tokens", "32")
+    # ``true`` has gone before anything is written: the write meets a closed pipe every time
+    cmd = f"{sys.executable} -m loadgen.cli workload show {path} | true"
+    done = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
