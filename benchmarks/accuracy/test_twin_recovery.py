@@ -85,6 +85,16 @@ def _vs_truth(what_if_run: str, truth_dir: str) -> Errors:
     return _errors(compare_runs(load_run(truth_dir), load_run(what_if_run)))
 
 
+def _median_errors(runs: list[Errors]) -> Errors:
+    """Each figure's error against the median truth: the twin's value is one, so the median of its errors
+    against several truths is its error against their median (with that truth's sampling band)."""
+
+    def key(err: tuple[float | None, float | None]) -> float:
+        return float("inf") if err[0] is None else err[0]
+
+    return {k: sorted((run[k] for run in runs), key=key)[len(runs) // 2] for k in runs[0]}
+
+
 def _show(name: str, errors: Errors) -> None:
     def cell(v: float | None, noise: float | None) -> str:
         return "–" if v is None else f"{v * 100:+.1f}%" + ("" if noise is None else f" (±{noise * 100:.0f})")
@@ -137,15 +147,21 @@ def test_h100_llama_is_recovered_and_predicts_twice_the_load_and_where_the_pool_
     gpu = ("--gpu-source", f"{sim.url}/gpu/metrics", "--slo", "ttft_p99=2s,tpot_p99=50ms")
     run_dir = _ramp(sim.url, tmp_path / "runs", "1,4,16", "--scenario", scenario, *gpu)
     sim.stop()
-    # the truth starts cold, as the twin's what-if replay does (admission loosens as it runs)
-    fresh = sim_factory(*flags)
-    truth = _ramp(fresh.url, tmp_path / "truth", "32,64", "--scenario", scenario)
-    fresh.stop()
+    # the truth starts cold, as the twin's what-if replay does (admission loosens as it runs). Above the
+    # overflow the profile does not repeat itself: six cold runs of it at C=64 read TPOT p50 9.48-10.50 ms
+    # and throughput 3,599-3,937 tok/s (a 3-s window, a queue of ~20 and a retraction or none), so the
+    # twin is held against the median of three cold truths, not against whichever one a run drew
+    truths = []
+    for i in range(3):
+        fresh = sim_factory(*flags)
+        truths.append(_ramp(fresh.url, tmp_path / f"truth{i}", "32,64", "--scenario", scenario))
+        fresh.stop()
+    truth = truths[0]
     table = run_twin(run_dir, tmp_path / "twin", "--concurrency", "32,64", "--plan", "--target-rps", "20")
     assert _fit(table, "kv_pool_tokens") == pool.kv_pool_tokens
     errors = _errors(table)
     _show("h100-llama-8b replay", errors)
-    predicted = _vs_truth(table["twin_runs"][1], truth)
+    predicted = _median_errors([_vs_truth(table["twin_runs"][1], t) for t in truths])
     _show("h100-llama-8b C=32 (2x) and C=64 (above the overflow) against the profile", predicted)
     ladder = [1, 4, 16, 32, 64]
     replayed, what_if = table["twin_runs"]
