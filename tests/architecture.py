@@ -194,6 +194,14 @@ PARTS: tuple[Part, ...] = (
         ("spec", "sim", "analysis", "report"),
     ),
     Part(
+        "fleet",
+        "fleet",
+        "`fleet/` (`router.py` the routing policies, `traffic.py` traces played to a day, `sim.py` replicas "
+        "on the virtual clock, `stats.py` the windows' figures, `cli.py` `loadgen fleet`)",
+        "`loadgen fleet`: replicas of a deployment behind a router, serving a trace or a day, on the virtual clock",
+        ("spec", "sim", "workload", "predict"),
+    ),
+    Part(
         "cli",
         "entry point",
         "`cli/` (the `loadgen` command: `parser.py` its command line and help, `ramp_options.py` the ramp's "
@@ -214,6 +222,7 @@ PARTS: tuple[Part, ...] = (
             "run",
             "campaign",
             "predict",
+            "fleet",
         ),
     ),
     Part(

@@ -268,6 +268,12 @@ def cmd_predict(ns: argparse.Namespace, argv: list[str]) -> int:
     return predict_main(ns.predict_args)
 
 
+def cmd_fleet(ns: argparse.Namespace, argv: list[str]) -> int:
+    from loadgen.fleet.cli import main as fleet_main
+
+    return fleet_main(ns.fleet_args)
+
+
 def cmd_sim(ns: argparse.Namespace, argv: list[str]) -> int:
     from loadgen.sim.cli import main as sim_main
 
@@ -377,6 +383,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
     "ramp": cmd_ramp,
     "report": cmd_report,
     "predict": cmd_predict,
+    "fleet": cmd_fleet,
     "sim": cmd_sim,
     "plan": cmd_plan,
     "compare": cmd_compare,
@@ -398,6 +405,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_sim(argparse.Namespace(sim_args=argv[1:]), argv)
     if argv and argv[0] == "predict":
         return cmd_predict(argparse.Namespace(predict_args=argv[1:]), argv)
+    if argv and argv[0] == "fleet":
+        return cmd_fleet(argparse.Namespace(fleet_args=argv[1:]), argv)
     if argv and argv[0] == "campaign":
         return cmd_campaign(argparse.Namespace(campaign_args=argv[1:]), argv)
     if argv and argv[0] == "monitor":

@@ -27,6 +27,7 @@ def _delegated() -> dict[str, Callable[[], argparse.ArgumentParser]]:
     """The subcommands that parse their own argv (``loadgen SUB ...`` hands it on): their parsers."""
     from loadgen.campaign.cli import build_parser as campaign
     from loadgen.cli.workload_cmd import build_parser as workload
+    from loadgen.fleet.cli import build_parser as fleet
     from loadgen.predict.deploy import build_parser as predict
     from loadgen.run.worker import build_parser as worker
     from loadgen.sim.cli import build_parser as sim
@@ -35,7 +36,8 @@ def _delegated() -> dict[str, Callable[[], argparse.ArgumentParser]]:
     from loadgen.webui.cli import _parser as ui
 
     return {"sim": sim, "ui": ui, "campaign": campaign, "monitor": monitor, "calibrate": calibrate_parser,
-            "twin": twin_parser, "predict": predict, "worker": worker, "workload": workload}  # fmt: skip
+            "twin": twin_parser, "predict": predict, "worker": worker, "workload": workload,
+            "fleet": fleet}  # fmt: skip
 
 
 def _subcommands() -> dict[str, argparse.ArgumentParser]:

@@ -1,0 +1,456 @@
+"""``loadgen fleet``: replicas of a deployment behind a router, serving a trace on the virtual clock.
+
+The deployment is a twin or profile file (``twin.toml`` from ``loadgen calibrate``, any
+``profiles/*.toml``-format file), a shipped profile name, or a deployment as ``loadgen predict`` takes
+it (``model=...,hardware=...,server.tp=8``). The requests: a public trace (``--trace``; ``--scale``,
+``--day-shape`` and ``--duration`` play it faster, to a day's shape, looped) or steady Poisson arrivals
+(``--rate`` with ``--duration``). ``--router`` names one policy or several (compared side by side on the
+same requests); ``--replicas N`` or, with ``--slo``, ``--find-replicas``: the fewest replicas whose every
+window (or ``--hold`` of them) keeps the SLO. Writes fleet.json and fleet.md in ``--out``; every figure
+is predicted, and both files say from what. Exit status 2 for bad input, 1 when no replica count up to
+``--max-replicas`` holds the SLO.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from loadgen.fleet.router import POLICY_NAMES, Policy, parse_policy
+from loadgen.fleet.sim import FleetResult, request_limits, run_fleet
+from loadgen.fleet.stats import holds
+from loadgen.fleet.traffic import FleetRequest, from_trace, parse_shape, poisson
+from loadgen.sim.profile import Profile, ProfileError, load_profile, load_profile_file
+from loadgen.spec.gates import SLOError, parse_slo
+from loadgen.workload.datasets import TRACE_FORMATS, load_trace
+from loadgen.workload.errors import DatasetError
+
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(s|m|h|d)?\s*$")
+_UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+
+def parse_duration(text: str, flag: str) -> float:
+    """``300``, ``300s``, ``5m``, ``1h``, ``1d`` -> seconds; ValueError naming the flag."""
+    m = _DURATION.match(text)
+    if not m or float(m.group(1)) <= 0:
+        raise ValueError(f"{flag} {text!r}: give a positive duration such as 300s, 5m, 1h or 1d")
+    return float(m.group(1)) * _UNIT_S[m.group(2)]
+
+
+def load_deployment(text: str) -> tuple[Profile, str]:
+    """The deployment a user names (module docstring) and its label. ProfileError naming what to give."""
+    if "=" in text:
+        from loadgen.predict.deploy import parse_deployment
+
+        dep = parse_deployment(text)
+        return dep.profile, dep.label
+    path = Path(text)
+    if path.suffix == ".toml" or path.exists():
+        if not path.is_file():
+            raise ProfileError(f"--deployment {text}: no such file (a twin.toml, a profile file, a profile name)")
+        return load_profile_file(path), str(path)
+    return load_profile(text), text
+
+
+DESCRIPTION = """\
+Replicas of a deployment behind a router, serving a trace, a day of traffic or a steady rate, computed
+on the simulator's virtual clock (each replica the engine loadgen sim serves; no HTTP). Per window:
+arrival rate, replicas busy, TTFT/TPOT/E2E and queue percentiles, SLO attainment and goodput, prefix
+cache hits, power, energy and cost. Several --router policies are compared on the same requests;
+--find-replicas gives the fewest replicas whose every window (or --hold of them) keeps the SLO. Every
+figure is predicted, and fleet.json / fleet.md say from what."""
+
+EPILOG = """\
+examples:
+  # the Azure conversation trace on 4 replicas of Llama-3.1-8B on H100, each policy side by side
+  loadgen fleet --deployment h100-llama-8b --trace azure_conv.csv --replicas 4 \\
+      --router round-robin,least-requests,prefix-aware --window 10m
+  # the fewest replicas of a calibrated twin that keep the SLO through a day of the trace, 3x its rate
+  loadgen fleet --deployment twin.toml --trace azure_conv.csv --day-shape diurnal --scale 3 \\
+      --find-replicas --slo ttft_p99=2s,tpot_p99=50ms --price 3.5
+  # Llama-3.3-70B in FP8 on 8x H200 (TP8), Poisson arrivals at 40/s for 10 minutes, 16 replicas
+  loadgen fleet --deployment "model=llama-3.3-70b-instruct,hardware=h200x8,server.tp=8,server.quantization=fp8" \\
+      --rate 40 --duration 10m --input-tokens 2000 --output-tokens 300 --replicas 16 --window 1m"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="loadgen fleet",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument(
+        "--deployment",
+        required=True,
+        help="required: a twin or profile file (.toml), a profile name, or KEY=VALUE items as loadgen predict takes",
+    )
+    src = ap.add_argument_group("requests (a trace, or --rate with --duration)")
+    src.add_argument("--trace", help="a request trace: Azure or BurstGPT CSV, Mooncake JSONL (default: none)")
+    src.add_argument(
+        "--trace-format", default="auto", choices=("auto", *TRACE_FORMATS), help="the trace's format (default: auto)"
+    )
+    src.add_argument("--scale", type=float, default=1.0, help="multiply the trace's request rate (default: 1)")
+    src.add_argument(
+        "--day-shape",
+        help="play the trace over a day of this shape, looped: flat, diurnal or 24 relative hourly rates "
+        "(default: none, the trace's own times)",
+    )
+    src.add_argument(
+        "--duration",
+        help="how long to play, e.g. 5m, 1h, 1d; loops the trace (default: the trace once, a day shape 1d)",
+    )
+    src.add_argument("--max-requests", type=int, help="stop after this many requests (default: no limit)")
+    src.add_argument("--rate", type=float, help="instead of a trace: Poisson arrivals per second (default: none)")
+    src.add_argument("--input-tokens", type=int, default=1000, help="with --rate: prompt tokens (default: 1000)")
+    src.add_argument("--output-tokens", type=int, default=256, help="with --rate: output tokens (default: 256)")
+    ap.add_argument(
+        "--router",
+        default="least-requests",
+        help=f"policy, or several comma-separated to compare: {', '.join(POLICY_NAMES)} (default: least-requests)",
+    )
+    ap.add_argument("--replicas", type=int, help="replicas of the deployment (default: none; or --find-replicas)")
+    ap.add_argument("--find-replicas", action="store_true", help="the fewest replicas that hold --slo")
+    ap.add_argument(
+        "--max-replicas", type=int, default=256, help="with --find-replicas: the most to try (default: 256)"
+    )
+    ap.add_argument(
+        "--hold",
+        type=float,
+        default=1.0,
+        help="with --find-replicas: the share of windows that must hold the SLO (default: 1, every one)",
+    )
+    ap.add_argument("--slo", help="latency limits, e.g. ttft_p99=2s,tpot_p99=50ms; ttft, tpot and e2e (default: none)")
+    ap.add_argument("--window", default="1h", help="the report's window, e.g. 5m, 1h (default: 1h)")
+    ap.add_argument("--price", type=float, help="USD per GPU-hour, for the cost column (default: none)")
+    ap.add_argument("--seed", type=int, default=0, help="the replicas' and arrivals' random seed (default: 0)")
+    ap.add_argument("--out", help="folder for fleet.json and fleet.md (default: reports/fleet-<time>)")
+    ap.add_argument("--quiet", action="store_true", help="no progress line")
+    return ap
+
+
+class _Args:
+    """The options, read and checked once."""
+
+    def __init__(self, ns: argparse.Namespace) -> None:
+        self.profile, self.label = load_deployment(ns.deployment)
+        self.policies = [parse_policy(p) for p in ns.router.split(",") if p.strip()]
+        if not self.policies:
+            raise ValueError(f"--router {ns.router!r}: name a policy: {', '.join(POLICY_NAMES)}")
+        self.slo: dict[str, float] = parse_slo(ns.slo) if ns.slo else {}
+        request_limits(self.slo)
+        self.window_s = parse_duration(ns.window, "--window")
+        self.duration_s = parse_duration(ns.duration, "--duration") if ns.duration else None
+        self.shape = parse_shape(ns.day_shape) if ns.day_shape else None
+        if (ns.replicas is None) == (not ns.find_replicas):
+            raise ValueError("give --replicas N or --find-replicas (with --slo)")
+        if ns.find_replicas and not self.slo:
+            raise ValueError("--find-replicas looks for the fewest replicas that hold an SLO: give --slo")
+        if ns.replicas is not None and ns.replicas < 1:
+            raise ValueError(f"--replicas {ns.replicas}: give at least 1")
+        if not 0 < ns.hold <= 1:
+            raise ValueError(f"--hold {ns.hold}: give a share of windows in (0, 1]")
+        if ns.max_replicas < 1:
+            raise ValueError(f"--max-replicas {ns.max_replicas}: give at least 1")
+        if (ns.trace is None) == (ns.rate is None):
+            raise ValueError("give --trace FILE or --rate R (with --duration)")
+        if ns.scale <= 0:
+            raise ValueError(f"--scale {ns.scale}: must be > 0")
+        if ns.rate is not None:
+            if not ns.rate > 0:
+                raise ValueError(f"--rate {ns.rate}: must be > 0")
+            if self.duration_s is None:
+                raise ValueError("--rate needs --duration (how long the arrivals go on)")
+            if ns.input_tokens < 1 or ns.output_tokens < 1:
+                raise ValueError("--input-tokens and --output-tokens must be >= 1")
+        self.trace = load_trace(ns.trace, ns.trace_format) if ns.trace else None
+        self.ns = ns
+
+    def requests(self) -> Iterator[FleetRequest]:
+        ns = self.ns
+        if self.trace is not None:
+            return from_trace(
+                self.trace,
+                scale=ns.scale,
+                shape=self.shape,
+                duration_s=self.duration_s,
+                block_tokens=self.profile.server.prefix_block_tokens,
+                max_requests=ns.max_requests,
+            )
+        assert self.duration_s is not None
+        stream = poisson(ns.rate, self.duration_s, ns.input_tokens, ns.output_tokens, seed=ns.seed)
+        if ns.max_requests is None:
+            return stream
+        return (r for i, r in zip(range(ns.max_requests), stream, strict=False))
+
+    def source(self) -> dict[str, Any]:
+        ns = self.ns
+        if self.trace is not None:
+            return {
+                "trace": self.trace.path,
+                "format": self.trace.format,
+                "trace_requests": len(self.trace.rows),
+                "scale": ns.scale,
+                "day_shape": list(self.shape) if self.shape else None,
+                "duration_s": self.duration_s,
+            }
+        return {
+            "poisson_rps": ns.rate,
+            "duration_s": self.duration_s,
+            "input_tokens": ns.input_tokens,
+            "output_tokens": ns.output_tokens,
+        }
+
+
+def _progress(quiet: bool) -> Callable[[float, int], None] | None:
+    if quiet or not sys.stderr.isatty():
+        return None
+    started = time.monotonic()
+
+    def show(t: float, n: int) -> None:
+        print(
+            f"\r  {n:,} requests, {t / 3600:.2f} h simulated, {time.monotonic() - started:.0f} s",
+            end="",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    return show
+
+
+def judge(result: FleetResult, slo: dict[str, float], hold: float) -> tuple[bool, float]:
+    """Whether the run holds the SLO in at least ``hold`` of its judged windows, and the share that do."""
+    verdicts = [
+        holds(w.row(result.gpus_per_replica, None, slo), slo, w.failed)
+        for w in result.windows
+        if w.arrived or w.finished
+    ]
+    judged = [v for v in verdicts if v is not None]
+    if not judged:
+        return False, 0.0
+    share = sum(1 for v in judged if v) / len(judged)
+    return share >= hold - 1e-12, share
+
+
+def find_replicas(
+    args: _Args, policy: Policy, log: Callable[[str], None]
+) -> tuple[int | None, FleetResult | None, list[dict[str, Any]]]:
+    """The fewest replicas holding the SLO (doubling, then bisecting), its run, and every count tried."""
+    ns = args.ns
+    tried: dict[int, tuple[bool, float, FleetResult]] = {}
+
+    def attempt(n: int) -> bool:
+        result = run_fleet(
+            args.profile,
+            args.requests(),
+            replicas=n,
+            policy=policy,
+            window_s=args.window_s,
+            slo=args.slo,
+            seed=ns.seed,
+            progress=_progress(ns.quiet),
+        )
+        ok, share = judge(result, args.slo, ns.hold)
+        tried[n] = (ok, share, result)
+        log(f"{policy.value}: {n} replicas hold the SLO in {share:.0%} of windows{' ✓' if ok else ''}")
+        return ok
+
+    low, high = 0, 1
+    while not attempt(high):
+        low = high
+        if high >= ns.max_replicas:
+            return None, None, _tried_rows(tried)
+        high = min(high * 2, ns.max_replicas)
+    while high - low > 1:
+        mid = (low + high) // 2
+        if attempt(mid):
+            high = mid
+        else:
+            low = mid
+    return high, tried[high][2], _tried_rows(tried)
+
+
+def _tried_rows(tried: dict[int, tuple[bool, float, FleetResult]]) -> list[dict[str, Any]]:
+    return [{"replicas": n, "holds": ok, "windows_held": share} for n, (ok, share, _) in sorted(tried.items())]
+
+
+def result_json(result: FleetResult, args: _Args) -> dict[str, Any]:
+    price = args.ns.price
+    slo = args.slo
+    windows = [w.row(result.gpus_per_replica, price, slo) for w in result.windows]
+    total = result.total.row(result.gpus_per_replica, price, slo)
+    return {
+        "policy": result.policy,
+        "replicas": result.replicas,
+        "requests": result.requests,
+        "simulated_s": result.sim_s,
+        "cpu_s": result.wall_s,
+        "routed": result.routed,
+        "windows": windows,
+        "total": total,
+        "windows_held": judge(result, slo, 1.0)[1] if slo else None,
+    }
+
+
+def _ms(v: Any) -> str:
+    return "–" if v is None else (f"{v:,.0f}" if v >= 100 else f"{v:.1f}")
+
+
+def _num(v: Any, fmt: str) -> str:
+    return "–" if v is None else format(v, fmt)
+
+
+def _pct(v: Any) -> str:
+    return "–" if v is None else f"{v * 100:.0f} %"
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    """fleet.md: what was predicted from what, each policy's windows, and the policies side by side."""
+    src = doc["predicted_from"]
+    lines = [
+        f"# Fleet: {doc['deployment']} (predicted)",
+        "",
+        f"Every figure is **predicted** on the simulator's virtual clock, from the deployment `{doc['deployment']}` "
+        f"({src['profile']}; {src['gpus_per_replica']} GPU(s) a replica, KV pool {src['kv_pool_tokens']:,} tokens) "
+        f"and {_source_words(src['requests'])}. Requests are counted in the window they arrived in.",
+        "",
+    ]
+    if doc.get("slo"):
+        lines.append("SLO: " + ", ".join(f"{k.removesuffix('_ms')} ≤ {v:g} ms" for k, v in doc["slo"].items()))
+        lines.append("")
+    for run in doc["runs"]:
+        head = f"## {run['policy']}, {run['replicas']} replicas"
+        if run.get("found") is not None:
+            head += " (the fewest that hold the SLO)"
+        lines += [head, ""]
+        if run.get("tried"):
+            lines.append(
+                "Tried: " + ", ".join(f"{t['replicas']} ({_pct(t['windows_held'])} of windows)" for t in run["tried"])
+            )
+            lines.append("")
+        lines += [
+            "| window | arrivals/s | replicas busy | TTFT p50 / p99 ms | TPOT p50 / p99 ms | E2E p99 ms "
+            "| queue p99 ms | SLO met | goodput req/s | cache hits | kW | kWh | cost USD |",
+            "|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for w in [*run["windows"], run["total"]]:
+            name = "all" if w is run["total"] else f"{w['start_s'] / 3600:.2f}-{w['end_s'] / 3600:.2f} h"
+            ttft, tpot = w["ttft_ms"], w["tpot_ms"]
+            lines.append(
+                f"| {name} | {w['arrival_rps'] or 0:.2f} | {w['replicas_busy'] or 0:.1f} | "
+                f"{_ms(ttft['p50'])} / {_ms(ttft['p99'])} | {_ms(tpot['p50'])} / {_ms(tpot['p99'])} | "
+                f"{_ms(w['e2e_ms']['p99'])} | {_ms(w['queue_ms']['p99'])} | {_pct(w['slo_attainment'])} | "
+                f"{_num(w['goodput_rps'], '.2f')} | {_pct(w['cache_hit_share'])} | "
+                f"{w['power_kw'] or 0:.1f} | {w['energy_kwh']:.1f} | {_num(w['cost_usd'], ',.0f')} |"
+            )
+        lines.append("")
+    if len(doc["runs"]) > 1:
+        lines += [
+            "## Policies side by side",
+            "",
+            "| policy | replicas | TTFT p50 / p99 ms | TPOT p50 ms | SLO met | windows held | cache hits | kWh |",
+            "|---|---:|---|---:|---:|---:|---:|---:|",
+        ]
+        for run in doc["runs"]:
+            t = run["total"]
+            lines.append(
+                f"| {run['policy']} | {run['replicas']} | {_ms(t['ttft_ms']['p50'])} / {_ms(t['ttft_ms']['p99'])} | "
+                f"{_ms(t['tpot_ms']['p50'])} | {_pct(t['slo_attainment'])} | {_pct(run['windows_held'])} | "
+                f"{_pct(t['cache_hit_share'])} | {t['energy_kwh']:.1f} |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _source_words(src: dict[str, Any]) -> str:
+    if "trace" in src:
+        words = f"the {src['format']} trace `{src['trace']}` ({src['trace_requests']:,} requests)"
+        if src["scale"] != 1.0:
+            words += f" at {src['scale']:g}x its rate"
+        if src["day_shape"]:
+            words += " bent to a day's shape"
+        if src["duration_s"]:
+            words += f", played for {src['duration_s'] / 3600:g} h"
+        return words
+    return (
+        f"Poisson arrivals at {src['poisson_rps']:g}/s for {src['duration_s']:g} s, "
+        f"{src['input_tokens']} prompt and {src['output_tokens']} output tokens"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = build_parser().parse_args(argv)
+    try:
+        args = _Args(ns)
+    except (ProfileError, DatasetError, SLOError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    from loadgen.sim.memory import memory_plan
+
+    plan = memory_plan(args.profile)
+    if plan.failure is not None:
+        from loadgen.predict.deploy import failure_words
+
+        print(f"error: the deployment {args.label} does not start: {failure_words(plan)}", file=sys.stderr)
+        return 2
+
+    def log(line: str) -> None:
+        if not ns.quiet:
+            print(("\r" if sys.stderr.isatty() else "") + line, file=sys.stderr)
+
+    runs: list[dict[str, Any]] = []
+    status = 0
+    for policy in args.policies:
+        if ns.find_replicas:
+            n, result, tried = find_replicas(args, policy, log)
+            if result is None:
+                log(f"{policy.value}: no count up to --max-replicas {ns.max_replicas} holds the SLO")
+                runs.append({"policy": policy.value, "replicas": None, "found": None, "tried": tried})
+                status = 1
+                continue
+            run = result_json(result, args)
+            run.update(found=n, tried=tried)
+        else:
+            result = run_fleet(
+                args.profile,
+                args.requests(),
+                replicas=ns.replicas,
+                policy=policy,
+                window_s=args.window_s,
+                slo=args.slo,
+                seed=ns.seed,
+                progress=_progress(ns.quiet),
+            )
+            run = result_json(result, args)
+        runs.append(run)
+    doc = {
+        "predicted": True,
+        "deployment": args.label,
+        "predicted_from": {
+            "profile": args.profile.name,
+            "sources": list(args.profile.sources),
+            "gpus_per_replica": max(1, args.profile.server.tp) * max(1, args.profile.server.pp),
+            "kv_pool_tokens": plan.kv_pool_tokens,
+            "engine": args.profile.server.engine,
+            "requests": args.source(),
+            "simulator": "loadgen.fleet.sim (the simulator's engine per replica, virtual clock)",
+        },
+        "slo": args.slo or None,
+        "window_s": args.window_s,
+        "runs": runs,
+    }
+    out = Path(ns.out) if ns.out else Path("reports") / time.strftime("fleet-%Y%m%d-%H%M%S")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "fleet.json").write_text(json.dumps(doc, indent=1))
+    done = [r for r in runs if r.get("windows") is not None]
+    text = markdown({**doc, "runs": done})
+    (out / "fleet.md").write_text(text)
+    print(text)
+    print(out / "fleet.md")
+    return status

@@ -1,0 +1,316 @@
+"""A fleet on the virtual clock: replicas of one deployment behind a router, serving a stream of requests.
+
+Each replica is the simulator's :class:`~loadgen.sim.engine.Engine` (the one ``loadgen sim`` serves
+over HTTP and ``loadgen predict`` runs), with its own seed; nothing opens a socket or sleeps. The clock
+jumps from event to event: the next arrival (routed at once by :class:`~loadgen.fleet.router.Router`
+and submitted to its replica) or the earliest end of any replica's step (a heap of them). The router
+sees the requests it sent and has not seen end, and each replica's KV-cache use as last reported,
+every ``kv_report_s`` (a real router polls ``/metrics``; its view lags by up to that).
+
+What is measured (:mod:`loadgen.fleet.stats`): per window of ``window_s``, the requests that arrived in
+it (TTFT, TPOT = (E2E - TTFT) / (output tokens - 1), E2E, queue time = first scheduled - arrival,
+cached prompt tokens, whether each met the per-request limits the SLO implies), the output tokens and
+the energy of every GPU produced in it (the engines' energy counters read at the window's edges), the
+replica-seconds busy and serving. Memory holds the replicas and the requests in flight, never the
+finished ones.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from loadgen.fleet.router import Policy, RouteInfo, Router
+from loadgen.fleet.stats import LogHistogram, Window
+from loadgen.fleet.traffic import FleetRequest
+from loadgen.sim.engine import ABORTED, Engine, RejectError, SimRequest
+from loadgen.sim.memory import memory_plan
+from loadgen.sim.profile import Profile
+
+KV_REPORT_S = 1.0  # how often a replica's KV use reaches the router (a /metrics poll)
+
+
+@dataclass
+class FleetResult:
+    """One fleet run: its windows, what it cost in CPU, and its whole-run totals."""
+
+    replicas: int
+    policy: str
+    windows: list[Window]
+    requests: int
+    wall_s: float  # CPU-clock seconds the simulation took
+    sim_s: float  # virtual seconds simulated
+    gpus_per_replica: int
+    total: Window = field(default_factory=lambda: Window(0.0, 0.0))
+    routed: list[int] = field(default_factory=list)
+
+
+def request_limits(slo: dict[str, float]) -> tuple[float, float, float]:
+    """Per-request limits (seconds) an SLO implies for TTFT, TPOT and E2E (inf where it names none): a
+    request meets the SLO when each of its figures is within the tightest limit named for it. ValueError
+    for an ``itl`` limit, which a fleet does not record per request."""
+    limits = {"ttft": math.inf, "tpot": math.inf, "e2e": math.inf}
+    for key, value_ms in slo.items():
+        metric = key.split("_", 1)[0]
+        if metric not in limits:
+            raise ValueError(f"SLO {key}: a fleet judges ttft, tpot and e2e per request; drop the {metric} limit")
+        limits[metric] = min(limits[metric], value_ms / 1e3)
+    return limits["ttft"], limits["tpot"], limits["e2e"]
+
+
+class _Fleet:
+    def __init__(
+        self,
+        profile: Profile,
+        replicas: int,
+        policy: Policy,
+        *,
+        window_s: float,
+        slo: dict[str, float],
+        seed: int,
+        kv_report_s: float,
+    ) -> None:
+        plan = memory_plan(profile)
+        if plan.failure is not None:
+            raise ValueError(f"the deployment does not start: {plan.failure}")
+        self.profile = profile
+        self.engines = [Engine(profile, seed=seed + i) for i in range(replicas)]
+        self.pool = self.engines[0].pool_tokens
+        self.block_tokens = profile.server.prefix_block_tokens
+        self.reported = [0.0] * replicas
+        self.reported_at = -math.inf
+        self.kv_report_s = kv_report_s
+        tree = self.pool // max(1, self.block_tokens)
+        self.router = Router(policy, replicas, kv_usage=self._kv_usage, tree_blocks=max(1, tree))
+        self.window_s = window_s
+        self.windows: list[Window] = []
+        self.ttft_max, self.tpot_max, self.e2e_max = request_limits(slo)
+        self.judged = bool(slo)
+        self.heap: list[tuple[float, int]] = []
+        self.due: list[float | None] = [None] * replicas
+        self.marks: list[tuple[float, float]] = [(0.0, 0.0)] * replicas  # (energy J, busy s) at the window start
+        self.retracted_mark = 0
+        self.now = 0.0
+        self.seq = 0
+        self.requests = 0
+        self.gpus = max(1, profile.server.tp) * max(1, profile.server.pp)
+
+    def _kv_usage(self, i: int) -> float:
+        return self.reported[i]
+
+    def _report(self, now: float) -> None:
+        if now - self.reported_at >= self.kv_report_s:
+            pool = self.pool or 1
+            self.reported = [e.used_tokens / pool for e in self.engines]
+            self.reported_at = now
+
+    def _window(self, t: float) -> Window:
+        """The window holding ``t``, opening any before it (each closes the previous one's totals)."""
+        k = int(t // self.window_s)
+        while len(self.windows) <= k:
+            start = len(self.windows) * self.window_s
+            if self.windows:
+                self._close(self.windows[-1])
+            self.windows.append(Window(start, start + self.window_s, replicas_max=len(self.engines)))
+        return self.windows[k]
+
+    def _close(self, w: Window) -> None:
+        """Energy, busy time and retractions of every replica over ``w`` (its end is past every step
+        that has completed: events run in time order)."""
+        end = w.end_s
+        energy = busy = 0.0
+        retracted = 0
+        for i, e in enumerate(self.engines):
+            e_j, b_s = e._cumulative(end)
+            e0, b0 = self.marks[i]
+            energy += e_j - e0
+            busy += b_s - b0
+            self.marks[i] = (e_j, b_s)
+            retracted += e.counters.retracted_reqs
+        w.energy_j = energy * self.gpus
+        w.busy_s = busy
+        w.replica_s = len(self.engines) * w.duration_s
+        w.retracted = retracted - self.retracted_mark
+        self.retracted_mark = retracted
+
+    def _schedule(self, i: int) -> None:
+        nxt = self.engines[i].next_event_s
+        if nxt is not None and nxt != self.due[i]:
+            self.due[i] = nxt
+            heapq.heappush(self.heap, (nxt, i))
+
+    def arrive(self, fr: FleetRequest) -> None:
+        now = fr.arrival_s
+        self.now = now
+        w = self._window(now)
+        w.arrived += 1
+        w.prompt_tokens += fr.prompt_tokens
+        self.requests += 1
+        if self.router.policy is Policy.LEAST_KV:
+            self._report(now)
+        i = self.router.pick(RouteInfo(fr.blocks, fr.prompt_tokens, fr.session, self.block_tokens))
+        eng = self.engines[i]
+        try:
+            eng.check(fr.prompt_tokens, fr.output_tokens)
+        except RejectError:
+            w.failed += 1
+            self.router.done(i)
+            return
+        req = SimRequest(
+            rid=str(self.seq),
+            prompt_tokens=fr.prompt_tokens,
+            max_new_tokens=fr.output_tokens,
+            target_tokens=fr.output_tokens,
+            stop_reason="length",
+        )
+        self.seq += 1
+        if fr.blocks:
+            req.block_hashes = list(fr.blocks)
+        req.context = (i, w)
+        eng.submit(req, now)
+        if not eng.busy:
+            eng.advance(now)
+            self._schedule(i)
+
+    def step_end(self, t: float, i: int) -> None:
+        self.now = t
+        eng = self.engines[i]
+        self.due[i] = None
+        emissions = eng.advance(t)
+        self._schedule(i)
+        if not emissions:
+            return
+        produced = 0
+        w_now: Window | None = None
+        for em in emissions:
+            produced += em.tokens
+            if not em.finished:
+                continue
+            req = em.req
+            w: Window = req.context[1]  # type: ignore[index]
+            self.router.done(i)
+            if req.state == ABORTED:
+                w.failed += 1
+                continue
+            self._record(req, w)
+        if produced:
+            w_now = self._window(t)
+            w_now.output_tokens += produced
+
+    def _record(self, req: SimRequest, w: Window) -> None:
+        ttft = req.first_token_s - req.arrival_s
+        e2e = req.finish_s - req.arrival_s
+        hist = w.hist
+        hist["ttft"].add(ttft)
+        hist["e2e"].add(e2e)
+        hist["queue"].add(max(req.queue_end_s - req.arrival_s, 0.0) + 1e-9)
+        ok = ttft <= self.ttft_max and e2e <= self.e2e_max
+        if req.generated > 1:
+            tpot = (req.finish_s - req.first_token_s) / (req.generated - 1)
+            hist["tpot"].add(tpot)
+            ok = ok and tpot <= self.tpot_max
+        w.finished += 1
+        w.cached_tokens += req.cached_tokens
+        if ok and self.judged:
+            w.slo_ok += 1
+            w.good_tokens += req.generated
+
+    def drain(self) -> None:
+        """Run the replicas until every request has ended."""
+        heap, due = self.heap, self.due
+        while heap:
+            t, i = heapq.heappop(heap)
+            if due[i] != t:
+                continue
+            self.step_end(t, i)
+
+
+def run_fleet(
+    profile: Profile,
+    requests: Iterable[FleetRequest],
+    *,
+    replicas: int,
+    policy: Policy = Policy.LEAST_REQUESTS,
+    window_s: float = 3600.0,
+    slo: dict[str, float] | None = None,
+    seed: int = 0,
+    kv_report_s: float = KV_REPORT_S,
+    progress: Callable[[float, int], None] | None = None,
+) -> FleetResult:
+    """Serve ``requests`` (in arrival order) with ``replicas`` replicas of ``profile`` behind a
+    ``policy`` router, to the last request's end; the windows of ``window_s`` it spans. ``progress``
+    is called now and then with (virtual seconds, requests so far). ValueError when the deployment does
+    not start or the requests are out of order."""
+    if replicas < 1:
+        raise ValueError("a fleet needs at least one replica")
+    if window_s <= 0:
+        raise ValueError(f"window {window_s} s: must be > 0")
+    started = time.process_time()
+    fleet = _Fleet(profile, replicas, policy, window_s=window_s, slo=slo or {}, seed=seed, kv_report_s=kv_report_s)
+    heap, due = fleet.heap, fleet.due
+    last = -math.inf
+    tick = 0
+    for fr in requests:
+        t_arr = fr.arrival_s
+        if t_arr < last:
+            raise ValueError(f"requests out of order: one at {t_arr:.3f} s after one at {last:.3f} s")
+        last = t_arr
+        while heap and heap[0][0] < t_arr:
+            t, i = heapq.heappop(heap)
+            if due[i] != t:
+                continue
+            fleet.step_end(t, i)
+        fleet.arrive(fr)
+        tick += 1
+        if progress is not None and tick % 5000 == 0:
+            progress(t_arr, tick)
+    fleet.drain()
+    end = max(fleet.now, last, 0.0)
+    fleet._window(end)
+    fleet._close(fleet.windows[-1])
+    total = Window(0.0, fleet.windows[-1].end_s, replicas_max=replicas)
+    for w in fleet.windows:
+        _add(total, w)
+    return FleetResult(
+        replicas=replicas,
+        policy=policy.value,
+        windows=fleet.windows,
+        requests=fleet.requests,
+        wall_s=time.process_time() - started,
+        sim_s=end,
+        gpus_per_replica=fleet.gpus,
+        total=total,
+        routed=list(fleet.router.routed),
+    )
+
+
+def _add(total: Window, w: Window) -> None:
+    for name in (
+        "arrived",
+        "finished",
+        "failed",
+        "slo_ok",
+        "good_tokens",
+        "output_tokens",
+        "prompt_tokens",
+        "cached_tokens",
+        "energy_j",
+        "busy_s",
+        "replica_s",
+        "retracted",
+    ):
+        setattr(total, name, getattr(total, name) + getattr(w, name))
+    for f, h in w.hist.items():
+        total.hist[f].merge(h)
+
+
+def summary_rows(result: FleetResult, slo: dict[str, float], price: float | None) -> list[dict[str, Any]]:
+    """Each window's row (:meth:`Window.row`)."""
+    return [w.row(result.gpus_per_replica, price, slo) for w in result.windows]
+
+
+__all__ = ["FleetResult", "LogHistogram", "request_limits", "run_fleet", "summary_rows"]

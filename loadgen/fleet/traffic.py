@@ -1,0 +1,175 @@
+"""The requests a fleet serves: a public trace played at its own times, scaled, looped and bent to a
+day's shape, or a steady Poisson stream.
+
+A trace (``loadgen.workload.datasets``: Azure 2023/2024, BurstGPT, Mooncake) gives each request's time,
+prompt and output tokens, and Mooncake also its prefix blocks (``hash_ids``, 512 tokens each: equal ids
+are a shareable prefix). Each 512-token block becomes the engine's ``block_tokens`` blocks, keyed so
+that equal Mooncake ids give equal keys; a trace without ids gives prompts with no blocks (the prefix
+cache sees nothing, as the trace tells nothing of what its prompts share).
+
+Time: ``scale`` multiplies the trace's rate (its gaps divided by it). A day shape is 24 relative rates,
+one an hour, normalised to a mean of 1: the trace's clock runs ``shape[h]`` times as fast in hour ``h``
+of the played day, so the day keeps the trace's bursts and mix and averages its rate times ``scale``.
+Past its end the trace starts again (a one-hour trace plays a day as 24 loops of itself at the
+day's pace); ``duration_s`` ends the play.
+
+``diurnal`` (ASSUMPTION, no published hourly curve of these services is shipped): a cosine with its peak
+at 14:00 and its trough at 02:00, peak four times the trough (1 ± 0.6), the shape of a service used
+in its users' working day.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from loadgen.workload.datasets import MOONCAKE_BLOCK_TOKENS, Trace
+
+DIURNAL = tuple(1.0 + 0.6 * math.cos(2 * math.pi * (h + 0.5 - 14.0) / 24.0) for h in range(24))
+SHAPES = {"flat": (1.0,) * 24, "diurnal": DIURNAL}
+
+
+@dataclass(frozen=True, slots=True)
+class FleetRequest:
+    """One request a fleet serves: when it arrives (s on the fleet's clock), its lengths, its prompt's
+    chained block keys (empty: none) and its session (None: none)."""
+
+    arrival_s: float
+    prompt_tokens: int
+    output_tokens: int
+    blocks: tuple[int, ...] = ()
+    session: str | None = None
+
+
+def parse_shape(text: str) -> tuple[float, ...]:
+    """A day shape: ``flat``, ``diurnal`` or 24 comma-separated relative rates (any unit, >= 0, not all
+    0), normalised to a mean of 1. ValueError naming what is wrong."""
+    t = text.strip()
+    if t in SHAPES:
+        raw: Sequence[float] = SHAPES[t]
+    else:
+        parts = [p for p in t.split(",") if p.strip()]
+        if len(parts) != 24:
+            raise ValueError(
+                f"day shape {text!r}: give flat, diurnal or 24 comma-separated relative rates (one an hour), "
+                f"not {len(parts)}"
+            )
+        try:
+            raw = [float(p) for p in parts]
+        except ValueError:
+            raise ValueError(f"day shape {text!r}: every hour's rate must be a number") from None
+        if any(not (v >= 0 and math.isfinite(v)) for v in raw) or not any(raw):
+            raise ValueError(f"day shape {text!r}: rates must be >= 0 and not all 0")
+    mean = sum(raw) / len(raw)
+    return tuple(v / mean for v in raw)
+
+
+def _blocks_of(
+    hash_ids: tuple[int, ...] | None, prompt_tokens: int, block_tokens: int, shift: Callable[[int], int]
+) -> tuple[int, ...]:
+    """A Mooncake prompt's engine blocks: each 512-token id (as ``shift`` names it in this loop) split
+    into ``block_tokens`` blocks, keyed ``id * per + j + 1`` (equal ids, equal keys), up to the
+    prompt's last full block."""
+    if not hash_ids or block_tokens <= 0:
+        return ()
+    per = max(1, MOONCAKE_BLOCK_TOKENS // block_tokens)
+    n = prompt_tokens // block_tokens
+    out: list[int] = []
+    for h in hash_ids:
+        base = shift(h) * per + 1
+        for j in range(per):
+            if len(out) >= n:
+                return tuple(out)
+            out.append(base + j)
+    return tuple(out)
+
+
+def _warp(shape: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    """(day time at each hour's start, trace time at each hour's start): the trace's clock runs
+    ``shape[h]`` times as fast in hour ``h``."""
+    day = np.arange(25, dtype=float) * 3600.0
+    trace = np.concatenate([[0.0], np.cumsum(np.asarray(shape, dtype=float) * 3600.0)])
+    return day, trace
+
+
+def from_trace(
+    trace: Trace,
+    *,
+    scale: float = 1.0,
+    shape: Sequence[float] | None = None,
+    duration_s: float | None = None,
+    block_tokens: int = 64,
+    max_requests: int | None = None,
+) -> Iterator[FleetRequest]:
+    """The trace's requests on the fleet's clock (module docstring), in arrival order, lazily.
+
+    Without a shape and a duration the trace plays once; with either it loops until ``duration_s``
+    (a shape without a duration plays one day)."""
+    if scale <= 0:
+        raise ValueError(f"scale {scale}: must be > 0")
+    rows = trace.rows
+    if not rows:
+        return
+    looping = shape is not None or duration_s is not None
+    if shape is not None and duration_s is None:
+        duration_s = 24 * 3600.0
+    # one loop of the trace lasts its span plus one mean gap (so the loops do not overlap)
+    span = rows[-1].offset_s
+    period = span + (span / (len(rows) - 1) if len(rows) > 1 else 1.0)
+    if period <= 0:
+        period = 1.0
+    day = trace_at = None
+    if shape is not None:
+        if len(shape) != 24 or not sum(shape) > 0:
+            raise ValueError(f"a day shape has 24 hourly rates, not all 0; got {len(shape)}")
+        mean = sum(shape) / len(shape)
+        day, trace_at = _warp([v / mean for v in shape])
+    # a looped trace repeats its shared prefixes (an id in several requests: a system prompt, a
+    # conversation's history) but not its one-off prompts: those are renamed in every loop
+    uses: dict[int, int] = {}
+    for row in rows:
+        for h in row.hash_ids or ():
+            uses[h] = uses.get(h, 0) + 1
+    stride = max(uses, default=0) + 1
+    loop = 0
+    sent = 0
+    while True:
+
+        def shift(h: int, loop: int = loop) -> int:
+            return h if uses.get(h, 0) > 1 else h + loop * stride
+
+        for row in rows:
+            tau = (loop * period + row.offset_s) / scale  # trace seconds at the played rate
+            if day is not None and trace_at is not None:
+                days, within = divmod(tau, float(trace_at[-1]))
+                t = days * 86400.0 + float(np.interp(within, trace_at, day))
+            else:
+                t = tau
+            if duration_s is not None and t >= duration_s:
+                return
+            blocks = _blocks_of(row.hash_ids, row.input_tokens, block_tokens, shift)
+            yield FleetRequest(t, max(1, row.input_tokens), max(1, row.output_tokens), blocks)
+            sent += 1
+            if max_requests is not None and sent >= max_requests:
+                return
+        if not looping:
+            return
+        loop += 1
+
+
+def poisson(
+    rate: float, duration_s: float, input_tokens: int, output_tokens: int, *, seed: int = 0
+) -> Iterator[FleetRequest]:
+    """Poisson arrivals at ``rate`` per second for ``duration_s``, every request the same lengths."""
+    if rate <= 0:
+        raise ValueError(f"rate {rate}: must be > 0")
+    rng = np.random.default_rng(seed)
+    t = 0.0
+    while True:
+        t += float(rng.exponential(1.0 / rate))
+        if t >= duration_s:
+            return
+        yield FleetRequest(t, input_tokens, output_tokens)
