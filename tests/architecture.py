@@ -197,8 +197,9 @@ PARTS: tuple[Part, ...] = (
         "fleet",
         "fleet",
         "`fleet/` (`router.py` the routing policies, `traffic.py` traces played to a day, `sim.py` replicas "
-        "on the virtual clock, `stats.py` the windows' figures, `cli.py` `loadgen fleet`)",
-        "`loadgen fleet`: replicas of a deployment behind a router, serving a trace or a day, on the virtual clock",
+        "on the virtual clock, `stats.py` the windows' figures, `cli.py` `loadgen fleet`, `proxy.py` `loadgen router`)",
+        "`loadgen fleet`: replicas of a deployment behind a router, serving a trace or a day, on the virtual clock; "
+        "`loadgen router`: the same policies as an HTTP proxy",
         ("spec", "sim", "workload", "predict"),
     ),
     Part(

@@ -274,6 +274,12 @@ def cmd_fleet(ns: argparse.Namespace, argv: list[str]) -> int:
     return fleet_main(ns.fleet_args)
 
 
+def cmd_router(ns: argparse.Namespace, argv: list[str]) -> int:
+    from loadgen.fleet.proxy import main as router_main
+
+    return router_main(ns.router_args)
+
+
 def cmd_sim(ns: argparse.Namespace, argv: list[str]) -> int:
     from loadgen.sim.cli import main as sim_main
 
@@ -384,6 +390,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
     "report": cmd_report,
     "predict": cmd_predict,
     "fleet": cmd_fleet,
+    "router": cmd_router,
     "sim": cmd_sim,
     "plan": cmd_plan,
     "compare": cmd_compare,
@@ -405,6 +412,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_sim(argparse.Namespace(sim_args=argv[1:]), argv)
     if argv and argv[0] == "predict":
         return cmd_predict(argparse.Namespace(predict_args=argv[1:]), argv)
+    if argv and argv[0] == "router":
+        return cmd_router(argparse.Namespace(router_args=argv[1:]), argv)
     if argv and argv[0] == "fleet":
         return cmd_fleet(argparse.Namespace(fleet_args=argv[1:]), argv)
     if argv and argv[0] == "campaign":

@@ -156,6 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_report(sub)
     _delegated(sub, "predict", "the ramp a deployment would give, on the simulator's virtual clock")
     _delegated(sub, "fleet", "replicas behind a router serving a trace or a day, on the simulator's virtual clock")
+    _delegated(sub, "router", "an OpenAI-compatible proxy routing requests over several servers by a policy")
     _delegated(sub, "sim", "the simulated server on its own")
     _add_plan(sub)
     _add_compare_and_scenario(sub)

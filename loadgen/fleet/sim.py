@@ -73,12 +73,15 @@ class _Fleet:
         slo: dict[str, float],
         seed: int,
         kv_report_s: float,
+        coalesce: bool,
     ) -> None:
         plan = memory_plan(profile)
         if plan.failure is not None:
             raise ValueError(f"the deployment does not start: {plan.failure}")
         self.profile = profile
         self.engines = [Engine(profile, seed=seed + i) for i in range(replicas)]
+        for e in self.engines:
+            e.coalesce = coalesce
         self.pool = self.engines[0].pool_tokens
         self.block_tokens = profile.server.prefix_block_tokens
         self.reported = [0.0] * replicas
@@ -174,7 +177,9 @@ class _Fleet:
         eng.submit(req, now)
         if not eng.busy:
             eng.advance(now)
-            self._schedule(i)
+        else:
+            eng.interrupt(now)  # a coalesced run of decodes ends with the step running now
+        self._schedule(i)
 
     def step_end(self, t: float, i: int) -> None:
         self.now = t
@@ -240,6 +245,7 @@ def run_fleet(
     seed: int = 0,
     kv_report_s: float = KV_REPORT_S,
     progress: Callable[[float, int], None] | None = None,
+    coalesce: bool = True,
 ) -> FleetResult:
     """Serve ``requests`` (in arrival order) with ``replicas`` replicas of ``profile`` behind a
     ``policy`` router, to the last request's end; the windows of ``window_s`` it spans. ``progress``
@@ -250,7 +256,16 @@ def run_fleet(
     if window_s <= 0:
         raise ValueError(f"window {window_s} s: must be > 0")
     started = time.process_time()
-    fleet = _Fleet(profile, replicas, policy, window_s=window_s, slo=slo or {}, seed=seed, kv_report_s=kv_report_s)
+    fleet = _Fleet(
+        profile,
+        replicas,
+        policy,
+        window_s=window_s,
+        slo=slo or {},
+        seed=seed,
+        kv_report_s=kv_report_s,
+        coalesce=coalesce,
+    )
     heap, due = fleet.heap, fleet.due
     last = -math.inf
     tick = 0

@@ -116,6 +116,11 @@ class Engine:
         self._log_retracted = 0
         self.last_cost: StepCost | None = None
         self._aborted_now: list[SimRequest] = []
+        # decode steps that nothing can change (no request waiting, none finishing before the last)
+        # run as one coalesced step whose end the caller can pull in with interrupt(): the fleet's
+        # many replicas; off for the HTTP server, predict and the twin (their step-by-step gauges,
+        # log lines and ITL samples are what they report)
+        self.coalesce = False
         # vLLM's V1 scheduler when the deployment is served by vLLM; else SGLang's
         self.scheduler: SglangScheduler | VllmScheduler = (
             VllmScheduler(self) if s.engine == "vllm" else SglangScheduler(self)
@@ -288,6 +293,40 @@ class Engine:
             self._aborted_now = []
         return out
 
+    def interrupt(self, t: float) -> None:
+        """Something arrived at ``t``: a coalesced run of decode steps ends with the step running at
+        ``t`` (as a single step's engine would plan anew at that step's end). Nothing else changes."""
+        step = self.current
+        if step is None or step.ends is None or t >= step.end_s:
+            return
+        j = int(np.searchsorted(step.ends, t, side="left"))  # the first step ending at or after t
+        if j >= len(step.ends) - 1:
+            return
+        step.ends = step.ends[: j + 1]
+        step.energy = step.energy[: j + 1]
+        if step.commits is not None:
+            step.commits = step.commits[: j + 1]
+        step.end_s = float(step.ends[-1])
+        span = step.end_s - step.start_s
+        c = step.cost
+        step.cost = StepCost(span, c.u_bw, c.u_tc, c.u_nvl, float(step.energy[-1]) / span if span > 0 else c.power_w)
+
+    def run_times(self, t: float, n_reqs: int, ctx_at: np.ndarray) -> tuple[np.ndarray, np.ndarray, StepCost]:
+        """A run of decode steps of ``n_reqs`` requests from ``t``, step ``k`` over contexts summing to
+        ``ctx_at[k]`` tokens: each step's end, the energy (J per GPU) spent by each end, and the first
+        step's cost. The step model is evaluated at the first, the middle and the last step and
+        interpolated between them (a step's time is linear in the context within a roofline regime;
+        where the run crosses from one to the other the kink is cut by at most half a run's growth)."""
+        timing = self.timing
+        steps = len(ctx_at)
+        last = steps - 1
+        points = [0, last // 2, last] if last >= 2 else list(range(steps))
+        costs = [timing.decode(n_reqs, float(ctx_at[k])) for k in points]
+        ks = np.arange(steps, dtype=float)
+        durations = np.interp(ks, points, [c.duration_s for c in costs])
+        powers = np.interp(ks, points, [c.power_w for c in costs])
+        return t + np.cumsum(durations), np.cumsum(durations * powers), costs[0]
+
     def _account_idle(self, t: float) -> None:
         if self._acct_t is None:
             self._acct_t = t
@@ -408,6 +447,18 @@ class Engine:
                 out[i] = int(np.searchsorted(cdf, u[i], side="right")) + 1
         result: list[int] = out.tolist()
         return result
+
+    def _draw_run(self, reqs: list[SimRequest], steps: int) -> np.ndarray:
+        """Tokens committed by each of ``reqs`` (columns) in each of ``steps`` cycles (rows), as
+        :meth:`_draw` draws one cycle."""
+        u = self.rng.random((steps, len(reqs)))
+        default = self._cdfs["default"]
+        out = np.searchsorted(default, u, side="right") + 1
+        for i, req in enumerate(reqs):
+            cdf = self._cdfs.get(req.source, default)
+            if cdf is not default:
+                out[:, i] = np.searchsorted(cdf, u[:, i], side="right") + 1
+        return out
 
     def _commit(self, req: SimRequest, tokens: int, t: float) -> Emission:
         tokens = max(0, min(tokens, req.target_tokens - req.generated))

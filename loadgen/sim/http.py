@@ -30,7 +30,9 @@ REASONS = {
     413: "Payload Too Large",
     429: "Too Many Requests",
     500: "Internal Server Error",
+    502: "Bad Gateway",
     503: "Service Unavailable",
+    504: "Gateway Timeout",
 }
 MAX_BODY = 64 << 20
 MAX_HEAD = 65536
@@ -49,6 +51,8 @@ class App(Protocol):
 
 class Connection(asyncio.Protocol):
     """One client connection: parse requests, write responses, one request at a time."""
+
+    SERVER = b"loadgen-sim"  # the Server header of every response
 
     def __init__(self, app: App) -> None:
         self.app = app
@@ -152,9 +156,10 @@ class Connection(asyncio.Protocol):
 
     def _head(self, status: int, ctype: bytes, length: int | None, extra: bytes = b"") -> bytes:
         conn = b"keep-alive" if self.keep_alive else b"close"
-        h = b"HTTP/1.1 %d %s\r\nserver: loadgen-sim\r\ncontent-type: %s\r\nconnection: %s\r\n" % (
+        h = b"HTTP/1.1 %d %s\r\nserver: %s\r\ncontent-type: %s\r\nconnection: %s\r\n" % (
             status,
             REASONS.get(status, "Unknown").encode(),
+            self.SERVER,
             ctype,
             conn,
         )
@@ -178,13 +183,19 @@ class Connection(asyncio.Protocol):
 
     def start_stream(self, rid: str) -> None:
         """The head of a 200 event stream; its body follows by ``write_chunk``, then ``end_response``."""
-        assert self.transport is not None
         extra = b"x-request-id: " + rid.encode("latin-1", "replace") + b"\r\ncache-control: no-cache\r\n"
+        self.start_body(200, b"text/event-stream; charset=utf-8", extra)
+
+    def start_body(self, status: int, ctype: bytes, extra: bytes = b"") -> None:
+        """The head of a response whose body follows by ``write_chunk``, then ``end_response`` (chunked
+        for HTTP/1.1 clients, else delimited by closing the connection)."""
+        if self.closed or self.transport is None:
+            return
         if self.chunked:
             extra += b"transfer-encoding: chunked\r\n"
         else:
             self.keep_alive = False
-        self.transport.write(self._head(200, b"text/event-stream; charset=utf-8", None, extra))
+        self.transport.write(self._head(status, ctype, None, extra))
 
     def write_chunk(self, payload: bytes) -> None:
         if self.closed or self.transport is None:

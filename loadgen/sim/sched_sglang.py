@@ -46,6 +46,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
+from loadgen.sim.model import StepCost
 from loadgen.sim.prefix import Block
 from loadgen.sim.seq import ABORTED, RUNNING, WAITING, Emission, SimRequest, Step
 
@@ -73,8 +76,54 @@ class SglangScheduler:
         of the running requests; None when there is nothing to run."""
         step = self._plan_prefill(t)
         if step is None and self.e.running:
-            step = self._plan_decode(t)
+            e = self.e
+            if e.coalesce and not e.waiting:
+                step = self._plan_run(t)
+            if step is None:
+                step = self._plan_decode(t)
         return step
+
+    def _plan_run(self, t: float) -> Step | None:
+        """Coalesced decode steps (``Engine.coalesce``, no request waiting): as many as run until the
+        first request finishes, while the pool holds each step's tokens (``C * n_v`` free at its start,
+        as a single step asks); None when fewer than two would (a single step is planned instead).
+        With speculative decoding each step's commits are drawn for the whole run at once, per request
+        from its source's acceptance distribution, as single steps draw them."""
+        e = self.e
+        running = e.running
+        n = len(running)
+        room = e.free_tokens + e.evictable_tokens
+        rem = np.fromiter((r.target_tokens - r.generated for r in running), dtype=np.int64, count=n)
+        steps = min(int(rem.min()), (room - n * e.n_v) // n + 1)
+        if steps < 2:
+            return None
+        commits = None
+        if e.spec is None:
+            before = np.arange(steps, dtype=np.int64) * n  # tokens committed before each step
+        else:
+            commits = np.cumsum(e._draw_run(running, steps), axis=0)  # (steps, n): committed by each end
+            reached = commits >= rem
+            first = np.where(reached.any(axis=0), reached.argmax(axis=0), steps - 1)
+            steps = int(first.min()) + 1
+            before = np.concatenate([[0], commits[: steps - 1].sum(axis=1)])
+            fits = before + n * e.n_v <= room  # each step's start finds its verify tokens' room
+            steps = min(steps, int(fits.argmin()) if not fits.all() else steps)
+            if steps < 2:
+                return None
+            commits = commits[:steps]
+            before = before[:steps]
+        total = int(before[-1]) + (n if commits is None else int(commits[-1].sum()) - int(before[-1]))
+        e._make_room(total)
+        if e.free_tokens < total:
+            return None
+        if e._log_t is None:
+            e._log_t = t
+            e._log_tokens = 0
+        ctx_sum = float(sum(r.prefilled for r in running))
+        ends, energy, first_cost = e.run_times(t, n, ctx_sum + before.astype(float))
+        span = float(ends[-1]) - t
+        cost = StepCost(span, first_cost.u_bw, first_cost.u_tc, first_cost.u_nvl, float(energy[-1]) / span)
+        return Step("run", t, float(ends[-1]), cost, list(running), ends=ends, energy=energy, commits=commits)
 
     def _reserved_tokens(self) -> float:
         e = self.e
@@ -257,7 +306,54 @@ class SglangScheduler:
         """The emissions of ``step``, which has just ended (its energy already accounted)."""
         if step.kind == "prefill":
             return self._complete_prefill(step)
+        if step.kind == "run":
+            return self._complete_run(step)
         return self._complete_decode(step)
+
+    def _complete_run(self, step: Step) -> list[Emission]:
+        """A coalesced run of ``len(step.ends)`` decode steps: each running request commits one token a
+        step; those that reach their length finish at the run's end (only its last step can end one)."""
+        e = self.e
+        k = len(step.ends)
+        end = step.end_s
+        gap = (end - step.start_s) / k
+        out: list[Emission] = []
+        gen_total = 0
+        itl = e.itl
+        drawn: list[int] | None = None
+        if step.commits is not None:
+            drawn = step.commits[k - 1].tolist()
+            n = len(step.reqs)
+            e.counters.spec_cycles += n * k
+            e.counters.spec_draft_tokens += n * k * (e.n_v - 1)
+            e._log_cycles += n * k
+        for j, req in enumerate(step.reqs):
+            if req.state != RUNNING:
+                continue
+            c = k
+            if drawn is not None:
+                c = drawn[j]
+                req.verify_ct += k
+                e.counters.spec_accepted_tokens += c - k
+                e._log_committed += c
+            c = min(c, req.target_tokens - req.generated)
+            req.generated += c
+            req.kv_tokens += c
+            req.prefilled += c
+            gen_total += c
+            if c > 0:
+                itl.observe(gap, c)
+            req.last_token_s = end
+            done = req.generated >= req.target_tokens
+            if done:
+                e._finish(req, end)
+            out.append(Emission(req, c, done))
+        e._private += gen_total
+        e.counters.generation_tokens += gen_total
+        e.counters.decode_steps += k
+        e._log_tokens += gen_total
+        self.new_token_ratio = max(self.new_token_ratio - k * NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
+        return out
 
     def _complete_prefill(self, step: Step) -> list[Emission]:
         """A prefilled prompt commits its first token (a chunk goes back to the queue's front)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from loadgen.sim.model import StepCost
 from loadgen.sim.prefix import Block
@@ -79,3 +80,8 @@ class Step:
     cost: StepCost
     reqs: list[SimRequest]
     chunks: list[int] = field(default_factory=list)  # prefill: tokens per request
+    # a coalesced run of decode steps (Engine.coalesce): each step's end and the energy (J per GPU)
+    # spent by then, numpy arrays; None for a single step
+    ends: Any = None
+    energy: Any = None
+    commits: Any = None  # speculative decoding: tokens each request has committed by each step's end

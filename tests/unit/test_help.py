@@ -28,6 +28,7 @@ def _delegated() -> dict[str, Callable[[], argparse.ArgumentParser]]:
     from loadgen.campaign.cli import build_parser as campaign
     from loadgen.cli.workload_cmd import build_parser as workload
     from loadgen.fleet.cli import build_parser as fleet
+    from loadgen.fleet.proxy import build_parser as router
     from loadgen.predict.deploy import build_parser as predict
     from loadgen.run.worker import build_parser as worker
     from loadgen.sim.cli import build_parser as sim
@@ -37,7 +38,7 @@ def _delegated() -> dict[str, Callable[[], argparse.ArgumentParser]]:
 
     return {"sim": sim, "ui": ui, "campaign": campaign, "monitor": monitor, "calibrate": calibrate_parser,
             "twin": twin_parser, "predict": predict, "worker": worker, "workload": workload,
-            "fleet": fleet}  # fmt: skip
+            "fleet": fleet, "router": router}  # fmt: skip
 
 
 def _subcommands() -> dict[str, argparse.ArgumentParser]:
