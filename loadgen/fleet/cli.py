@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -23,24 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.fleet.router import POLICY_NAMES, Policy, parse_policy
-from loadgen.fleet.sim import FleetResult, request_limits, run_fleet
+from loadgen.fleet.sim import FleetResult, parse_autoscale, request_limits, run_fleet
 from loadgen.fleet.stats import holds
-from loadgen.fleet.traffic import FleetRequest, from_trace, parse_shape, poisson
+from loadgen.fleet.traffic import FleetRequest, from_trace, parse_duration, parse_shape, poisson
 from loadgen.sim.profile import Profile, ProfileError, load_profile, load_profile_file
 from loadgen.spec.gates import SLOError, parse_slo
 from loadgen.workload.datasets import TRACE_FORMATS, load_trace
 from loadgen.workload.errors import DatasetError
-
-_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(s|m|h|d)?\s*$")
-_UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
-
-
-def parse_duration(text: str, flag: str) -> float:
-    """``300``, ``300s``, ``5m``, ``1h``, ``1d`` -> seconds; ValueError naming the flag."""
-    m = _DURATION.match(text)
-    if not m or float(m.group(1)) <= 0:
-        raise ValueError(f"{flag} {text!r}: give a positive duration such as 300s, 5m, 1h or 1d")
-    return float(m.group(1)) * _UNIT_S[m.group(2)]
 
 
 def load_deployment(text: str) -> tuple[Profile, str]:
@@ -118,7 +106,18 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--replicas", type=int, help="replicas of the deployment (default: none; or --find-replicas)")
     ap.add_argument("--find-replicas", action="store_true", help="the fewest replicas that hold --slo")
     ap.add_argument(
+        "--autoscale",
+        help="scale the replicas as the load goes: target=0.7,capacity=N (requests in flight a replica serves "
+        "within the SLO),cold-start=auto|90s,interval=30s,min=1,max=64,down-after=5m; compared with a fixed "
+        "fleet at the autoscaler's peak (default: none, a fixed fleet)",
+    )
+    ap.add_argument(
         "--max-replicas", type=int, default=256, help="with --find-replicas: the most to try (default: 256)"
+    )
+    ap.add_argument(
+        "--per-window",
+        action="store_true",
+        help="with --find-replicas: also the fewest replicas each window needs (runs every smaller count)",
     )
     ap.add_argument(
         "--hold",
@@ -148,8 +147,14 @@ class _Args:
         self.window_s = parse_duration(ns.window, "--window")
         self.duration_s = parse_duration(ns.duration, "--duration") if ns.duration else None
         self.shape = parse_shape(ns.day_shape) if ns.day_shape else None
-        if (ns.replicas is None) == (not ns.find_replicas):
-            raise ValueError("give --replicas N or --find-replicas (with --slo)")
+        self.autoscale = parse_autoscale(ns.autoscale) if ns.autoscale else None
+        if self.autoscale is not None:
+            if ns.find_replicas:
+                raise ValueError("--autoscale and --find-replicas answer different questions: give one")
+            if ns.replicas is None:
+                ns.replicas = self.autoscale.min_replicas
+        elif (ns.replicas is None) == (not ns.find_replicas):
+            raise ValueError("give --replicas N, --find-replicas (with --slo) or --autoscale")
         if ns.find_replicas and not self.slo:
             raise ValueError("--find-replicas looks for the fewest replicas that hold an SLO: give --slo")
         if ns.replicas is not None and ns.replicas < 1:
@@ -169,7 +174,10 @@ class _Args:
                 raise ValueError("--rate needs --duration (how long the arrivals go on)")
             if ns.input_tokens < 1 or ns.output_tokens < 1:
                 raise ValueError("--input-tokens and --output-tokens must be >= 1")
+        if ns.per_window and not ns.find_replicas:
+            raise ValueError("--per-window is --find-replicas' answer for each window: give --find-replicas")
         self.trace = load_trace(ns.trace, ns.trace_format) if ns.trace else None
+        self.tried_runs: dict[int, FleetResult] = {}
         self.ns = ns
 
     def requests(self) -> Iterator[FleetRequest]:
@@ -244,6 +252,7 @@ def find_replicas(
     """The fewest replicas holding the SLO (doubling, then bisecting), its run, and every count tried."""
     ns = args.ns
     tried: dict[int, tuple[bool, float, FleetResult]] = {}
+    args.tried_runs = {}
 
     def attempt(n: int) -> bool:
         result = run_fleet(
@@ -258,6 +267,7 @@ def find_replicas(
         )
         ok, share = judge(result, args.slo, ns.hold)
         tried[n] = (ok, share, result)
+        args.tried_runs[n] = result
         log(f"{policy.value}: {n} replicas hold the SLO in {share:.0%} of windows{' ✓' if ok else ''}")
         return ok
 
@@ -273,7 +283,37 @@ def find_replicas(
             high = mid
         else:
             low = mid
+    if ns.per_window:
+        for n in range(1, high):
+            if n not in tried:
+                attempt(n)
     return high, tried[high][2], _tried_rows(tried)
+
+
+def per_window_need(tried: dict[int, FleetResult], slo: dict[str, float]) -> list[dict[str, Any]]:
+    """For each window of the runs at every count tried: the fewest replicas that held the SLO in it
+    (None: no count tried held it, or nothing ended in it to judge)."""
+    counts = sorted(tried)
+    base = tried[counts[-1]]
+    out = []
+    for k, w in enumerate(base.windows):
+        need = None
+        for n in counts:
+            r = tried[n]
+            if k < len(r.windows):
+                wk = r.windows[k]
+                if holds(wk.row(r.gpus_per_replica, None, slo), slo, wk.failed):
+                    need = n
+                    break
+        out.append(
+            {
+                "start_s": w.start_s,
+                "end_s": w.end_s,
+                "arrival_rps": w.arrived / w.duration_s if w.duration_s > 0 else None,
+                "replicas_needed": need,
+            }
+        )
+    return out
 
 
 def _tried_rows(tried: dict[int, tuple[bool, float, FleetResult]]) -> list[dict[str, Any]]:
@@ -328,22 +368,43 @@ def markdown(doc: dict[str, Any]) -> str:
         head = f"## {run['policy']}, {run['replicas']} replicas"
         if run.get("found") is not None:
             head += " (the fewest that hold the SLO)"
+        if run.get("autoscaled"):
+            head = (
+                f"## {run['policy']}, autoscaled ({run['total']['replicas_max']} at most; a new replica serves "
+                f"{run['cold_start_s']:.0f} s after it is asked for)"
+            )
+        if run.get("fixed_at_peak"):
+            head += " (fixed at the autoscaler's peak)"
         lines += [head, ""]
         if run.get("tried"):
             lines.append(
                 "Tried: " + ", ".join(f"{t['replicas']} ({_pct(t['windows_held'])} of windows)" for t in run["tried"])
             )
             lines.append("")
+        if run.get("per_window"):
+            lines += [
+                "The fewest replicas each window needs (each count run over the whole trace):",
+                "",
+                "| window | arrivals/s | replicas needed |",
+                "|---|---:|---:|",
+            ]
+            for pw in run["per_window"]:
+                need = "–" if pw["replicas_needed"] is None else str(pw["replicas_needed"])
+                lines.append(
+                    f"| {pw['start_s'] / 3600:.2f}-{pw['end_s'] / 3600:.2f} h | {pw['arrival_rps'] or 0:.2f} | {need} |"
+                )
+            lines.append("")
         lines += [
-            "| window | arrivals/s | replicas busy | TTFT p50 / p99 ms | TPOT p50 / p99 ms | E2E p99 ms "
+            "| window | arrivals/s | replicas (max) | busy | TTFT p50 / p99 ms | TPOT p50 / p99 ms | E2E p99 ms "
             "| queue p99 ms | SLO met | goodput req/s | cache hits | kW | kWh | cost USD |",
-            "|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "|---|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for w in [*run["windows"], run["total"]]:
             name = "all" if w is run["total"] else f"{w['start_s'] / 3600:.2f}-{w['end_s'] / 3600:.2f} h"
             ttft, tpot = w["ttft_ms"], w["tpot_ms"]
             lines.append(
-                f"| {name} | {w['arrival_rps'] or 0:.2f} | {w['replicas_busy'] or 0:.1f} | "
+                f"| {name} | {w['arrival_rps'] or 0:.2f} | {w['replicas'] or 0:.1f} ({w['replicas_max']}) | "
+                f"{w['replicas_busy'] or 0:.1f} | "
                 f"{_ms(ttft['p50'])} / {_ms(ttft['p99'])} | {_ms(tpot['p50'])} / {_ms(tpot['p99'])} | "
                 f"{_ms(w['e2e_ms']['p99'])} | {_ms(w['queue_ms']['p99'])} | {_pct(w['slo_attainment'])} | "
                 f"{_num(w['goodput_rps'], '.2f')} | {_pct(w['cache_hit_share'])} | "
@@ -354,15 +415,17 @@ def markdown(doc: dict[str, Any]) -> str:
         lines += [
             "## Policies side by side",
             "",
-            "| policy | replicas | TTFT p50 / p99 ms | TPOT p50 ms | SLO met | windows held | cache hits | kWh |",
-            "|---|---:|---|---:|---:|---:|---:|---:|",
+            "| policy | replicas | TTFT p50 / p99 ms | TPOT p50 ms | SLO met | windows held | cache hits | GPU-hours "
+            "| kWh |",
+            "|---|---:|---|---:|---:|---:|---:|---:|---:|",
         ]
         for run in doc["runs"]:
             t = run["total"]
+            count = f"auto, ≤ {t['replicas_max']}" if run.get("autoscaled") else str(run["replicas"])
             lines.append(
-                f"| {run['policy']} | {run['replicas']} | {_ms(t['ttft_ms']['p50'])} / {_ms(t['ttft_ms']['p99'])} | "
+                f"| {run['policy']} | {count} | {_ms(t['ttft_ms']['p50'])} / {_ms(t['ttft_ms']['p99'])} | "
                 f"{_ms(t['tpot_ms']['p50'])} | {_pct(t['slo_attainment'])} | {_pct(run['windows_held'])} | "
-                f"{_pct(t['cache_hit_share'])} | {t['energy_kwh']:.1f} |"
+                f"{_pct(t['cache_hit_share'])} | {t['gpu_hours']:.1f} | {t['energy_kwh']:.1f} |"
             )
         lines.append("")
     return "\n".join(lines)
@@ -416,6 +479,8 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             run = result_json(result, args)
             run.update(found=n, tried=tried)
+            if ns.per_window:
+                run["per_window"] = per_window_need(args.tried_runs, args.slo)
         else:
             result = run_fleet(
                 args.profile,
@@ -426,8 +491,26 @@ def main(argv: list[str] | None = None) -> int:
                 slo=args.slo,
                 seed=ns.seed,
                 progress=_progress(ns.quiet),
+                autoscale=args.autoscale,
             )
             run = result_json(result, args)
+            if args.autoscale is not None:
+                run.update(autoscaled=True, scale_events=result.scale_events, cold_start_s=result.cold_start_s)
+                runs.append(run)
+                peak = result.total.replicas_max
+                log(f"{policy.value}: autoscaled up to {peak} replicas; the same traffic on {peak} fixed")
+                fixed = run_fleet(
+                    args.profile,
+                    args.requests(),
+                    replicas=peak,
+                    policy=policy,
+                    window_s=args.window_s,
+                    slo=args.slo,
+                    seed=ns.seed,
+                    progress=_progress(ns.quiet),
+                )
+                run = result_json(fixed, args)
+                run["fixed_at_peak"] = True
         runs.append(run)
     doc = {
         "predicted": True,

@@ -26,7 +26,7 @@ from typing import Any
 
 from loadgen.fleet.router import Policy, RouteInfo, Router
 from loadgen.fleet.stats import LogHistogram, Window
-from loadgen.fleet.traffic import FleetRequest
+from loadgen.fleet.traffic import FleetRequest, parse_duration
 from loadgen.sim.engine import ABORTED, Engine, RejectError, SimRequest
 from loadgen.sim.memory import memory_plan
 from loadgen.sim.profile import Profile
@@ -47,6 +47,8 @@ class FleetResult:
     gpus_per_replica: int
     total: Window = field(default_factory=lambda: Window(0.0, 0.0))
     routed: list[int] = field(default_factory=list)
+    scale_events: list[dict[str, Any]] = field(default_factory=list)  # the autoscaler's decisions
+    cold_start_s: float | None = None  # the autoscaler's replicas: from taking the GPUs to serving
 
 
 def request_limits(slo: dict[str, float]) -> tuple[float, float, float]:
@@ -79,12 +81,18 @@ class _Fleet:
         if plan.failure is not None:
             raise ValueError(f"the deployment does not start: {plan.failure}")
         self.profile = profile
-        self.engines = [Engine(profile, seed=seed + i) for i in range(replicas)]
-        for e in self.engines:
-            e.coalesce = coalesce
+        self.seed = seed
+        self.coalesce = coalesce
+        self.engines: list[Engine] = []
+        self.born: list[float] = []  # when each replica's GPUs were taken (loading counts)
+        self.gone: list[float | None] = []  # when a drained replica gave them back
+        self.draining: set[int] = set()
+        self.loading: dict[int, float] = {}  # replica -> when it is ready to serve
+        for _ in range(replicas):
+            self._new_engine(0.0)
         self.pool = self.engines[0].pool_tokens
         self.block_tokens = profile.server.prefix_block_tokens
-        self.reported = [0.0] * replicas
+        self.reported: list[float] = [0.0] * replicas
         self.reported_at = -math.inf
         self.kv_report_s = kv_report_s
         tree = self.pool // max(1, self.block_tokens)
@@ -102,6 +110,54 @@ class _Fleet:
         self.requests = 0
         self.gpus = max(1, profile.server.tp) * max(1, profile.server.pp)
 
+    def _new_engine(self, t: float) -> int:
+        """A replica whose GPUs are taken at ``t`` (idle power from then on); its index."""
+        e = Engine(self.profile, seed=self.seed + len(self.engines))
+        e.coalesce = self.coalesce
+        e._account_idle(t)
+        self.engines.append(e)
+        self.born.append(t)
+        self.gone.append(None)
+        return len(self.engines) - 1
+
+    def serving(self) -> list[int]:
+        """Replicas that take new requests (ready, not draining)."""
+        return [i for i, g in enumerate(self.gone) if g is None and i not in self.loading and i not in self.draining]
+
+    def add_replica(self, t: float, ready_s: float) -> int:
+        """A new replica, loading from ``t``, taking requests ``ready_s`` later."""
+        i = self._new_engine(t)
+        self.reported.append(0.0)
+        self.due.append(None)
+        self.marks.append(self.engines[i]._cumulative(t))
+        j = self.router.add_replica()
+        assert i == j
+        self.router.set_active(i, False)
+        self.loading[i] = t + ready_s
+        if self.windows:
+            w = self.windows[-1]
+            w.replicas_max = max(w.replicas_max, self._alive())
+        return i
+
+    def ready(self, t: float) -> None:
+        """Replicas done loading by ``t`` start taking requests."""
+        for i, at in list(self.loading.items()):
+            if at <= t:
+                del self.loading[i]
+                self.router.set_active(i, True)
+
+    def drain(self, i: int, t: float) -> None:
+        """Replica ``i`` takes no new request; it is given back when it holds none."""
+        self.draining.add(i)
+        self.router.set_active(i, False)
+        self.release_idle(t)
+
+    def release_idle(self, t: float) -> None:
+        for i in list(self.draining):
+            if self.router.outstanding[i] == 0 and not self.engines[i].busy:
+                self.draining.discard(i)
+                self.gone[i] = t
+
     def _kv_usage(self, i: int) -> float:
         return self.reported[i]
 
@@ -118,25 +174,33 @@ class _Fleet:
             start = len(self.windows) * self.window_s
             if self.windows:
                 self._close(self.windows[-1])
-            self.windows.append(Window(start, start + self.window_s, replicas_max=len(self.engines)))
+            self.windows.append(Window(start, start + self.window_s, replicas_max=self._alive()))
         return self.windows[k]
+
+    def _alive(self) -> int:
+        return sum(1 for g in self.gone if g is None)
 
     def _close(self, w: Window) -> None:
         """Energy, busy time and retractions of every replica over ``w`` (its end is past every step
         that has completed: events run in time order)."""
         end = w.end_s
-        energy = busy = 0.0
+        energy = busy = replica_s = 0.0
         retracted = 0
         for i, e in enumerate(self.engines):
-            e_j, b_s = e._cumulative(end)
+            gone = self.gone[i]
+            stop = end if gone is None else min(end, gone)
+            replica_s += max(0.0, stop - max(w.start_s, self.born[i]))
+            retracted += e.counters.retracted_reqs
+            if gone is not None and gone <= w.start_s:
+                continue
+            e_j, b_s = e._cumulative(stop)
             e0, b0 = self.marks[i]
             energy += e_j - e0
             busy += b_s - b0
             self.marks[i] = (e_j, b_s)
-            retracted += e.counters.retracted_reqs
         w.energy_j = energy * self.gpus
         w.busy_s = busy
-        w.replica_s = len(self.engines) * w.duration_s
+        w.replica_s = replica_s
         w.retracted = retracted - self.retracted_mark
         self.retracted_mark = retracted
 
@@ -224,14 +288,153 @@ class _Fleet:
             w.slo_ok += 1
             w.good_tokens += req.generated
 
-    def drain(self) -> None:
-        """Run the replicas until every request has ended."""
+    def advance(self, t_limit: float, scaler: _Scaler | None) -> None:
+        """Every replica's step ending before ``t_limit``, and the autoscaler's ticks, in time order;
+        with ``t_limit`` infinite, until every request has ended."""
         heap, due = self.heap, self.due
-        while heap:
+        while True:
+            t_step = heap[0][0] if heap else math.inf
+            t_tick = scaler.next_tick if scaler is not None and (heap or t_limit < math.inf) else math.inf
+            if min(t_step, t_tick) >= t_limit or (t_step == math.inf and t_tick == math.inf):
+                return
+            if scaler is not None and t_tick <= t_step:
+                self.now = t_tick
+                self._window(t_tick)
+                scaler.tick(t_tick)
+                scaler.next_tick += scaler.spec.interval_s
+                continue
             t, i = heapq.heappop(heap)
             if due[i] != t:
                 continue
             self.step_end(t, i)
+
+
+ENGINE_INIT_S = 60.0  # ASSUMPTION: a server's start besides its weights (process, CUDA graphs): about a minute
+STORAGE_GB_S = 5.0  # ASSUMPTION: what a node reads its weights at from local NVMe (a Gen4 x4 drive: ~7 GB/s)
+
+
+@dataclass(frozen=True)
+class Autoscale:
+    """A reactive autoscaler, as KServe's or KEDA's on a concurrency metric: every ``interval_s`` it
+    reads the requests in flight over the serving replicas and wants ``ceil(in flight / (capacity *
+    target))`` replicas (within ``min``/``max``); more start loading at once (ready ``cold_start_s``
+    later), fewer are drained only after the want stayed lower for ``down_after_s`` (a drained replica
+    finishes what it holds). ``capacity``: requests in flight one replica serves within the SLO (from
+    ``loadgen plan``; default the deployment's ``max_running_requests``). ``cold_start_s`` default:
+    :func:`cold_start`."""
+
+    target: float = 0.7
+    capacity: float | None = None
+    cold_start_s: float | None = None
+    interval_s: float = 30.0
+    min_replicas: int = 1
+    max_replicas: int = 64
+    down_after_s: float = 300.0
+    storage_gb_s: float = STORAGE_GB_S
+    init_s: float = ENGINE_INIT_S
+
+
+def cold_start(profile: Profile, storage_gb_s: float = STORAGE_GB_S, init_s: float = ENGINE_INIT_S) -> float:
+    """Seconds from taking a replica's GPUs to serving: the weights read from storage (all of them, once,
+    at ``storage_gb_s``) or pushed over each GPU's PCIe link (its share, at the hardware's ``pcie_gb_s``),
+    whichever is slower, plus the engine's start (``init_s``)."""
+    plan = memory_plan(profile)
+    gpus = max(1, profile.server.tp) * max(1, profile.server.pp)
+    per_gpu = plan.weight_bytes + plan.drafter_bytes
+    storage_s = per_gpu * gpus / (storage_gb_s * 1e9)
+    pcie_s = per_gpu / (max(profile.hardware.pcie_gb_s, 1e-9) * 1e9)
+    return init_s + max(storage_s, pcie_s)
+
+
+def parse_autoscale(text: str) -> Autoscale:
+    """``target=0.7,capacity=64,cold-start=auto|90s,interval=30s,min=1,max=64,down-after=5m,storage-gb-s=5,
+    init=60s``; ValueError naming the bad item."""
+    names = {
+        "target": "target",
+        "target-utilisation": "target",
+        "target-utilization": "target",
+        "capacity": "capacity",
+        "cold-start": "cold_start_s",
+        "interval": "interval_s",
+        "min": "min_replicas",
+        "max": "max_replicas",
+        "down-after": "down_after_s",
+        "storage-gb-s": "storage_gb_s",
+        "init": "init_s",
+    }
+    values: dict[str, Any] = {}
+    for raw in text.split(","):
+        item = raw.strip()
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or key not in names:
+            raise ValueError(f"--autoscale {item!r}: use KEY=VALUE with KEY in {', '.join(sorted(set(names)))}")
+        field_name = names[key]
+        try:
+            if field_name in ("cold_start_s", "interval_s", "down_after_s", "init_s"):
+                if field_name == "cold_start_s" and value == "auto":
+                    continue
+                values[field_name] = parse_duration(value, f"--autoscale {key}")
+            elif field_name in ("min_replicas", "max_replicas"):
+                values[field_name] = int(value)
+            else:
+                values[field_name] = float(value)
+        except ValueError as exc:
+            raise ValueError(f"--autoscale {item!r}: {exc}") from None
+    a = Autoscale(**values)
+    if not 0 < a.target <= 1:
+        raise ValueError(f"--autoscale target={a.target}: give a share in (0, 1]")
+    if a.capacity is not None and a.capacity <= 0:
+        raise ValueError(f"--autoscale capacity={a.capacity}: must be > 0")
+    if not 1 <= a.min_replicas <= a.max_replicas:
+        raise ValueError(f"--autoscale min={a.min_replicas}, max={a.max_replicas}: need 1 <= min <= max")
+    if a.storage_gb_s <= 0:
+        raise ValueError("--autoscale storage-gb-s must be > 0")
+    return a
+
+
+class _Scaler:
+    """:class:`Autoscale` acting on a fleet at its ticks."""
+
+    def __init__(self, spec: Autoscale, fleet: _Fleet) -> None:
+        self.spec = spec
+        self.fleet = fleet
+        self.capacity = spec.capacity or float(fleet.profile.max_running_requests)
+        self.cold_s = (
+            spec.cold_start_s
+            if spec.cold_start_s is not None
+            else cold_start(fleet.profile, spec.storage_gb_s, spec.init_s)
+        )
+        self.next_tick = spec.interval_s
+        self.low_since: float | None = None
+        self.events: list[dict[str, Any]] = []
+
+    def tick(self, t: float) -> None:
+        fleet, spec = self.fleet, self.spec
+        fleet.ready(t)
+        fleet.release_idle(t)
+        serving = fleet.serving()
+        in_flight = sum(fleet.router.outstanding)
+        want = math.ceil(in_flight / (self.capacity * spec.target)) if in_flight else 0
+        want = min(spec.max_replicas, max(spec.min_replicas, want))
+        have = len(serving) + len(fleet.loading)
+        if want > have:
+            for _ in range(want - have):
+                fleet.add_replica(t, self.cold_s)
+            self.events.append({"t_s": t, "replicas": want, "in_flight": in_flight, "action": "up"})
+            self.low_since = None
+        elif want < len(serving):
+            if self.low_since is None:
+                self.low_since = t
+            elif t - self.low_since >= spec.down_after_s:
+                for i in sorted(serving, key=lambda i: fleet.router.outstanding[i])[: len(serving) - want]:
+                    fleet.drain(i, t)
+                self.events.append({"t_s": t, "replicas": want, "in_flight": in_flight, "action": "down"})
+                self.low_since = None
+        else:
+            self.low_since = None
 
 
 def run_fleet(
@@ -246,6 +449,7 @@ def run_fleet(
     kv_report_s: float = KV_REPORT_S,
     progress: Callable[[float, int], None] | None = None,
     coalesce: bool = True,
+    autoscale: Autoscale | None = None,
 ) -> FleetResult:
     """Serve ``requests`` (in arrival order) with ``replicas`` replicas of ``profile`` behind a
     ``policy`` router, to the last request's end; the windows of ``window_s`` it spans. ``progress``
@@ -266,6 +470,7 @@ def run_fleet(
         kv_report_s=kv_report_s,
         coalesce=coalesce,
     )
+    scaler = _Scaler(autoscale, fleet) if autoscale is not None else None
     heap, due = fleet.heap, fleet.due
     last = -math.inf
     tick = 0
@@ -274,20 +479,23 @@ def run_fleet(
         if t_arr < last:
             raise ValueError(f"requests out of order: one at {t_arr:.3f} s after one at {last:.3f} s")
         last = t_arr
-        while heap and heap[0][0] < t_arr:
-            t, i = heapq.heappop(heap)
-            if due[i] != t:
-                continue
-            fleet.step_end(t, i)
+        if scaler is not None:
+            fleet.advance(t_arr, scaler)
+        else:
+            while heap and heap[0][0] < t_arr:
+                t, i = heapq.heappop(heap)
+                if due[i] != t:
+                    continue
+                fleet.step_end(t, i)
         fleet.arrive(fr)
         tick += 1
         if progress is not None and tick % 5000 == 0:
             progress(t_arr, tick)
-    fleet.drain()
+    fleet.advance(math.inf, scaler)
     end = max(fleet.now, last, 0.0)
     fleet._window(end)
     fleet._close(fleet.windows[-1])
-    total = Window(0.0, fleet.windows[-1].end_s, replicas_max=replicas)
+    total = Window(0.0, fleet.windows[-1].end_s, replicas_max=max(w.replicas_max for w in fleet.windows))
     for w in fleet.windows:
         _add(total, w)
     return FleetResult(
@@ -300,6 +508,8 @@ def run_fleet(
         gpus_per_replica=fleet.gpus,
         total=total,
         routed=list(fleet.router.routed),
+        scale_events=scaler.events if scaler is not None else [],
+        cold_start_s=scaler.cold_s if scaler is not None else None,
     )
 
 

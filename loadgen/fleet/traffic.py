@@ -21,6 +21,7 @@ in its users' working day.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -42,6 +43,18 @@ class FleetRequest:
     output_tokens: int
     blocks: tuple[int, ...] = ()
     session: str | None = None
+
+
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(s|m|h|d)?\s*$")
+_UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+
+def parse_duration(text: str, flag: str) -> float:
+    """``300``, ``300s``, ``5m``, ``1h``, ``1d`` -> seconds; ValueError naming the flag."""
+    m = _DURATION.match(text)
+    if not m or float(m.group(1)) <= 0:
+        raise ValueError(f"{flag} {text!r}: give a positive duration such as 300s, 5m, 1h or 1d")
+    return float(m.group(1)) * _UNIT_S[m.group(2)]
 
 
 def parse_shape(text: str) -> tuple[float, ...]:

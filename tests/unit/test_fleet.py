@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -362,3 +363,75 @@ def test_fleet_requests_are_taken_in_order() -> None:
     profile = load_profile("tiny")
     with pytest.raises(ValueError, match="out of order"):
         run_fleet(profile, [FleetRequest(5.0, 10, 5), FleetRequest(1.0, 10, 5)], replicas=1)
+
+
+# -- the autoscaler ---------------------------------------------------------------------------------
+
+
+def _steps(*parts: tuple[float, float, float]) -> list[FleetRequest]:
+    """Poisson arrivals in consecutive parts of (seconds, rate/s, prompt tokens), 200 output tokens each."""
+    out: list[FleetRequest] = []
+    t0 = 0.0
+    for k, (seconds, rate, prompt) in enumerate(parts):
+        out += [
+            FleetRequest(t0 + r.arrival_s, r.prompt_tokens, r.output_tokens)
+            for r in poisson(rate, seconds, int(prompt), 200, seed=k)
+        ]
+        t0 += seconds
+    return out
+
+
+def test_cold_start_is_the_engines_start_and_the_weights_over_the_slower_of_storage_and_pcie() -> None:
+    from loadgen.fleet.sim import cold_start
+    from loadgen.sim.memory import memory_plan
+
+    profile = load_profile("h100-llama-8b")
+    weights = memory_plan(profile).weight_bytes
+    assert weights > 15e9  # Llama-3.1-8B in BF16 on one GPU
+    assert cold_start(profile, storage_gb_s=5.0, init_s=60.0) == pytest.approx(60.0 + weights / 5e9)
+    # from fast storage the GPU's PCIe link (Gen5 x16, 64 GB/s) is what limits
+    assert cold_start(profile, storage_gb_s=1000.0, init_s=0.0) == pytest.approx(
+        weights / (profile.hardware.pcie_gb_s * 1e9)
+    )
+
+
+def test_the_autoscaler_follows_a_surge_late_by_its_cold_start_and_gives_replicas_back() -> None:
+    from loadgen.fleet.sim import parse_autoscale
+
+    profile = load_profile("h100-llama-8b")
+    # 10 min quiet, 15 min a surge ten times the rate, 15 min quiet again
+    reqs = _steps((600, 2.0, 1000), (900, 20.0, 1000), (900, 2.0, 1000))
+    spec = parse_autoscale("target=0.7,capacity=16,cold-start=120s,interval=30s,min=1,max=16,down-after=5m")
+    slo = {"ttft_p99_ms": 500.0}
+    scaled = run_fleet(profile, iter(reqs), replicas=1, window_s=300, slo=slo, autoscale=spec)
+    ups = [e for e in scaled.scale_events if e["action"] == "up"]
+    downs = [e for e in scaled.scale_events if e["action"] == "down"]
+    assert ups and 600 <= ups[0]["t_s"] <= 660, scaled.scale_events  # within a tick or two of the surge
+    assert downs and downs[-1]["t_s"] >= 1500 + 300  # only after five quiet minutes
+    peak = scaled.total.replicas_max
+    assert 2 <= peak <= 16
+    by_window = [w.row(1, None, slo) for w in scaled.windows]
+    # while the new replicas load (the surge's first 5 minutes) the SLO breaks; once they serve it holds
+    assert by_window[2]["slo_held"] is False and by_window[4]["slo_held"] is True, [r["slo_held"] for r in by_window]
+    assert by_window[3]["replicas"] > by_window[1]["replicas"] and by_window[-1]["replicas"] < by_window[4]["replicas"]
+    fixed = run_fleet(profile, iter(reqs), replicas=peak, window_s=300, slo=slo)
+    assert scaled.total.replica_s < 0.8 * fixed.total.replica_s  # the quiet hours' GPUs given back
+    assert fixed.total.slo_ok > scaled.total.slo_ok  # what the lag cost
+    assert scaled.total.finished == fixed.total.finished == len(reqs)
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("target=1.5", "(0, 1]"),
+        ("min=4,max=2", "1 <= min <= max"),
+        ("speed=3", "KEY=VALUE"),
+        ("cold-start=soon", "cold-start"),
+        ("capacity=0", "capacity"),
+    ],
+)
+def test_autoscale_text_is_checked(text: str, words: str) -> None:
+    from loadgen.fleet.sim import parse_autoscale
+
+    with pytest.raises(ValueError, match=re.escape(words)):
+        parse_autoscale(text)
