@@ -106,6 +106,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--replicas", type=int, help="replicas of the deployment (default: none; or --find-replicas)")
     ap.add_argument("--find-replicas", action="store_true", help="the fewest replicas that hold --slo")
     ap.add_argument(
+        "--disaggregate",
+        metavar="P:D",
+        help="prefill and decode pools of P and D replicas (the prompt's KV over the NICs between them), "
+        "compared with the same GPUs as P+D aggregated replicas (default: none, aggregated)",
+    )
+    ap.add_argument(
         "--autoscale",
         help="scale the replicas as the load goes: target=0.7,capacity=N (requests in flight a replica serves "
         "within the SLO),cold-start=auto|90s,interval=30s,min=1,max=64,down-after=5m; compared with a fixed "
@@ -148,12 +154,28 @@ class _Args:
         self.duration_s = parse_duration(ns.duration, "--duration") if ns.duration else None
         self.shape = parse_shape(ns.day_shape) if ns.day_shape else None
         self.autoscale = parse_autoscale(ns.autoscale) if ns.autoscale else None
+        self.pd: tuple[int, int] | None = None
+        if ns.disaggregate:
+            parts = ns.disaggregate.split(":")
+            try:
+                self.pd = (int(parts[0]), int(parts[1])) if len(parts) == 2 else None
+            except ValueError:
+                self.pd = None
+            if self.pd is None or min(self.pd) < 1:
+                raise ValueError(f"--disaggregate {ns.disaggregate!r}: give prefill:decode replicas, e.g. 2:6")
+            if ns.find_replicas or self.autoscale is not None or ns.replicas is not None:
+                raise ValueError(
+                    "--disaggregate gives the replicas (P:D): leave out --replicas, --find-replicas, --autoscale"
+                )
+            if self.profile.server.engine == "vllm":
+                raise ValueError("--disaggregate is modelled on SGLang's scheduler; this deployment runs vLLM's")
+            ns.replicas = sum(self.pd)
         if self.autoscale is not None:
             if ns.find_replicas:
                 raise ValueError("--autoscale and --find-replicas answer different questions: give one")
             if ns.replicas is None:
                 ns.replicas = self.autoscale.min_replicas
-        elif (ns.replicas is None) == (not ns.find_replicas):
+        elif self.pd is None and (ns.replicas is None) == (not ns.find_replicas):
             raise ValueError("give --replicas N, --find-replicas (with --slo) or --autoscale")
         if ns.find_replicas and not self.slo:
             raise ValueError("--find-replicas looks for the fewest replicas that hold an SLO: give --slo")
@@ -375,6 +397,12 @@ def markdown(doc: dict[str, Any]) -> str:
             )
         if run.get("fixed_at_peak"):
             head += " (fixed at the autoscaler's peak)"
+        if run.get("disaggregated"):
+            pd = run["disaggregated"]
+            head = (
+                f"## {run['policy']}, disaggregated: {pd['prefill']} prefill and {pd['decode']} decode replicas "
+                f"(the prompt's KV over the NICs)"
+            )
         lines += [head, ""]
         if run.get("tried"):
             lines.append(
@@ -422,6 +450,8 @@ def markdown(doc: dict[str, Any]) -> str:
         for run in doc["runs"]:
             t = run["total"]
             count = f"auto, ≤ {t['replicas_max']}" if run.get("autoscaled") else str(run["replicas"])
+            if run.get("disaggregated"):
+                count = f"{run['disaggregated']['prefill']}P + {run['disaggregated']['decode']}D"
             lines.append(
                 f"| {run['policy']} | {count} | {_ms(t['ttft_ms']['p50'])} / {_ms(t['ttft_ms']['p99'])} | "
                 f"{_ms(t['tpot_ms']['p50'])} | {_pct(t['slo_attainment'])} | {_pct(run['windows_held'])} | "
@@ -492,8 +522,26 @@ def main(argv: list[str] | None = None) -> int:
                 seed=ns.seed,
                 progress=_progress(ns.quiet),
                 autoscale=args.autoscale,
+                disaggregate=args.pd,
             )
             run = result_json(result, args)
+            if args.pd is not None:
+                run["disaggregated"] = {"prefill": args.pd[0], "decode": args.pd[1]}
+                runs.append(run)
+                log(f"{policy.value}: the same {ns.replicas} replicas aggregated")
+                run = result_json(
+                    run_fleet(
+                        args.profile,
+                        args.requests(),
+                        replicas=ns.replicas,
+                        policy=policy,
+                        window_s=args.window_s,
+                        slo=args.slo,
+                        seed=ns.seed,
+                        progress=_progress(ns.quiet),
+                    ),
+                    args,
+                )
             if args.autoscale is not None:
                 run.update(autoscaled=True, scale_events=result.scale_events, cold_start_s=result.cold_start_s)
                 runs.append(run)

@@ -27,8 +27,9 @@ from typing import Any
 from loadgen.fleet.router import Policy, RouteInfo, Router
 from loadgen.fleet.stats import LogHistogram, Window
 from loadgen.fleet.traffic import FleetRequest, parse_duration
-from loadgen.sim.engine import ABORTED, Engine, RejectError, SimRequest
+from loadgen.sim.engine import ABORTED, Emission, Engine, RejectError, SimRequest
 from loadgen.sim.memory import memory_plan
+from loadgen.sim.parallel import layout_of
 from loadgen.sim.profile import Profile
 
 KV_REPORT_S = 1.0  # how often a replica's KV use reaches the router (a /metrics poll)
@@ -46,7 +47,7 @@ class FleetResult:
     sim_s: float  # virtual seconds simulated
     gpus_per_replica: int
     total: Window = field(default_factory=lambda: Window(0.0, 0.0))
-    routed: list[int] = field(default_factory=list)
+    routed: list[int] = field(default_factory=list)  # requests sent to each replica (prefill pool first)
     scale_events: list[dict[str, Any]] = field(default_factory=list)  # the autoscaler's decisions
     cold_start_s: float | None = None  # the autoscaler's replicas: from taking the GPUs to serving
 
@@ -76,10 +77,18 @@ class _Fleet:
         seed: int,
         kv_report_s: float,
         coalesce: bool,
+        pd: tuple[int, int] | None = None,
     ) -> None:
         plan = memory_plan(profile)
         if plan.failure is not None:
             raise ValueError(f"the deployment does not start: {plan.failure}")
+        if pd is not None:
+            if profile.server.engine == "vllm":
+                raise ValueError("disaggregated pools are modelled on SGLang's scheduler; the deployment runs vLLM's")
+            if min(pd) < 1:
+                raise ValueError(f"disaggregated pools of {pd[0]} prefill and {pd[1]} decode replicas: give >= 1 each")
+            replicas = pd[0] + pd[1]
+        self.pd = pd
         self.profile = profile
         self.seed = seed
         self.coalesce = coalesce
@@ -96,7 +105,19 @@ class _Fleet:
         self.reported_at = -math.inf
         self.kv_report_s = kv_report_s
         tree = self.pool // max(1, self.block_tokens)
-        self.router = Router(policy, replicas, kv_usage=self._kv_usage, tree_blocks=max(1, tree))
+        n_front = pd[0] if pd is not None else replicas
+        self.router = Router(policy, n_front, kv_usage=self._kv_usage, tree_blocks=max(1, tree))
+        # disaggregated: the decode pool behind its own least-requests router; a prompt's KV crosses from
+        # a prefill replica's NICs (each GPU its shard, one transfer at a time per replica)
+        self.decode_router = Router(Policy.LEAST_REQUESTS, pd[1]) if pd is not None else None
+        lay = layout_of(profile)
+        kv_div = lay.dp if profile.model.kv_replicated else lay.tp
+        self.transfer_s_per_token = (
+            profile.model.kv_bytes_per_token / max(1, kv_div) / (profile.hardware.nic_gb_s * 1e9)
+        )
+        self.nic_free = [0.0] * n_front
+        self.pending: dict[int, tuple[float, Window, int, int, int, float]] = {}
+        self.transfers = 0
         self.window_s = window_s
         self.windows: list[Window] = []
         self.ttft_max, self.tpot_max, self.e2e_max = request_limits(slo)
@@ -227,63 +248,119 @@ class _Fleet:
             w.failed += 1
             self.router.done(i)
             return
+        prefill_only = self.pd is not None
         req = SimRequest(
             rid=str(self.seq),
             prompt_tokens=fr.prompt_tokens,
-            max_new_tokens=fr.output_tokens,
-            target_tokens=fr.output_tokens,
-            stop_reason="length",
+            max_new_tokens=0 if prefill_only else fr.output_tokens,
+            target_tokens=0 if prefill_only else fr.output_tokens,
+            stop_reason="stop" if prefill_only else "length",
+            prefill_only=prefill_only,
         )
         self.seq += 1
         if fr.blocks:
             req.block_hashes = list(fr.blocks)
-        req.context = (i, w)
-        eng.submit(req, now)
+        # (window, arrival at the fleet, output tokens asked, cached prompt tokens, queue seconds)
+        req.context = (w, now, fr.output_tokens, -1, -1.0)
+        self._submit(i, req, now)
+
+    def _submit(self, i: int, req: SimRequest, now: float, transferred: bool = False) -> None:
+        eng = self.engines[i]
+        if transferred:
+            eng.submit_transferred(req, now)
+        else:
+            eng.submit(req, now)
         if not eng.busy:
-            eng.advance(now)
+            self._emitted(i, now, eng.advance(now))
         else:
             eng.interrupt(now)  # a coalesced run of decodes ends with the step running now
         self._schedule(i)
 
-    def step_end(self, t: float, i: int) -> None:
-        self.now = t
-        eng = self.engines[i]
-        self.due[i] = None
-        emissions = eng.advance(t)
-        self._schedule(i)
-        if not emissions:
+    def event(self, t: float, i: int) -> None:
+        """The heap's event at ``t``: replica ``i``'s step ends, or (``i`` < 0) a KV transfer does."""
+        if i < 0:
+            self.transfer_done(t, -i - 1)
             return
+        if self.due[i] != t:
+            return  # superseded: the step's end moved (an interrupted run)
+        self.now = t
+        self.due[i] = None
+        emissions = self.engines[i].advance(t)
+        self._schedule(i)
+        if emissions:
+            self._emitted(i, t, emissions)
+
+    def step_end(self, t: float, i: int) -> None:
+        self.event(t, i)
+
+    def _emitted(self, i: int, t: float, emissions: list[Emission]) -> None:
+        pd = self.pd
         produced = 0
-        w_now: Window | None = None
         for em in emissions:
             produced += em.tokens
             if not em.finished:
                 continue
             req = em.req
-            w: Window = req.context[1]  # type: ignore[index]
-            self.router.done(i)
+            ctx: tuple[Window, float, int, int, float] = req.context  # type: ignore[assignment]
+            w, arrival, asked, cached, queue_s = ctx
+            if pd is not None and i < pd[0]:
+                self.router.done(i)
+                if req.state == ABORTED:
+                    w.failed += 1
+                else:
+                    self._transfer(i, t, req, w, arrival, asked)
+                continue
+            if pd is not None:
+                assert self.decode_router is not None
+                self.decode_router.done(i - pd[0])
+            else:
+                self.router.done(i)
             if req.state == ABORTED:
                 w.failed += 1
                 continue
-            self._record(req, w)
+            self._record(req, w, arrival, cached, queue_s)
         if produced:
-            w_now = self._window(t)
-            w_now.output_tokens += produced
+            self._window(t).output_tokens += produced
 
-    def _record(self, req: SimRequest, w: Window) -> None:
-        ttft = req.first_token_s - req.arrival_s
-        e2e = req.finish_s - req.arrival_s
+    def _transfer(self, i: int, t: float, req: SimRequest, w: Window, arrival: float, asked: int) -> None:
+        """A prefilled prompt's KV leaves prefill replica ``i`` for the decode pool."""
+        start = max(t, self.nic_free[i])
+        done = start + req.prompt_tokens * self.transfer_s_per_token
+        self.nic_free[i] = done
+        k = self.transfers
+        self.transfers += 1
+        self.pending[k] = (arrival, w, req.prompt_tokens, asked, req.cached_tokens, req.queue_end_s - req.arrival_s)
+        heapq.heappush(self.heap, (done, -k - 1))
+
+    def transfer_done(self, t: float, k: int) -> None:
+        """A prompt's KV (and its first token) reached the decode pool: a decode replica takes it."""
+        assert self.pd is not None and self.decode_router is not None
+        self.now = t
+        arrival, w, prompt, asked, cached, queue_s = self.pending.pop(k)
+        j = self.decode_router.pick(RouteInfo((), prompt, None, self.block_tokens))
+        req = SimRequest(
+            rid=f"d{k}", prompt_tokens=prompt, max_new_tokens=asked, target_tokens=asked, stop_reason="length"
+        )
+        req.context = (w, arrival, asked, cached, queue_s)
+        self._submit(self.pd[0] + j, req, t, transferred=True)
+
+    def _record(self, req: SimRequest, w: Window, arrival: float, cached: int, queue_s: float) -> None:
+        ttft = req.first_token_s - arrival
+        e2e = req.finish_s - arrival
         hist = w.hist
         hist["ttft"].add(ttft)
         hist["e2e"].add(e2e)
-        hist["queue"].add(max(req.queue_end_s - req.arrival_s, 0.0) + 1e-9)
+        if queue_s < 0:
+            queue_s = req.queue_end_s - req.arrival_s
+            cached = req.cached_tokens
+        hist["queue"].add(max(queue_s, 0.0) + 1e-9)
         ok = ttft <= self.ttft_max and e2e <= self.e2e_max
         if req.generated > 1:
             tpot = (req.finish_s - req.first_token_s) / (req.generated - 1)
             hist["tpot"].add(tpot)
             ok = ok and tpot <= self.tpot_max
         w.finished += 1
-        w.cached_tokens += req.cached_tokens
+        w.cached_tokens += cached
         if ok and self.judged:
             w.slo_ok += 1
             w.good_tokens += req.generated
@@ -291,7 +368,7 @@ class _Fleet:
     def advance(self, t_limit: float, scaler: _Scaler | None) -> None:
         """Every replica's step ending before ``t_limit``, and the autoscaler's ticks, in time order;
         with ``t_limit`` infinite, until every request has ended."""
-        heap, due = self.heap, self.due
+        heap = self.heap
         while True:
             t_step = heap[0][0] if heap else math.inf
             t_tick = scaler.next_tick if scaler is not None and (heap or t_limit < math.inf) else math.inf
@@ -304,9 +381,7 @@ class _Fleet:
                 scaler.next_tick += scaler.spec.interval_s
                 continue
             t, i = heapq.heappop(heap)
-            if due[i] != t:
-                continue
-            self.step_end(t, i)
+            self.event(t, i)
 
 
 ENGINE_INIT_S = 60.0  # ASSUMPTION: a server's start besides its weights (process, CUDA graphs): about a minute
@@ -450,6 +525,7 @@ def run_fleet(
     progress: Callable[[float, int], None] | None = None,
     coalesce: bool = True,
     autoscale: Autoscale | None = None,
+    disaggregate: tuple[int, int] | None = None,
 ) -> FleetResult:
     """Serve ``requests`` (in arrival order) with ``replicas`` replicas of ``profile`` behind a
     ``policy`` router, to the last request's end; the windows of ``window_s`` it spans. ``progress``
@@ -469,12 +545,14 @@ def run_fleet(
         seed=seed,
         kv_report_s=kv_report_s,
         coalesce=coalesce,
+        pd=disaggregate,
     )
+    if disaggregate is not None and autoscale is not None:
+        raise ValueError("an autoscaler of disaggregated pools is not modelled: give one or the other")
     scaler = _Scaler(autoscale, fleet) if autoscale is not None else None
-    heap, due = fleet.heap, fleet.due
+    heap = fleet.heap
     last = -math.inf
-    tick = 0
-    for fr in requests:
+    for tick, fr in enumerate(requests, start=1):
         t_arr = fr.arrival_s
         if t_arr < last:
             raise ValueError(f"requests out of order: one at {t_arr:.3f} s after one at {last:.3f} s")
@@ -484,11 +562,8 @@ def run_fleet(
         else:
             while heap and heap[0][0] < t_arr:
                 t, i = heapq.heappop(heap)
-                if due[i] != t:
-                    continue
-                fleet.step_end(t, i)
+                fleet.event(t, i)
         fleet.arrive(fr)
-        tick += 1
         if progress is not None and tick % 5000 == 0:
             progress(t_arr, tick)
     fleet.advance(math.inf, scaler)
@@ -507,7 +582,7 @@ def run_fleet(
         sim_s=end,
         gpus_per_replica=fleet.gpus,
         total=total,
-        routed=list(fleet.router.routed),
+        routed=list(fleet.router.routed) + (list(fleet.decode_router.routed) if fleet.decode_router else []),
         scale_events=scaler.events if scaler is not None else [],
         cold_start_s=scaler.cold_s if scaler is not None else None,
     )

@@ -116,6 +116,10 @@ class Engine:
         self._log_retracted = 0
         self.last_cost: StepCost | None = None
         self._aborted_now: list[SimRequest] = []
+        # disaggregated serving's decode side: requests whose prompt KV (and first token) came from a
+        # prefill server, waiting for a place in the running batch (submit_transferred)
+        self.transferred: deque[SimRequest] = deque()
+        self._emitted_now: list[Emission] = []
         # decode steps that nothing can change (no request waiting, none finishing before the last)
         # run as one coalesced step whose end the caller can pull in with interrupt(): the fleet's
         # many replicas; off for the HTTP server, predict and the twin (their step-by-step gauges,
@@ -155,6 +159,17 @@ class Engine:
         req.arrival_s = now
         req.state = WAITING
         self.enqueue(req)
+        self.requests[req.rid] = req
+        self.counters.requests += 1
+        self.counters.prompt_tokens += req.prompt_tokens
+
+    def submit_transferred(self, req: SimRequest, now: float) -> None:
+        """Queue a request whose prompt was prefilled elsewhere (disaggregated serving): its KV and its
+        first token arrive now. It joins the running batch without a prefill when a slot and the pool
+        allow (SGLang's scheduler only: the fleet's decode pools); call :meth:`advance` if idle."""
+        req.arrival_s = now
+        req.state = WAITING
+        self.transferred.append(req)
         self.requests[req.rid] = req
         self.counters.requests += 1
         self.counters.prompt_tokens += req.prompt_tokens
@@ -291,6 +306,9 @@ class Engine:
         if self._aborted_now:
             out.extend(Emission(req, 0, True) for req in self._aborted_now)
             self._aborted_now = []
+        if self._emitted_now:
+            out.extend(self._emitted_now)
+            self._emitted_now = []
         return out
 
     def interrupt(self, t: float) -> None:

@@ -74,14 +74,35 @@ class SglangScheduler:
     def plan(self, t: float) -> Step | None:
         """The step to start at ``t``: a prefill batch if one can be admitted, else a decode batch
         of the running requests; None when there is nothing to run."""
+        if self.e.transferred:
+            self._admit_transferred(t)
         step = self._plan_prefill(t)
         if step is None and self.e.running:
             e = self.e
-            if e.coalesce and not e.waiting:
+            if e.coalesce and not e.waiting and not e.transferred:
                 step = self._plan_run(t)
             if step is None:
                 step = self._plan_decode(t)
         return step
+
+    def _admit_transferred(self, t: float) -> None:
+        """Requests whose prompt KV came from a prefill server join the running batch, first come first
+        served, while a slot is free and the pool holds their prompt and reserved output (SGLang's decode
+        side of PD disaggregation preallocates the KV before the transfer; here the room is checked when
+        it arrives). Their first token, sampled by the prefill server, is emitted now."""
+        e = self.e
+        while e.transferred and len(e.running) < e.max_running:
+            req = e.transferred[0]
+            need = req.prompt_tokens + 1 + min(req.max_new_tokens, CLIP_MAX_NEW_TOKENS)
+            if e.running and need > e.pool_tokens - e.used_tokens - self._reserved_tokens():
+                break
+            e.transferred.popleft()
+            e._leave_queue(req, t, 0)
+            e._take(req, req.prompt_tokens)
+            req.prefilled = req.prompt_tokens
+            req.state = RUNNING
+            e.running.append(req)
+            e._emitted_now.append(e._commit(req, 1, t))
 
     def _plan_run(self, t: float) -> Step | None:
         """Coalesced decode steps (``Engine.coalesce``, no request waiting): as many as run until the

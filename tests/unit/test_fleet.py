@@ -14,7 +14,7 @@ import pytest
 
 from loadgen.fleet.cli import main as fleet_main
 from loadgen.fleet.router import Policy, RouteInfo, Router, parse_policy
-from loadgen.fleet.sim import _add, request_limits, run_fleet
+from loadgen.fleet.sim import FleetResult, _add, request_limits, run_fleet
 from loadgen.fleet.stats import LogHistogram, Window
 from loadgen.fleet.traffic import FleetRequest, from_trace, parse_shape, poisson
 from loadgen.sim.forecast import run_point
@@ -435,3 +435,54 @@ def test_autoscale_text_is_checked(text: str, words: str) -> None:
 
     with pytest.raises(ValueError, match=re.escape(words)):
         parse_autoscale(text)
+
+
+# -- disaggregated pools ----------------------------------------------------------------------------
+
+
+def test_a_disaggregated_request_waits_for_its_kv_to_cross_the_nic() -> None:
+    """One request alone: its first token reaches the client when the prompt's KV has crossed from the
+    prefill replica (the prefill's own first token rides with it), so TTFT is the prefill plus bytes over
+    the NIC; the decode replica then steps it alone."""
+    from loadgen.sim.profile import apply_overrides
+
+    base = load_profile("h100-llama-8b")
+    one = [FleetRequest(1.0, 8000, 50)]
+    aggregated = run_fleet(base, iter(one), replicas=2, window_s=60)
+    ttft_agg = aggregated.total.hist["ttft"].percentile(50)
+    assert ttft_agg is not None
+    for nic_gb_s in (50.0, 1.0):
+        profile = apply_overrides(base, {"hardware.nic_gb_s": nic_gb_s})
+        pd = run_fleet(profile, iter(one), replicas=2, window_s=60, disaggregate=(1, 1))
+        ttft = pd.total.hist["ttft"].percentile(50)
+        transfer = 8000 * profile.model.kv_bytes_per_token / (nic_gb_s * 1e9)  # one GPU: the whole KV
+        assert ttft == pytest.approx(ttft_agg + transfer, rel=0.01, abs=0.001), (nic_gb_s, ttft, ttft_agg, transfer)
+        assert pd.total.finished == 1 and pd.total.output_tokens == 50 and pd.routed == [1, 1]  # prefill, decode
+
+
+def test_disaggregation_trades_ttft_for_tpot_on_the_same_gpus() -> None:
+    """Eight H100s under the Azure-like load: a decode pool free of prefills keeps TPOT low and steady;
+    too small a prefill pool makes prompts queue (TTFT); enough of one holds both."""
+    profile = load_profile("h100-llama-8b")
+    reqs = _steps((600, 40.0, 1000))
+    agg = run_fleet(profile, iter(reqs), replicas=8, window_s=600)
+    tight = run_fleet(profile, iter(reqs), replicas=8, window_s=600, disaggregate=(1, 7))
+    even = run_fleet(profile, iter(reqs), replicas=8, window_s=600, disaggregate=(4, 4))
+
+    def p(r: FleetResult, f: str, q: float) -> float:
+        v = r.total.hist[f].percentile(q)
+        assert v is not None
+        return v
+
+    assert p(even, "tpot", 99) < 0.95 * p(agg, "tpot", 99) and p(even, "tpot", 50) < p(agg, "tpot", 50)
+    assert p(tight, "ttft", 50) > 5 * p(even, "ttft", 50)
+    assert agg.total.finished == even.total.finished == tight.total.finished == len(reqs)
+    assert agg.total.output_tokens == even.total.output_tokens
+
+
+def test_disaggregate_flag_is_checked(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["--deployment", "h100-llama-8b", "--rate", "5", "--duration", "1m", "--quiet"]
+    assert fleet_main([*base, "--disaggregate", "2"]) == 2
+    assert "prefill:decode" in capsys.readouterr().err
+    assert fleet_main([*base, "--disaggregate", "2:2", "--replicas", "4"]) == 2
+    assert "leave out --replicas" in capsys.readouterr().err
