@@ -24,11 +24,12 @@ from typing import Any
 from loadgen.fleet.router import POLICY_NAMES, Policy, parse_policy
 from loadgen.fleet.sim import FleetResult, parse_autoscale, request_limits, run_fleet
 from loadgen.fleet.stats import holds
-from loadgen.fleet.traffic import FleetRequest, from_trace, parse_duration, parse_shape, poisson
+from loadgen.fleet.traffic import FleetRequest, from_trace, from_workload, parse_duration, parse_shape, poisson
 from loadgen.sim.profile import Profile, ProfileError, load_profile, load_profile_file
 from loadgen.spec.gates import SLOError, parse_slo
 from loadgen.workload.datasets import TRACE_FORMATS, load_trace
 from loadgen.workload.errors import DatasetError
+from loadgen.workload.wfile import open_workload
 
 
 def load_deployment(text: str) -> tuple[Profile, str]:
@@ -95,6 +96,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long to play, e.g. 5m, 1h, 1d; loops the trace (default: the trace once, a day shape 1d)",
     )
     src.add_argument("--max-requests", type=int, help="stop after this many requests (default: no limit)")
+    src.add_argument(
+        "--workload",
+        help="instead of a trace: an open-loop workload file (loadgen workload export --rate, or import) "
+        "at its times (default: none)",
+    )
     src.add_argument("--rate", type=float, help="instead of a trace: Poisson arrivals per second (default: none)")
     src.add_argument("--input-tokens", type=int, default=1000, help="with --rate: prompt tokens (default: 1000)")
     src.add_argument("--output-tokens", type=int, default=256, help="with --rate: output tokens (default: 256)")
@@ -185,8 +191,12 @@ class _Args:
             raise ValueError(f"--hold {ns.hold}: give a share of windows in (0, 1]")
         if ns.max_replicas < 1:
             raise ValueError(f"--max-replicas {ns.max_replicas}: give at least 1")
-        if (ns.trace is None) == (ns.rate is None):
-            raise ValueError("give --trace FILE or --rate R (with --duration)")
+        if sum(x is not None for x in (ns.trace, ns.rate, ns.workload)) != 1:
+            raise ValueError("give --trace FILE, --workload FILE or --rate R (with --duration)")
+        if ns.workload is not None and (ns.day_shape or ns.scale != 1.0 or ns.duration):
+            raise ValueError(
+                "--workload plays the file at its own times: leave out --scale, --day-shape and --duration"
+            )
         if ns.scale <= 0:
             raise ValueError(f"--scale {ns.scale}: must be > 0")
         if ns.rate is not None:
@@ -199,11 +209,23 @@ class _Args:
         if ns.per_window and not ns.find_replicas:
             raise ValueError("--per-window is --find-replicas' answer for each window: give --find-replicas")
         self.trace = load_trace(ns.trace, ns.trace_format) if ns.trace else None
+        self.workload_sha = ""
+        if ns.workload is not None:
+            wf = open_workload(ns.workload)  # every line checked once, before any run
+            if wf.header.mode != "open":
+                next(from_workload(ns.workload), None)  # raises its WorkloadFileError: no times to play
+            self.workload_sha = wf.sha256
         self.tried_runs: dict[int, FleetResult] = {}
         self.ns = ns
 
     def requests(self) -> Iterator[FleetRequest]:
         ns = self.ns
+        if ns.workload is not None:
+            s = self.profile.server
+            stream = from_workload(ns.workload, chars_per_token=s.chars_per_token, block_tokens=s.prefix_block_tokens)
+            if ns.max_requests is None:
+                return stream
+            return (r for _, r in zip(range(ns.max_requests), stream, strict=False))
         if self.trace is not None:
             return from_trace(
                 self.trace,
@@ -221,6 +243,8 @@ class _Args:
 
     def source(self) -> dict[str, Any]:
         ns = self.ns
+        if ns.workload is not None:
+            return {"workload": str(ns.workload), "sha256": self.workload_sha}
         if self.trace is not None:
             return {
                 "trace": self.trace.path,
@@ -462,6 +486,8 @@ def markdown(doc: dict[str, Any]) -> str:
 
 
 def _source_words(src: dict[str, Any]) -> str:
+    if "workload" in src:
+        return f"the workload file `{src['workload']}` (sha256 {src['sha256'][:12]}) at its times"
     if "trace" in src:
         words = f"the {src['format']} trace `{src['trace']}` ({src['trace_requests']:,} requests)"
         if src["scale"] != 1.0:

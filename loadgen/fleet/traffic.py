@@ -24,6 +24,8 @@ import math
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -186,3 +188,63 @@ def poisson(
         if t >= duration_s:
             return
         yield FleetRequest(t, input_tokens, output_tokens)
+
+
+def _output_tokens(body: dict[str, Any], default: int) -> int:
+    for key in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
+        v = body.get(key)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return default
+
+
+def from_workload(
+    path: str | Path, *, chars_per_token: float = 4.0, block_tokens: int = 64, default_output_tokens: int = 512
+) -> Iterator[FleetRequest]:
+    """An open-loop workload file's requests (``loadgen workload export --rate`` or ``import``) at
+    their intended times, step after step (each step ``warmup_s + duration_s`` long, or as long as
+    its last line). Each body's prompt is measured as the simulator measures it (characters over
+    ``chars_per_token``, 4 a chat message) and cut into chained block hashes as its prefix cache does;
+    a redacted file's texts are the replay's stand-ins (the same lengths and sharing). A turn that
+    continues a conversation (``cont``) carries the conversation's earlier messages and, for each
+    answer, text of its ``max_tokens``; its session is the conversation. Output: the body's
+    ``max_tokens`` (else ``default_output_tokens``). WorkloadFileError for a closed-loop file (its
+    users wait on answers: there are no times to play)."""
+    from loadgen.sim.text import prompt_block_hashes, prompt_text
+    from loadgen.workload.corpus import _prose_text
+    from loadgen.workload.wfile import BlockText, WorkloadFileError, open_workload, unredact_body
+
+    wf = open_workload(path, hashing=False)
+    h = wf.header
+    if h.mode != "open":
+        raise WorkloadFileError(
+            wf.path,
+            1,
+            "a closed-loop file: its users send when their answers come, so it has no times to play on a "
+            "fleet; export it with --rate (open loop) or play a trace",
+        )
+    filler = BlockText(_prose_text()) if h.redacted else None
+    chat = h.endpoint in ("chat", "responses")
+    history: dict[str, list[dict[str, Any]]] = {}
+    t0 = 0.0
+    for step, d in enumerate(h.steps):
+        last = 0.0
+        for line in wf.lines(step):
+            body = line.get("body") or {}
+            if filler is not None:
+                body = unredact_body(body, filler)
+            out = _output_tokens(body, default_output_tokens)
+            conv = line.get("conversation")
+            session = str(conv) if conv is not None else None
+            if chat and session is not None and isinstance(body.get("messages"), list):
+                earlier = history.get(session, []) if line.get("cont") else []
+                messages = earlier + list(body["messages"])
+                body = {**body, "messages": messages}
+                history[session] = [*messages, {"role": "assistant", "content": "x" * int(out * chars_per_token)}]
+            text, n_messages = prompt_text(body, chat)
+            prompt = max(1, int(len(text) / chars_per_token) + 4 * n_messages)
+            blocks = tuple(prompt_block_hashes(body, chat, chars_per_token, block_tokens))
+            last = float(line["at_s"])
+            yield FleetRequest(t0 + last, prompt, out, blocks, session)
+        span = float(d.get("warmup_s") or 0.0) + float(d.get("duration_s") or 0.0)
+        t0 += max(span, last)

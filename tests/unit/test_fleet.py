@@ -486,3 +486,53 @@ def test_disaggregate_flag_is_checked(capsys: pytest.CaptureFixture[str]) -> Non
     assert "prefill:decode" in capsys.readouterr().err
     assert fleet_main([*base, "--disaggregate", "2:2", "--replicas", "4"]) == 2
     assert "leave out --replicas" in capsys.readouterr().err
+
+
+# -- a workload file as the fleet's requests --------------------------------------------------------
+
+
+def test_an_open_loop_workload_file_plays_at_its_times_with_its_prompts_shared_prefixes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from loadgen.cli.workload_cmd import main as workload_main
+    from loadgen.fleet.traffic import from_workload
+
+    scenario = tmp_path / "rag.toml"
+    scenario.write_text(
+        'name = "rag"\nseed = 1\n[prompt]\nsource = "chat"\ninput_tokens = 300\n'
+        "[shared_prefix]\nratio = 1.0\npool = 2\ntokens = 1024\n"
+        "[output]\nmax_tokens = 64\n"
+    )
+    wfile = tmp_path / "rag.jsonl"
+    export = ["export", "--scenario", str(scenario), "--rate", "4,8", "--step-seconds", "30", "--warmup-seconds", "0"]
+    code = workload_main([*export, "-o", str(wfile)])
+    assert code == 0, capsys.readouterr()
+    reqs = list(from_workload(wfile))
+    lines = [json.loads(x) for x in wfile.read_text().splitlines()[1:]]
+    assert len(reqs) == len(lines) and all(r.output_tokens == 64 for r in reqs)
+    # step 2's lines start after step 1's 30 s, at their own offsets
+    second = [ln for ln in lines if ln["step"] == 1]
+    assert reqs[len(lines) - len(second)].arrival_s == pytest.approx(30.0 + second[0]["at_s"])
+    # one of two shared documents heads every prompt (1,024 tokens by the client's estimate, 10 or more
+    # of the simulator's 64-token blocks), then the request's own question
+    heads = {r.blocks[:8] for r in reqs}
+    assert len(heads) == 2 and len({r.blocks for r in reqs}) == len(reqs)
+    out = tmp_path / "fleet"
+    args = ["--deployment", "h100-llama-8b", "--workload", str(wfile), "--replicas", "2", "--router", "prefix-aware"]
+    code = fleet_main([*args, "--window", "30s", "--out", str(out), "--quiet"])
+    assert code == 0, capsys.readouterr()
+    doc = json.loads((out / "fleet.json").read_text())
+    total = doc["runs"][0]["total"]
+    assert total["arrived"] == len(reqs) and total["cache_hit_share"] > 0.6
+    assert doc["predicted_from"]["requests"]["workload"] == str(wfile)
+
+
+def test_a_closed_loop_workload_file_is_refused_naming_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from loadgen.cli.workload_cmd import main as workload_main
+
+    wfile = tmp_path / "closed.jsonl"
+    assert workload_main(["export", "--concurrency", "2", "--step-seconds", "5", "-o", str(wfile)]) == 0
+    capsys.readouterr()
+    assert fleet_main(["--deployment", "h100-llama-8b", "--workload", str(wfile), "--replicas", "1", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "closed-loop file" in err and "--rate" in err and str(wfile) in err
