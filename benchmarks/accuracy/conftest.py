@@ -4,8 +4,10 @@
 
 They are tests as the suite's are (real simulators over HTTP, real ramps, the same assertions) and
 use the suite's fixtures; they are kept out of the README's test command because together they take
-about four minutes of a 2-core machine's wall clock alone (test_predict_http.py, ``loadgen predict``
-against a real ramp over HTTP to 5 %, joined them from the suite: 17 s of it alone). Their figures are in ../RESULTS.md.
+about 15 minutes of a 2-core machine's wall clock alone (test_predict_http.py, ``loadgen predict``
+against a real ramp over HTTP to 5 %, joined them from the suite: 17 s of it alone; test_fleet_http.py,
+the fleet against four simulators behind loadgen router, replays five minutes of a trace twice: 10
+minutes). Their figures are in ../RESULTS.md.
 """
 
 from tests.conftest import sim_factory
