@@ -218,6 +218,21 @@ class _Args:
         self.tried_runs: dict[int, FleetResult] = {}
         self.ns = ns
 
+    def run(self, policy: Policy, replicas: int, **extra: Any) -> FleetResult:
+        """One fleet run of the requests with these options (``extra``: autoscale, disaggregate)."""
+        ns = self.ns
+        return run_fleet(
+            self.profile,
+            self.requests(),
+            replicas=replicas,
+            policy=policy,
+            window_s=self.window_s,
+            slo=self.slo,
+            seed=ns.seed,
+            progress=_progress(ns.quiet),
+            **extra,
+        )
+
     def requests(self) -> Iterator[FleetRequest]:
         ns = self.ns
         if ns.workload is not None:
@@ -301,16 +316,7 @@ def find_replicas(
     args.tried_runs = {}
 
     def attempt(n: int) -> bool:
-        result = run_fleet(
-            args.profile,
-            args.requests(),
-            replicas=n,
-            policy=policy,
-            window_s=args.window_s,
-            slo=args.slo,
-            seed=ns.seed,
-            progress=_progress(ns.quiet),
-        )
+        result = args.run(policy, n)
         ok, share = judge(result, args.slo, ns.hold)
         tried[n] = (ok, share, result)
         args.tried_runs[n] = result
@@ -538,51 +544,19 @@ def main(argv: list[str] | None = None) -> int:
             if ns.per_window:
                 run["per_window"] = per_window_need(args.tried_runs, args.slo)
         else:
-            result = run_fleet(
-                args.profile,
-                args.requests(),
-                replicas=ns.replicas,
-                policy=policy,
-                window_s=args.window_s,
-                slo=args.slo,
-                seed=ns.seed,
-                progress=_progress(ns.quiet),
-                autoscale=args.autoscale,
-                disaggregate=args.pd,
-            )
+            result = args.run(policy, ns.replicas, autoscale=args.autoscale, disaggregate=args.pd)
             run = result_json(result, args)
             if args.pd is not None:
                 run["disaggregated"] = {"prefill": args.pd[0], "decode": args.pd[1]}
                 runs.append(run)
                 log(f"{policy.value}: the same {ns.replicas} replicas aggregated")
-                run = result_json(
-                    run_fleet(
-                        args.profile,
-                        args.requests(),
-                        replicas=ns.replicas,
-                        policy=policy,
-                        window_s=args.window_s,
-                        slo=args.slo,
-                        seed=ns.seed,
-                        progress=_progress(ns.quiet),
-                    ),
-                    args,
-                )
+                run = result_json(args.run(policy, ns.replicas), args)
             if args.autoscale is not None:
                 run.update(autoscaled=True, scale_events=result.scale_events, cold_start_s=result.cold_start_s)
                 runs.append(run)
                 peak = result.total.replicas_max
                 log(f"{policy.value}: autoscaled up to {peak} replicas; the same traffic on {peak} fixed")
-                fixed = run_fleet(
-                    args.profile,
-                    args.requests(),
-                    replicas=peak,
-                    policy=policy,
-                    window_s=args.window_s,
-                    slo=args.slo,
-                    seed=ns.seed,
-                    progress=_progress(ns.quiet),
-                )
+                fixed = args.run(policy, peak)
                 run = result_json(fixed, args)
                 run["fixed_at_peak"] = True
         runs.append(run)

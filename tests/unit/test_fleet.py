@@ -325,7 +325,7 @@ def test_loadgen_fleet_finds_the_fewest_replicas_and_writes_what_it_predicted_fr
 @pytest.mark.parametrize(
     ("args", "words"),
     [
-        (["--replicas", "2"], "give --trace FILE or --rate R"),
+        (["--replicas", "2"], "give --trace FILE, --workload FILE or --rate R"),
         (["--rate", "5", "--replicas", "2"], "--rate needs --duration"),
         (["--rate", "5", "--duration", "1m", "--find-replicas"], "give --slo"),
         (["--rate", "5", "--duration", "1m", "--replicas", "2", "--router", "fastest"], "unknown router policy"),
