@@ -147,7 +147,7 @@ class Router:
             choice = self._by_session(live, req.session) if req.session is not None else self._least_loaded(live)
         else:  # pragma: no cover - mypy checks the enum is exhausted
             raise AssertionError(policy)
-        if req.blocks:
+        if req.blocks and policy is Policy.PREFIX_AWARE:
             self._remember(choice, req.blocks)
         self.outstanding[choice] += 1
         self.routed[choice] += 1
