@@ -129,7 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--per-window",
         action="store_true",
-        help="with --find-replicas: also the fewest replicas each window needs (runs every smaller count)",
+        help="with --find-replicas: also the fewest replicas each window needs (each window played on its own "
+        "after the 10 minutes before it)",
     )
     ap.add_argument(
         "--hold",
@@ -215,7 +216,6 @@ class _Args:
             if wf.header.mode != "open":
                 next(from_workload(ns.workload), None)  # raises its WorkloadFileError: no times to play
             self.workload_sha = wf.sha256
-        self.tried_runs: dict[int, FleetResult] = {}
         self.ns = ns
 
     def run(self, policy: Policy, replicas: int, **extra: Any) -> FleetResult:
@@ -293,18 +293,33 @@ def _progress(quiet: bool) -> Callable[[float, int], None] | None:
     return show
 
 
+BACKLOG_PER_REPLICA = 20  # --find-replicas: requests in flight per replica's running batch that end an attempt
+
+
+def window_verdicts(result: FleetResult, slo: dict[str, float]) -> list[bool | None]:
+    """Each window's verdict on the SLO (None: nothing to judge); a run stopped overloaded fails from
+    the window it stopped in to the end of the requests (``n_windows`` of the longest run tried)."""
+    out: list[bool | None] = []
+    stop = result.overloaded_at_s
+    for w in result.windows:
+        if stop is not None and w.end_s > stop:
+            out.append(False)
+        elif w.arrived or w.finished:
+            out.append(holds(w.row(result.gpus_per_replica, None, slo), slo, w.failed))
+        else:
+            out.append(None)
+    return out
+
+
 def judge(result: FleetResult, slo: dict[str, float], hold: float) -> tuple[bool, float]:
     """Whether the run holds the SLO in at least ``hold`` of its judged windows, and the share that do."""
-    verdicts = [
-        holds(w.row(result.gpus_per_replica, None, slo), slo, w.failed)
-        for w in result.windows
-        if w.arrived or w.finished
-    ]
+    verdicts = window_verdicts(result, slo)
     judged = [v for v in verdicts if v is not None]
     if not judged:
         return False, 0.0
     share = sum(1 for v in judged if v) / len(judged)
-    return share >= hold - 1e-12, share
+    # a run stopped overloaded did not play its later windows: it does not hold, whatever the share
+    return share >= hold - 1e-12 and result.overloaded_at_s is None, share
 
 
 def find_replicas(
@@ -313,13 +328,12 @@ def find_replicas(
     """The fewest replicas holding the SLO (doubling, then bisecting), its run, and every count tried."""
     ns = args.ns
     tried: dict[int, tuple[bool, float, FleetResult]] = {}
-    args.tried_runs = {}
 
     def attempt(n: int) -> bool:
-        result = args.run(policy, n)
+        # a count too small for the load is known by its backlog: stop it there (its later windows fail)
+        result = args.run(policy, n, max_backlog=BACKLOG_PER_REPLICA * args.profile.max_running_requests * n)
         ok, share = judge(result, args.slo, ns.hold)
         tried[n] = (ok, share, result)
-        args.tried_runs[n] = result
         log(f"{policy.value}: {n} replicas hold the SLO in {share:.0%} of windows{' ✓' if ok else ''}")
         return ok
 
@@ -335,41 +349,66 @@ def find_replicas(
             high = mid
         else:
             low = mid
-    if ns.per_window:
-        for n in range(1, high):
-            if n not in tried:
-                attempt(n)
     return high, tried[high][2], _tried_rows(tried)
 
 
-def per_window_need(tried: dict[int, FleetResult], slo: dict[str, float]) -> list[dict[str, Any]]:
-    """For each window of the runs at every count tried: the fewest replicas that held the SLO in it
-    (None: no count tried held it, or nothing ended in it to judge)."""
-    counts = sorted(tried)
-    base = tried[counts[-1]]
-    out = []
-    for k, w in enumerate(base.windows):
+WARM_S = 600.0  # --per-window: each window is played after this much of the traffic before it
+
+
+def per_window_need(args: _Args, policy: Policy, most: int, log: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Each window's own need: the fewest replicas (up to ``most``, --max-replicas) that hold the
+    SLO in it, the window played on its own after ``WARM_S`` (at most a window) of the traffic before it
+    (a fleet sized for that hour, no backlog carried in from a busier one), counts tried from the one
+    below the previous window's need, each stopped once its backlog shows it too small. None: nothing
+    arrived in it, or not even ``most`` replicas held it."""
+    w_s = args.window_s
+    warm = min(WARM_S, w_s)  # the warm-up fits in the run's first window
+    slo = args.slo
+    cap = BACKLOG_PER_REPLICA * args.profile.max_running_requests
+    out: list[dict[str, Any]] = []
+    pending: list[FleetRequest] = []  # the current window's requests and the warm-up before it
+    k = 0
+
+    def judge_window(k: int, reqs: list[FleetRequest]) -> None:
+        start = k * w_s
+        arrived = sum(1 for r in reqs if r.arrival_s >= start)
         need = None
-        for n in counts:
-            r = tried[n]
-            if k < len(r.windows):
-                wk = r.windows[k]
-                if holds(wk.row(r.gpus_per_replica, None, slo), slo, wk.failed):
+        if arrived:
+            # the window becomes the run's second (the warm-up's traffic at the end of its first), or the first
+            shift, at = (start - w_s, 1) if k > 0 else (0.0, 0)
+            shifted = [
+                FleetRequest(r.arrival_s - shift, r.prompt_tokens, r.output_tokens, r.blocks, r.session) for r in reqs
+            ]
+            n = max(1, (out[-1]["replicas_needed"] or 1) - 1) if out else 1
+            while n <= most:
+                result = run_fleet(
+                    args.profile, iter(shifted), replicas=n, policy=policy, window_s=w_s, slo=slo,
+                    seed=args.ns.seed, max_backlog=cap * n,
+                )  # fmt: skip
+                verdicts = window_verdicts(result, slo)
+                if result.overloaded_at_s is None and at < len(verdicts) and verdicts[at] is not False:
                     need = n
                     break
-        out.append(
-            {
-                "start_s": w.start_s,
-                "end_s": w.end_s,
-                "arrival_rps": w.arrived / w.duration_s if w.duration_s > 0 else None,
-                "replicas_needed": need,
-            }
-        )
+                n += 1
+        out.append({"start_s": start, "end_s": start + w_s, "arrival_rps": arrived / w_s, "replicas_needed": need})
+        log(f"{policy.value}: window {start / 3600:.2f} h needs {need} replicas")
+
+    for fr in args.requests():
+        while fr.arrival_s >= (k + 1) * w_s:
+            judge_window(k, list(pending))
+            k += 1
+            pending = [r for r in pending if r.arrival_s >= k * w_s - warm]
+        pending.append(fr)
+    if pending:
+        judge_window(k, pending)
     return out
 
 
 def _tried_rows(tried: dict[int, tuple[bool, float, FleetResult]]) -> list[dict[str, Any]]:
-    return [{"replicas": n, "holds": ok, "windows_held": share} for n, (ok, share, _) in sorted(tried.items())]
+    return [
+        {"replicas": n, "holds": ok, "windows_held": share, "overloaded_at_s": r.overloaded_at_s}
+        for n, (ok, share, r) in sorted(tried.items())
+    ]
 
 
 def result_json(result: FleetResult, args: _Args) -> dict[str, Any]:
@@ -392,6 +431,12 @@ def result_json(result: FleetResult, args: _Args) -> dict[str, Any]:
 
 def _ms(v: Any) -> str:
     return "–" if v is None else (f"{v:,.0f}" if v >= 100 else f"{v:.1f}")
+
+
+def _tried_words(t: dict[str, Any]) -> str:
+    if t.get("overloaded_at_s") is not None:
+        return f"{t['replicas']} (overloaded at {t['overloaded_at_s'] / 3600:.2f} h: stopped there)"
+    return f"{t['replicas']} ({_pct(t['windows_held'])} of windows)"
 
 
 def _num(v: Any, fmt: str) -> str:
@@ -435,13 +480,12 @@ def markdown(doc: dict[str, Any]) -> str:
             )
         lines += [head, ""]
         if run.get("tried"):
-            lines.append(
-                "Tried: " + ", ".join(f"{t['replicas']} ({_pct(t['windows_held'])} of windows)" for t in run["tried"])
-            )
+            lines.append("Tried: " + ", ".join(_tried_words(t) for t in run["tried"]))
             lines.append("")
         if run.get("per_window"):
             lines += [
-                "The fewest replicas each window needs (each count run over the whole trace):",
+                "The fewest replicas each window needs (each window played on its own, after the 10 minutes "
+                "of traffic before it):",
                 "",
                 "| window | arrivals/s | replicas needed |",
                 "|---|---:|---:|",
@@ -542,7 +586,7 @@ def main(argv: list[str] | None = None) -> int:
             run = result_json(result, args)
             run.update(found=n, tried=tried)
             if ns.per_window:
-                run["per_window"] = per_window_need(args.tried_runs, args.slo)
+                run["per_window"] = per_window_need(args, policy, ns.max_replicas, log)
         else:
             result = args.run(policy, ns.replicas, autoscale=args.autoscale, disaggregate=args.pd)
             run = result_json(result, args)

@@ -50,6 +50,9 @@ class FleetResult:
     routed: list[int] = field(default_factory=list)  # requests sent to each replica (prefill pool first)
     scale_events: list[dict[str, Any]] = field(default_factory=list)  # the autoscaler's decisions
     cold_start_s: float | None = None  # the autoscaler's replicas: from taking the GPUs to serving
+    # when the requests in flight passed ``max_backlog`` and the run stopped there (None: it did not);
+    # every window from the one holding it fails the SLO
+    overloaded_at_s: float | None = None
 
 
 def request_limits(slo: dict[str, float]) -> tuple[float, float, float]:
@@ -526,10 +529,13 @@ def run_fleet(
     coalesce: bool = True,
     autoscale: Autoscale | None = None,
     disaggregate: tuple[int, int] | None = None,
+    max_backlog: int | None = None,
 ) -> FleetResult:
     """Serve ``requests`` (in arrival order) with ``replicas`` replicas of ``profile`` behind a
     ``policy`` router, to the last request's end; the windows of ``window_s`` it spans. ``progress``
-    is called now and then with (virtual seconds, requests so far). ValueError when the deployment does
+    is called now and then with (virtual seconds, requests so far). ``max_backlog``: stop where the
+    requests in flight pass it (a fleet too small for the load: ``overloaded_at_s``; its later windows
+    are not simulated, and fail the SLO). ValueError when the deployment does
     not start or the requests are out of order."""
     if replicas < 1:
         raise ValueError("a fleet needs at least one replica")
@@ -552,8 +558,12 @@ def run_fleet(
     scaler = _Scaler(autoscale, fleet) if autoscale is not None else None
     heap = fleet.heap
     last = -math.inf
+    overloaded_at: float | None = None
     for tick, fr in enumerate(requests, start=1):
         t_arr = fr.arrival_s
+        if max_backlog is not None and tick % 64 == 0 and sum(fleet.router.outstanding) > max_backlog:
+            overloaded_at = t_arr
+            break
         if t_arr < last:
             raise ValueError(f"requests out of order: one at {t_arr:.3f} s after one at {last:.3f} s")
         last = t_arr
@@ -566,7 +576,8 @@ def run_fleet(
         fleet.arrive(fr)
         if progress is not None and tick % 5000 == 0:
             progress(t_arr, tick)
-    fleet.advance(math.inf, scaler)
+    if overloaded_at is None:
+        fleet.advance(math.inf, scaler)
     end = max(fleet.now, last, 0.0)
     fleet._window(end)
     fleet._close(fleet.windows[-1])
@@ -585,6 +596,7 @@ def run_fleet(
         routed=list(fleet.router.routed) + (list(fleet.decode_router.routed) if fleet.decode_router else []),
         scale_events=scaler.events if scaler is not None else [],
         cold_start_s=scaler.cold_s if scaler is not None else None,
+        overloaded_at_s=overloaded_at,
     )
 
 

@@ -302,6 +302,7 @@ def test_loadgen_fleet_finds_the_fewest_replicas_and_writes_what_it_predicted_fr
             "30s",
             "--router",
             "least-requests,round-robin",
+            "--per-window",
             "--price",
             "2.5",
             "--out",
@@ -317,6 +318,9 @@ def test_loadgen_fleet_finds_the_fewest_replicas_and_writes_what_it_predicted_fr
         tried = {t["replicas"]: t["holds"] for t in run["tried"]}
         assert tried[n] and (n == 1 or tried.get(n - 1) is False), tried  # the fewest: one fewer fails
         assert all(w["slo_held"] is not False for w in run["windows"])
+        # each window of the steady load, played on its own after the traffic before it, needs about as many
+        needs = [w["replicas_needed"] for w in run["per_window"] if w["arrival_rps"]]
+        assert len(needs) == 3 and all(x is not None and abs(x - n) <= 1 for x in needs), (needs, n)
         assert run["total"]["cost_usd"] == pytest.approx(run["total"]["gpu_hours"] * 2.5)
     text = (out / "fleet.md").read_text()
     assert "(predicted)" in text and "Policies side by side" in text and "the fewest that hold the SLO" in text
