@@ -334,7 +334,10 @@ def find_replicas(
         result = args.run(policy, n, max_backlog=BACKLOG_PER_REPLICA * args.profile.max_running_requests * n)
         ok, share = judge(result, args.slo, ns.hold)
         tried[n] = (ok, share, result)
-        log(f"{policy.value}: {n} replicas hold the SLO in {share:.0%} of windows{' ✓' if ok else ''}")
+        if result.overloaded_at_s is not None:
+            log(f"{policy.value}: {n} replicas overloaded at {result.overloaded_at_s / 3600:.2f} h (stopped there)")
+        else:
+            log(f"{policy.value}: {n} replicas hold the SLO in {share:.0%} of windows{' ✓' if ok else ''}")
         return ok
 
     low, high = 0, 1

@@ -69,6 +69,8 @@ def request_limits(slo: dict[str, float]) -> tuple[float, float, float]:
 
 
 class _Fleet:
+    """The replicas, their router(s), the windows and the event heap of one :func:`run_fleet`."""
+
     def __init__(
         self,
         profile: Profile,
@@ -292,9 +294,6 @@ class _Fleet:
         self._schedule(i)
         if emissions:
             self._emitted(i, t, emissions)
-
-    def step_end(self, t: float, i: int) -> None:
-        self.event(t, i)
 
     def _emitted(self, i: int, t: float, emissions: list[Emission]) -> None:
         pd = self.pd
@@ -620,9 +619,4 @@ def _add(total: Window, w: Window) -> None:
         total.hist[f].merge(h)
 
 
-def summary_rows(result: FleetResult, slo: dict[str, float], price: float | None) -> list[dict[str, Any]]:
-    """Each window's row (:meth:`Window.row`)."""
-    return [w.row(result.gpus_per_replica, price, slo) for w in result.windows]
-
-
-__all__ = ["FleetResult", "LogHistogram", "request_limits", "run_fleet", "summary_rows"]
+__all__ = ["Autoscale", "FleetResult", "LogHistogram", "cold_start", "parse_autoscale", "request_limits", "run_fleet"]
