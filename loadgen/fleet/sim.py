@@ -578,8 +578,11 @@ def run_fleet(
     if overloaded_at is None:
         fleet.advance(math.inf, scaler)
     end = max(fleet.now, last, 0.0)
-    fleet._window(end)
-    fleet._close(fleet.windows[-1])
+    last_w = fleet._window(end)
+    # the last window ends with the run (its last request's end), not a whole window later: the GPUs
+    # are counted until then
+    last_w.end_s = max(end, last_w.start_s + 1e-9)
+    fleet._close(last_w)
     total = Window(0.0, fleet.windows[-1].end_s, replicas_max=max(w.replicas_max for w in fleet.windows))
     for w in fleet.windows:
         _add(total, w)
