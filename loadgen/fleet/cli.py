@@ -615,7 +615,7 @@ def main(argv: list[str] | None = None) -> int:
             "sources": list(args.profile.sources),
             "gpus_per_replica": max(1, args.profile.server.tp) * max(1, args.profile.server.pp),
             "kv_pool_tokens": plan.kv_pool_tokens,
-            "engine": args.profile.server.engine,
+            "engine": args.profile.server.engine or "sglang",
             "requests": args.source(),
             "simulator": "loadgen.fleet.sim (the simulator's engine per replica, virtual clock)",
         },

@@ -364,6 +364,9 @@ async def serve(app: RouterApp, host: str, port: int, ready: asyncio.Event | Non
     )
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
+        # where a loop cannot take signal handlers (not the main thread: RuntimeError; not Unix:
+        # NotImplementedError) the router is stopped by cancelling serve() or by Ctrl-C's
+        # KeyboardInterrupt out of asyncio.run, which the finally below still cleans up after
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
     watcher = loop.create_task(app.watch())
