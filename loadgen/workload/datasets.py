@@ -76,7 +76,10 @@ def _open_text(path: Path) -> str:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise DatasetError(
-            path, None, "no such file; check the path (relative paths are resolved from the scenario file's folder)"
+            path,
+            None,
+            "no such file; check the path (a scenario file's relative paths are resolved from its folder, a "
+            "command line's from the current directory)",
         ) from None
     except IsADirectoryError:
         raise DatasetError(path, None, "is a directory, not a file") from None

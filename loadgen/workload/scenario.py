@@ -157,6 +157,7 @@ def _build(root: Table, path: str, base_dir: Path) -> Scenario:
     seed = root.get_int("seed", 0)
     endpoint = root.get_choice("endpoint", ENDPOINTS, "chat")
     model = root.get_str("model", None)
+    limit_given = root.has("context_limit")
     context_limit = root.get_int("context_limit", DEFAULT_CONTEXT_LIMIT, min_value=2)
     tokenizer = root.get_str("tokenizer", None)
     if tokenizer is not None:
@@ -169,6 +170,12 @@ def _build(root: Table, path: str, base_dir: Path) -> Scenario:
 
     trace_spec = parse_trace(root.sub("trace"), base_dir)
     prompt = parse_prompt(root.sub("prompt") or Table({}, "prompt"), base_dir, trace_spec)
+    if prompt.source == "trace" and trace_spec is not None and not limit_given:
+        # a replay sends the trace's lengths: the default limit must not clip its longest requests (a
+        # server that cannot take them answers so, and those errors are counted); a limit written in
+        # the file clips them
+        longest = max((r.input_tokens + r.output_tokens for r in trace_spec.trace.rows), default=0)
+        context_limit = max(context_limit, longest + 2)
     output = parse_output(root.sub("output") or Table({}, "output"))
     sampling = parse_sampling(root.sub("sampling"))
     body_table = root.sub("body")  # free-form request-body fields, sent as written

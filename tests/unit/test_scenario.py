@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import io
+import random
 import sys
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 from loadgen.workload.cli import check_main, show_main
 from loadgen.workload.lengths import Fixed, LogNormal
 from loadgen.workload.scenario import ScenarioError, find_line, load_scenario, parse_scenario
+from loadgen.workload.traffic import Workload
 
 REPO = Path(__file__).resolve().parents[2]
 # campaign-*.toml files are campaigns (loadgen campaign), not scenarios
@@ -344,3 +346,28 @@ def test_tokenizer_without_the_package_is_a_clear_check_error(tmp_path: Path, mo
     assert check_main(str(path), io.StringIO(), err) == 2
     assert "'tokenizers' package is not installed" in err.getvalue()
     assert "Traceback" not in err.getvalue()
+
+
+def test_a_trace_replay_sends_its_longest_prompts_unless_a_limit_is_written(tmp_path: Path) -> None:
+    # the default context_limit (32,768) once clipped a trace's long prompts silently: an 87 k-token
+    # Mooncake prompt went out as 32,767 tokens and one output token
+    rows = [(0, 300, 20), (500, 40_000, 100)]
+    (tmp_path / "t.csv").write_text(
+        "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+        + "".join(f"{t / 1000},ChatGPT,{i},{o},{i + o},Conversation log\n" for t, i, o in rows)
+    )
+    body = '[prompt]\nsource = "trace"\n[trace]\npath = "t.csv"\n[load]\nmode = "open"\narrival = "trace"\n'
+    (tmp_path / "replay.toml").write_text(body)
+    s = load_scenario(tmp_path / "replay.toml")
+    assert s.context_limit >= 40_100
+    w = Workload(s)
+    assert s.trace is not None
+    long_row = s.trace.trace.rows[1]
+    spec = w.request(random.Random(0), False, long_row)
+    assert spec.max_tokens == 100 and spec.context_tokens is not None and spec.context_tokens >= 39_000
+    # a limit written in the file still clips
+    (tmp_path / "clipped.toml").write_text("context_limit = 32768\n" + body)
+    c = load_scenario(tmp_path / "clipped.toml")
+    assert c.context_limit == 32768
+    spec = Workload(c).request(random.Random(0), False, long_row)
+    assert spec.context_tokens is not None and spec.context_tokens + spec.max_tokens <= 32768
