@@ -1,0 +1,73 @@
+"""The open-loop dispatcher's pacing (``loadgen.load.user.paced``) on a fake clock: every request is
+handed out at its time, never early, and a burst due at one instant is built while the dispatcher
+waits for it, not one by one after it is due (Mooncake's trace puts up to 17 requests at one
+millisecond; building each took the ones after it 0.2-2 ms later)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from loadgen.load.user import paced
+
+MS = 1_000_000
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0
+        self.yields = 0
+
+    def now(self) -> int:
+        return self.t
+
+    def sleep(self, s: float) -> None:
+        if s == 0:
+            self.yields += 1
+        self.t += round(s * 1e9)
+
+
+def _arrivals(
+    clock: Clock, times_ms: list[int], built: list[tuple[int, int]], build_ms: int = 0
+) -> Iterator[tuple[int, int]]:
+    """Items 0.. due at ``times_ms``; drawing one records (item, clock) and costs ``build_ms``."""
+    for i, t in enumerate(times_ms):
+        built.append((i, clock.t))
+        clock.t += build_ms * MS
+        yield t * MS, i
+
+
+def test_a_burst_is_built_before_it_is_due_and_each_goes_out_at_its_time() -> None:
+    clock = Clock()
+    built: list[tuple[int, int]] = []
+    times = [0] + [1000] * 10 + [1200, 2600, 2700]
+    sent: list[tuple[int, int, int]] = []  # (item, when, how many drawn by then)
+    for item in paced(_arrivals(clock, times, built, build_ms=1), clock.now, clock.sleep):
+        sent.append((item, clock.t, len(built)))
+    assert [i for i, _, _ in sent] == list(range(len(times)))
+    for i, t, _ in sent:
+        assert t >= times[i] * MS  # never early
+    when_built = dict(built)
+    # the burst at 1,000 ms and the request at 1,200 ms (within 0.5 s of it) were built while waiting
+    assert all(when_built[i] < 1000 * MS for i in range(1, 12))
+    # so the whole burst left at its instant, not 1 ms a build later each
+    assert [t for i, t, _ in sent if times[i] == 1000] == [1000 * MS] * 10
+    # the wait drew up to the first one past the 0.5 s bound (its time is known once it is drawn), no
+    # further: the one at 2,600 ms, not the one at 2,700 ms
+    assert sent[1][2] == 13
+    assert clock.yields >= 11  # what was handed out runs between builds
+
+
+def test_building_ahead_stops_at_its_bound_and_near_the_next_send() -> None:
+    clock = Clock()
+    built: list[tuple[int, int]] = []
+    times = [100] + [200] * 300
+    out = paced(_arrivals(clock, times, built), clock.now, clock.sleep, most=50)
+    assert next(out) == 0
+    # waiting for 0 at 100 ms drew the ones after it in 0.5 s, at most 50 held
+    assert len(built) == 50
+    assert list(out) == list(range(1, 301))
+    # no building ahead once the next is within the margin: the draws then happen as each is due
+    clock2 = Clock()
+    built2: list[tuple[int, int]] = []
+    out2 = paced(_arrivals(clock2, [1, 2, 3], built2), clock2.now, clock2.sleep, margin_ns=5 * MS)
+    assert next(out2) == 0 and len(built2) == 1
