@@ -10,7 +10,8 @@ tokens and 8 output tokens, for ``--seconds``. ``loadgen ramp`` replays it open-
 against ``loadgen sim`` (the tiny profile, no pacing: the server's own time stays out of the way), each
 run a fresh pair of processes. Lateness = a record's ``sent_ns - intended_ns`` (what TTFT and E2E,
 counted from the intended time, carry on top of the server's time). Prints each run's p50/p90/p99 over
-all requests and the first of each burst, then the medians with ranges. Run it with ``PYTHONPATH`` set
+all requests and the first of each burst, the share of bursts sent in the trace's order, then the
+medians with ranges. Run it with ``PYTHONPATH`` set
 to each tree to compare two versions in one session.
 """
 
@@ -30,16 +31,17 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 
 
-def write_trace(path: Path, burst: int, tokens: int, seconds: int) -> None:
+def write_trace(path: Path, burst: int, tokens: int, seconds: int, output: int) -> None:
     """Mooncake form: every request shares its first 512-token block (a system prompt) and has blocks
     of its own after it, as the real trace's first turns do."""
     blocks = -(-tokens // 512)
     lines, next_id = [], 1
     for s in range(seconds):
-        for _ in range(burst):
+        for k in range(burst):
             ids = [0, *range(next_id, next_id + blocks - 1)]
             next_id += blocks - 1
-            row = {"timestamp": s * 1000, "input_length": tokens, "output_length": 8, "hash_ids": ids}
+            # lengths rise through a burst: the order the requests left in shows in their lengths
+            row = {"timestamp": s * 1000, "input_length": tokens + 8 * k, "output_length": output, "hash_ids": ids}
             lines.append(json.dumps(row))
     path.write_text("\n".join(lines) + "\n")
 
@@ -65,12 +67,12 @@ warmup_seconds = 0
 
 def one_run(work: Path, args: argparse.Namespace) -> dict[str, float]:
     trace = work / "bursts.jsonl"
-    write_trace(trace, args.burst, args.tokens, args.seconds)
+    write_trace(trace, args.burst, args.tokens, args.seconds, args.output)
     scenario = work / "bursts.toml"
     scenario.write_text(SCENARIO.format(trace=trace, seconds=args.seconds, limit=args.tokens * 2 + 64))
     port_file = work / "sim.port"
     sim = subprocess.Popen(
-        [sys.executable, "-m", "loadgen.sim", "--profile", "tiny", "--ttft-ms", "0", "--itl-ms", "0",
+        [sys.executable, "-m", "loadgen.sim", "--profile", "tiny", "--ttft-ms", "0", "--itl-ms", str(args.itl_ms),
          "--context-length", str(args.tokens * 2 + 64), "--port", "0", "--port-file", str(port_file)],
         cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
@@ -100,6 +102,10 @@ def one_run(work: Path, args: argparse.Namespace) -> dict[str, float]:
         t = r["intended_ns"]
         firsts[t] = min(firsts.get(t, float("inf")), (r["sent_ns"] - t) / 1e6)
     first = np.array(list(firsts.values()))
+    bursts: dict[int, list[tuple[int, int]]] = {}
+    for r in recs:
+        bursts.setdefault(r["intended_ns"], []).append((r["sent_ns"], r["context_tokens"]))
+    in_order = sum(1 for b in bursts.values() if [c for _, c in sorted(b)] == sorted(c for _, c in b))
     failed = sum(1 for r in recs if r["error_class"])
     return {
         "requests": float(len(recs)),
@@ -108,6 +114,7 @@ def one_run(work: Path, args: argparse.Namespace) -> dict[str, float]:
         "p90": float(np.percentile(late, 90)),
         "p99": float(np.percentile(late, 99)),
         "first p50": float(np.percentile(first, 50)),
+        "bursts in order": in_order / len(bursts),
     }
 
 
@@ -117,6 +124,14 @@ def main() -> None:
     ap.add_argument("--burst", type=int, default=10)
     ap.add_argument("--tokens", type=int, default=12000)
     ap.add_argument("--seconds", type=int, default=20)
+    ap.add_argument("--output", type=int, default=64, help="output tokens a request (default 64)")
+    ap.add_argument(
+        "--itl-ms",
+        type=float,
+        default=25.0,
+        help="the simulator's ms a token (default 25: a request\n"
+        "outlasts the next burst, so bursts meet requests in flight and need new connections)",
+    )
     args = ap.parse_args()
     import loadgen
 
@@ -127,8 +142,8 @@ def main() -> None:
             row = one_run(Path(tmp), args)
         rows.append(row)
         print(f"run {i + 1}: " + ", ".join(f"{k} {v:.2f}" for k, v in row.items()), flush=True)
-    print("lateness, ms: median (range) of the runs")
-    for k in ("p50", "p90", "p99", "first p50"):
+    print("lateness (ms) and bursts in order (share): median (range) of the runs")
+    for k in ("p50", "p90", "p99", "first p50", "bursts in order"):
         vals = [r[k] for r in rows]
         print(f"  {k:>9}: {statistics.median(vals):.2f} ({min(vals):.2f}-{max(vals):.2f})")
 

@@ -84,6 +84,11 @@ class Transport(Protocol):
 
     def close(self) -> None: ...
 
+    def ready(self) -> None:
+        """Make the next call's connection ready now, off its timed path (an open-loop dispatcher
+        calls it while it waits for the call's time): open it, or replace one idle too long."""
+        ...
+
 
 class RequestTimeout(Exception):
     """The whole call outlasted ``Timeouts.request_s``."""
@@ -169,6 +174,13 @@ class FastTransport:
             except OSError:
                 pass
         self._preconnect(pool, min(self._timeouts.connect_s, _PRECONNECT_MAX_S))
+
+    def ready(self) -> None:
+        if self._last_ns and perf_ns() - self._last_ns > self._idle_reuse_ns:
+            self._renew()
+            self._last_ns = perf_ns()
+        elif not self._last_ns and self._client._connection_pool._socket_queue.empty():
+            self._preconnect(self._client._connection_pool, min(self._timeouts.connect_s, _PRECONNECT_MAX_S))
 
     def call(
         self, path: str, body: bytes, headers: dict[str, str], stream: bool, decode: Decoder = Decoder.CHAT

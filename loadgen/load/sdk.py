@@ -78,6 +78,9 @@ class OpenAITransport:
             http_client=openai.DefaultHttpxClient(verify=_shared_tls_context(), follow_redirects=False),
         )
 
+    def ready(self) -> None:
+        """The SDK's client keeps its own connections: nothing to do ahead of a call."""
+
     def close(self) -> None:
         self._client.close()
 

@@ -14,8 +14,8 @@ statistics as their own rows (types ``TTFT`` and ``ITL``) without firing further
   lag between intended and actual send is recorded, and a step whose lag grows is flagged. The wait
   before a send builds the requests due after it (up to ``BUILD_AHEAD_S`` ahead, at most
   ``BUILD_AHEAD_MAX``), so a burst of requests due at one instant (a trace's coarse timestamps:
-  Mooncake's put up to 17 at one millisecond) goes out back to back instead of each waiting for the
-  ones after it to be built.
+  Mooncake's put up to 17 at one millisecond) goes out back to back, in its order, instead of each
+  waiting for the ones after it to be built; and each finds a connection opened (or renewed) ahead.
 """
 
 from __future__ import annotations
@@ -108,11 +108,14 @@ def paced(
     ahead_s: float = BUILD_AHEAD_S,
     most: int = BUILD_AHEAD_MAX,
     margin_ns: int = BUILD_MARGIN_NS,
+    prepare: Callable[[int, int], object] | None = None,
 ) -> Iterator[T]:
     """``arrivals`` ((due time in ns, item), in time order; drawing one builds it) handed out each at
     its time. While it waits for the next, it draws the ones due within ``ahead_s`` after it (at most
     ``most``, none once the next is ``margin_ns`` away), calling ``sleep(0)`` between draws so that
-    what was handed out runs first. A burst due at one instant is thus built before it is due."""
+    what was handed out runs first. A burst due at one instant is thus built before it is due. Then
+    ``prepare(held, until_ns)``: the caller readies what the ``held`` items will need, stopping by
+    ``until_ns``."""
     built: deque[tuple[int, T]] = deque()
     ahead_ns = round(ahead_s * 1e9)
     more = True
@@ -130,6 +133,8 @@ def paced(
                 more = False
             else:
                 built.append(nxt)
+        if prepare is not None and due - now() > margin_ns:
+            prepare(len(built), due - margin_ns)
         delay_ns = due - now()
         if delay_ns > 0:
             sleep(delay_ns / 1e9)
@@ -153,6 +158,18 @@ class OpenLoopUser(User):
         self._pool.kill()
         for t in self._idle:
             t.close()
+
+    def _ready(self, held: int, until_ns: int) -> None:
+        """While the dispatcher waits: a connection, open and fresh, for each request it holds built,
+        so that a burst sends in its order (a connection opened inside a send lets the ones after it
+        overtake it) and no connect is timed; stops by ``until_ns``."""
+        now = ANCHOR.now_wall_ns
+        for t in self._idle[-held:]:
+            if now() >= until_ns:
+                return
+            t.ready()
+        while len(self._idle) < held and now() < until_ns:
+            self._idle.insert(0, self.state.make_transport())
 
     def _send(self, spec: RequestSpec) -> None:
         transport = self._idle.pop() if self._idle else self.state.make_transport()
@@ -183,7 +200,7 @@ class OpenLoopUser(User):
         arrivals = state.arrivals_for(plan, start_ns, target, horizon_s, index)
         # another worker's share of the same process is drawn all the same (same specs) and skipped
         mine = (a for i, a in enumerate(arrivals) if i % of == rank)
-        for spec in paced(mine, now, gevent.sleep):
+        for spec in paced(mine, now, gevent.sleep, prepare=self._ready):
             if state.step_index != index or not state.step_live or state.benched:
                 break
             spawn(self._send, spec)  # blocks only when max_in_flight greenlets are alive

@@ -148,15 +148,15 @@ def _closes_idle_connections(idle_s: float) -> Script:
     """A server that drops a kept-alive connection idle for ``idle_s`` at the instant the next
     request arrives, without answering it: the race of a server's keep-alive timeout (uvicorn's
     5 s) with a request on its way, made certain."""
-    last: dict[int, float] = {}
+    last: dict[int, tuple[Any, float]] = {}  # id -> (the socket, kept so that its id is not reused; time)
 
     def script(sock: Any, _n: int) -> None:
         key = id(sock)
-        if key in last and time.monotonic() - last[key] > idle_s:
+        if key in last and time.monotonic() - last[key][1] > idle_s:
             sock.close()
             raise OSError("closed idle")
         _paced(0.0, 2)(sock, _n)
-        last[key] = time.monotonic()
+        last[key] = (sock, time.monotonic())
 
     return script
 
@@ -177,6 +177,26 @@ def test_a_connection_idle_for_longer_than_a_servers_keep_alive_is_renewed_befor
         renewing.close()
         keeping.close()
     assert srv.connections == 3  # the two first, the renewed one
+
+
+def test_ready_renews_an_idle_connection_ahead_of_the_call(serve: Any) -> None:
+    # an open-loop dispatcher readies a request's connection while it waits for the request's time:
+    # the renewal (a connect) is then not inside the send, where the requests behind it would overtake
+    srv = serve(_closes_idle_connections(0.3))
+    t = FastTransport(srv.url, Timeouts(), idle_reuse_s=0.2)
+    try:
+        t.ready()  # fresh: nothing to do
+        gevent.sleep(0.05)  # the server's accept runs
+        assert srv.connections == 1
+        assert _call(t).error_class is None
+        time.sleep(0.4)
+        t.ready()  # idle past its reuse limit: a new connection now
+        gevent.sleep(0.05)
+        assert srv.connections == 2
+        assert _call(t).error_class is None  # on the renewed connection, no second renewal
+        assert srv.connections == 2
+    finally:
+        t.close()
 
 
 def test_one_write_of_many_events_shares_one_arrival_time(serve: Any) -> None:

@@ -71,3 +71,22 @@ def test_building_ahead_stops_at_its_bound_and_near_the_next_send() -> None:
     built2: list[tuple[int, int]] = []
     out2 = paced(_arrivals(clock2, [1, 2, 3], built2), clock2.now, clock2.sleep, margin_ns=5 * MS)
     assert next(out2) == 0 and len(built2) == 1
+
+
+def test_the_wait_readies_what_the_held_requests_need_before_they_are_due() -> None:
+    clock = Clock()
+    built: list[tuple[int, int]] = []
+    calls: list[tuple[int, int, int]] = []  # (held, until, when)
+
+    def prepare(held: int, until_ns: int) -> None:
+        calls.append((held, until_ns, clock.t))
+        clock.t += 2 * MS  # opening connections takes time
+
+    times = [1000] * 5 + [3000]
+    out = list(paced(_arrivals(clock, times, built), clock.now, clock.sleep, prepare=prepare))
+    assert out == list(range(6))
+    held, until, when = calls[0]
+    # waiting for the burst: all five held (and the next drawn), readied before the burst, by its margin
+    assert held == 6 and when < 1000 * MS and until == 1000 * MS - 3 * MS
+    # nothing is readied once a request is within the margin of its time
+    assert all(u - w > 0 for _, u, w in calls)
