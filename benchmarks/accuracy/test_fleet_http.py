@@ -88,8 +88,10 @@ def _workload(tmp_path: Path) -> Path:
     return out
 
 
-def _over_http(policy: str, workload: Path, sim_factory: Any, tmp_path: Path) -> dict[str, float]:
-    sims = [sim_factory("--profile", PROFILE, "--startup-s", "0") for _ in range(REPLICAS)]
+def _over_http(
+    policy: str, workload: Path, sim_factory: Any, tmp_path: Path, replicas: int = REPLICAS, seconds: float = SECONDS
+) -> dict[str, float]:
+    sims = [sim_factory("--profile", PROFILE, "--startup-s", "0") for _ in range(replicas)]
     argv = loadgen_cmd("router", "--port", "0", "--policy", policy, *[a for s in sims for a in ("--backend", s.url)])
     router = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -98,7 +100,7 @@ def _over_http(policy: str, workload: Path, sim_factory: Any, tmp_path: Path) ->
         assert m, router.stderr.read() if router.stderr else ""
         args = ["ramp", "--url", m.group(1), "--workload", str(workload), "--drain-seconds", "120",
                 "--no-telemetry", "--out", str(tmp_path / policy)]  # fmt: skip
-        done = subprocess.run(loadgen_cmd(*args), capture_output=True, text=True, timeout=SECONDS + 600)
+        done = subprocess.run(loadgen_cmd(*args), capture_output=True, text=True, timeout=seconds + 600)
         assert done.returncode == 0, done.stderr[-3000:]
     finally:
         router.terminate()
@@ -112,6 +114,7 @@ def _over_http(policy: str, workload: Path, sim_factory: Any, tmp_path: Path) ->
         "output tok/s": float(row["output_tok_s"]),
         "TTFT p50": float(row["ttft_ms"]["p50"]),
         "TPOT p50": float(row["tpot_ms"]["p50"]),
+        "E2E p50": float(row["e2e_ms"]["p50"]),
         "hits": cached / prompt,
         "prompt tokens": prompt / max(1, row["requests_ok"]),
         "output tokens": float(row["output_tokens_total"]) / max(1, row["requests_ok"]),
@@ -121,7 +124,9 @@ def _over_http(policy: str, workload: Path, sim_factory: Any, tmp_path: Path) ->
     return out
 
 
-def _on_the_virtual_clock(policy: str, workload: Path | None) -> dict[str, float]:
+def _on_the_virtual_clock(
+    policy: str, workload: Path | None, replicas: int = REPLICAS, seconds: float = SECONDS
+) -> dict[str, float]:
     """The fleet's figures from the workload file (the bodies the HTTP replay sent, measured and
     block-hashed as the simulator does), or (None) from the trace itself (its token counts and blocks)."""
     profile = load_profile(PROFILE)
@@ -131,14 +136,15 @@ def _on_the_virtual_clock(policy: str, workload: Path | None) -> dict[str, float
             from_workload(workload, chars_per_token=server.chars_per_token, block_tokens=server.prefix_block_tokens)
         )
     else:
-        reqs = list(from_trace(load_trace(TRACE), duration_s=SECONDS, block_tokens=server.prefix_block_tokens))
-    r = run_fleet(profile, reqs, replicas=REPLICAS, policy=parse_policy(policy), window_s=SECONDS)
+        reqs = list(from_trace(load_trace(TRACE), duration_s=seconds, block_tokens=server.prefix_block_tokens))
+    r = run_fleet(profile, reqs, replicas=replicas, policy=parse_policy(policy), window_s=seconds)
     w, total = r.windows[0], r.total
     return {
         "requests": float(r.requests),
-        "output tok/s": w.output_tokens / SECONDS,
+        "output tok/s": w.output_tokens / seconds,
         "TTFT p50": (total.hist["ttft"].percentile(50) or 0.0) * 1e3,
         "TPOT p50": (total.hist["tpot"].percentile(50) or 0.0) * 1e3,
+        "E2E p50": (total.hist["e2e"].percentile(50) or 0.0) * 1e3,
         "hits": total.cached_tokens / total.prompt_tokens,
         "prompt tokens": total.prompt_tokens / max(1, r.requests),
         "output tokens": total.output_tokens / max(1, r.requests),
@@ -164,3 +170,24 @@ def test_the_fleet_agrees_with_four_simulators_behind_the_router(sim_factory: An
     assert gain_http > 0 and gain_fleet > 0, (gain_http, gain_fleet)
     assert abs(gain_fleet / gain_http - 1) <= 1 / 3, (gain_http, gain_fleet)
     assert not bad, bad
+
+
+def test_one_replica_behind_the_router_lands_where_an_http_ramp_lands(sim_factory: Any, tmp_path: Path) -> None:
+    """The issue's first check over HTTP: one ``loadgen sim`` behind ``loadgen router`` and the fleet's
+    one replica play the same Poisson workload file (2 requests/s of 8,000 + 256 tokens for 120 s, on
+    the same deployment): throughput and TTFT, TPOT and E2E p50 within 3 %."""
+    seconds = 120.0
+    workload = tmp_path / "poisson.jsonl"
+    args = ["workload", "export", "--rate", "2", "--context-tokens", "8000", "--max-tokens", "256",
+            "--extra-body", "ignore_eos=true", "--step-seconds", str(seconds), "--warmup-seconds", "0",
+            "-o", str(workload)]  # fmt: skip
+    done = subprocess.run(loadgen_cmd(*args), cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    http = _over_http("least-requests", workload, sim_factory, tmp_path, replicas=1, seconds=seconds)
+    virtual = _on_the_virtual_clock("least-requests", workload, replicas=1, seconds=seconds)
+    print("HTTP", {k: round(v, 3) for k, v in http.items()})
+    print("fleet", {k: round(v, 3) for k, v in virtual.items()})
+    assert virtual["requests"] == http["requests"] > 200
+    off = {k: virtual[k] / http[k] - 1 for k in ("output tok/s", "TTFT p50", "TPOT p50", "E2E p50")}
+    print({k: f"{v * 100:+.1f}%" for k, v in off.items()})
+    assert all(abs(v) <= 0.03 for v in off.values()), off

@@ -108,14 +108,15 @@ def paced(
     ahead_s: float = BUILD_AHEAD_S,
     most: int = BUILD_AHEAD_MAX,
     margin_ns: int = BUILD_MARGIN_NS,
-    prepare: Callable[[int, int], object] | None = None,
+    prepare: Callable[[int, int | None], object] | None = None,
 ) -> Iterator[T]:
     """``arrivals`` ((due time in ns, item), in time order; drawing one builds it) handed out each at
     its time. While it waits for the next, it draws the ones due within ``ahead_s`` after it (at most
     ``most``, none once the next is ``margin_ns`` away), calling ``sleep(0)`` between draws so that
-    what was handed out runs first. A burst due at one instant is thus built before it is due. Then
-    ``prepare(held, until_ns)``: the caller readies what the ``held`` items will need, stopping by
-    ``until_ns``."""
+    what was handed out runs first; the others due at the next one's instant it draws in any case (a
+    burst at a step's start is late already: it is built whole, then sent in order). Then
+    ``prepare(held, until_ns)``: the caller readies what the first ``held`` items will need, stopping
+    by ``until_ns`` (None: a burst that is due already, readied whole)."""
     built: deque[tuple[int, T]] = deque()
     ahead_ns = round(ahead_s * 1e9)
     more = True
@@ -126,15 +127,21 @@ def paced(
                 return
             built.append(nxt)
         due = built[0][0]
-        while more and len(built) < most and built[-1][0] - due <= ahead_ns and due - now() > margin_ns:
+        while more and len(built) < most:
+            last = built[-1][0]
+            if last != due and (last - due > ahead_ns or due - now() <= margin_ns):
+                break
             sleep(0)
             nxt = next(arrivals, None)
             if nxt is None:
                 more = False
             else:
                 built.append(nxt)
-        if prepare is not None and due - now() > margin_ns:
-            prepare(len(built), due - margin_ns)
+        if prepare is not None:
+            if due - now() > margin_ns:
+                prepare(len(built), due - margin_ns)
+            else:
+                prepare(sum(1 for t, _ in built if t == due), None)
         delay_ns = due - now()
         if delay_ns > 0:
             sleep(delay_ns / 1e9)
@@ -159,16 +166,17 @@ class OpenLoopUser(User):
         for t in self._idle:
             t.close()
 
-    def _ready(self, held: int, until_ns: int) -> None:
+    def _ready(self, held: int, until_ns: int | None) -> None:
         """While the dispatcher waits: a connection, open and fresh, for each request it holds built,
         so that a burst sends in its order (a connection opened inside a send lets the ones after it
-        overtake it) and no connect is timed; stops by ``until_ns``."""
+        overtake it) and no connect is timed; stops by ``until_ns`` (None: not before all are ready)."""
         now = ANCHOR.now_wall_ns
-        for t in self._idle[-held:]:
-            if now() >= until_ns:
+        end = until_ns if until_ns is not None else 1 << 62
+        for t in self._idle[-held:] if held else ():
+            if now() >= end:
                 return
             t.ready()
-        while len(self._idle) < held and now() < until_ns:
+        while len(self._idle) < held and now() < end:
             self._idle.insert(0, self.state.make_transport())
 
     def _send(self, spec: RequestSpec) -> None:

@@ -66,19 +66,37 @@ def test_building_ahead_stops_at_its_bound_and_near_the_next_send() -> None:
     # waiting for 0 at 100 ms drew the ones after it in 0.5 s, at most 50 held
     assert len(built) == 50
     assert list(out) == list(range(1, 301))
-    # no building ahead once the next is within the margin: the draws then happen as each is due
+    # no building ahead once the next is within the margin: only one more is drawn, to see whether it
+    # is due at the same instant (it is not), and the draws then happen as each is due
     clock2 = Clock()
     built2: list[tuple[int, int]] = []
     out2 = paced(_arrivals(clock2, [1, 2, 3], built2), clock2.now, clock2.sleep, margin_ns=5 * MS)
-    assert next(out2) == 0 and len(built2) == 1
+    assert next(out2) == 0 and len(built2) == 2
+
+
+def test_a_burst_due_already_is_built_and_readied_whole_before_its_first_goes() -> None:
+    # a step's first burst is due at the step's start: late before anything could be built
+    clock = Clock()
+    built: list[tuple[int, int]] = []
+    calls: list[tuple[int, int | None]] = []
+    out = paced(
+        _arrivals(clock, [0] * 8 + [500], built, build_ms=1),
+        clock.now,
+        clock.sleep,
+        prepare=lambda h, u: calls.append((h, u)),
+    )
+    assert next(out) == 0
+    assert len(built) == 9  # the eight of the burst, and the next (drawn to see it is not of the burst)
+    assert calls == [(8, None)]  # connections for the whole burst, whatever it takes
+    assert list(out) == list(range(1, 9))
 
 
 def test_the_wait_readies_what_the_held_requests_need_before_they_are_due() -> None:
     clock = Clock()
     built: list[tuple[int, int]] = []
-    calls: list[tuple[int, int, int]] = []  # (held, until, when)
+    calls: list[tuple[int, int | None, int]] = []  # (held, until, when)
 
-    def prepare(held: int, until_ns: int) -> None:
+    def prepare(held: int, until_ns: int | None) -> None:
         calls.append((held, until_ns, clock.t))
         clock.t += 2 * MS  # opening connections takes time
 
@@ -88,5 +106,6 @@ def test_the_wait_readies_what_the_held_requests_need_before_they_are_due() -> N
     held, until, when = calls[0]
     # waiting for the burst: all five held (and the next drawn), readied before the burst, by its margin
     assert held == 6 and when < 1000 * MS and until == 1000 * MS - 3 * MS
-    # nothing is readied once a request is within the margin of its time
-    assert all(u - w > 0 for _, u, w in calls)
+    # readying ahead stops by the margin; the rest of the burst, due by then, is readied as it goes
+    assert all(u is None or u - w > 0 for _, u, w in calls)
+    assert [(h, u) for h, u, _ in calls[1:5]] == [(4, None), (3, None), (2, None), (1, None)]
