@@ -4,7 +4,9 @@ lengths, its shared prefix blocks as shared text), once routed round-robin and o
 from cold replicas; ``loadgen fleet``'s figures for the same five minutes, the same deployment and the
 same policies must agree within 5 % on output tok/s and on TTFT and TPOT p50, and prefix-aware
 routing's gain in cache hits (the servers' cached over prompt tokens) must have the same sign and be
-the same size within a third.
+the same size within a third. The HTTP replay is run twice per policy and its figures averaged: one
+replay's TTFT p50 moves ~3 % from run to run (where a step boundary falls in a burst decides which of
+its requests are prefilled together), the fleet's is one deterministic figure.
 
 The five minutes are exported once as a workload file (``loadgen workload export``): the HTTP replay
 sends its bodies (``loadgen ramp --workload``) and the fleet plays the same file (``--workload``: each
@@ -46,6 +48,7 @@ PROFILE = "b300x8-kimi-k2.6-ar"
 REPLICAS = 4
 SECONDS = float(os.environ.get("LOADGEN_FLEET_HTTP_S", "300"))
 POLICIES = ("round-robin", "prefix-aware")
+HTTP_RUNS = 2
 
 # the model's context (Kimi K2.6: 262,144), not a scenario's default 32,768, which would clip the trace's
 # longest prompts (87 k tokens in its first minute)
@@ -98,6 +101,7 @@ def _over_http(
         assert router.stdout is not None
         m = re.search(r"on (http://127\.0\.0\.1:\d+)", router.stdout.readline())
         assert m, router.stderr.read() if router.stderr else ""
+        tmp_path.mkdir(parents=True, exist_ok=True)
         args = ["ramp", "--url", m.group(1), "--workload", str(workload), "--drain-seconds", "120",
                 "--no-telemetry", "--out", str(tmp_path / policy)]  # fmt: skip
         done = subprocess.run(loadgen_cmd(*args), capture_output=True, text=True, timeout=seconds + 600)
@@ -154,11 +158,18 @@ def _on_the_virtual_clock(
 @pytest.mark.skipif(not TRACE.exists(), reason=f"no trace at {TRACE}")
 def test_the_fleet_agrees_with_four_simulators_behind_the_router(sim_factory: Any, tmp_path: Path) -> None:
     workload = _workload(tmp_path)
-    http = {p: _over_http(p, workload, sim_factory, tmp_path) for p in POLICIES}
+    http = {}
+    for p in POLICIES:
+        # the truth is taken twice and averaged: one replay's TTFT p50 moves by ~3 % from run to run
+        # (265.1-279.2 ms round-robin, 259.0-271.4 prefix-aware over three runs of the same file)
+        runs = [_over_http(p, workload, sim_factory, tmp_path / f"run{k}") for k in range(HTTP_RUNS)]
+        for k, r in enumerate(runs):
+            print(p, f"HTTP run {k + 1}", {key: round(v, 3) for key, v in r.items()})
+        http[p] = {key: sum(r[key] for r in runs) / len(runs) for key in runs[0]}
     virtual = {p: _on_the_virtual_clock(p, workload) for p in POLICIES}
     from_trace_itself = {p: _on_the_virtual_clock(p, None) for p in POLICIES}
     for p in http:
-        print(p, "HTTP", {k: round(v, 3) for k, v in http[p].items()})
+        print(p, "HTTP, mean of the runs", {k: round(v, 3) for k, v in http[p].items()})
         print(p, "fleet", {k: round(v, 3) for k, v in virtual[p].items()})
         print(p, "fleet from the trace itself", {k: round(v, 3) for k, v in from_trace_itself[p].items()})
     off = {f"{p} {k}": virtual[p][k] / http[p][k] - 1 for p in http for k in ("output tok/s", "TTFT p50", "TPOT p50")}
