@@ -169,15 +169,30 @@ class OpenLoopUser(User):
     def _ready(self, held: int, until_ns: int | None) -> None:
         """While the dispatcher waits: a connection, open and fresh, for each request it holds built,
         so that a burst sends in its order (a connection opened inside a send lets the ones after it
-        overtake it) and no connect is timed; stops by ``until_ns`` (None: not before all are ready)."""
+        overtake it) and no connect is timed. Idle connections past their reuse limit are renewed
+        one by one (rare: a gap of seconds); the new ones a burst needs are opened side by side (to a
+        distant server each is a round trip: the burst waits one, not one a request). The wait ends by
+        ``until_ns`` (None: when all are open); a connection still opening then joins the idle list
+        when it is. A single request already due opens its own in its send, as it always did: a high
+        rate never waits on connects here."""
+        if held <= 0 or (until_ns is None and held == 1):
+            return
         now = ANCHOR.now_wall_ns
-        end = until_ns if until_ns is not None else 1 << 62
-        for t in self._idle[-held:] if held else ():
-            if now() >= end:
+        for t in self._idle[-held:]:
+            if until_ns is not None and now() >= until_ns:
                 return
             t.ready()
-        while len(self._idle) < held and now() < end:
-            self._idle.insert(0, self.state.make_transport())
+        missing = held - len(self._idle)
+        if missing <= 0:
+            return
+        jobs = [gevent.spawn(self.state.make_transport) for _ in range(missing)]
+        gevent.joinall(jobs, timeout=None if until_ns is None else max(0.0, (until_ns - now()) / 1e9))
+        idle = self._idle
+        for job in jobs:
+            if not job.ready():
+                job.link_value(lambda g: idle.append(g.value))
+            elif job.successful():
+                idle.append(job.value)
 
     def _send(self, spec: RequestSpec) -> None:
         transport = self._idle.pop() if self._idle else self.state.make_transport()

@@ -6,8 +6,12 @@ millisecond; building each took the ones after it 0.2-2 ms later)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from types import SimpleNamespace
 
-from loadgen.load.user import paced
+import gevent
+
+from loadgen.load.user import OpenLoopUser, paced
+from loadgen.rundir.clock import ANCHOR
 
 MS = 1_000_000
 
@@ -109,3 +113,59 @@ def test_the_wait_readies_what_the_held_requests_need_before_they_are_due() -> N
     # readying ahead stops by the margin; the rest of the burst, due by then, is readied as it goes
     assert all(u is None or u - w > 0 for _, u, w in calls)
     assert [(h, u) for h, u, _ in calls[1:5]] == [(4, None), (3, None), (2, None), (1, None)]
+
+
+class _Connects:
+    """A fake run state whose transports take a round trip (``rtt_s``) to open; counts how many open
+    at once."""
+
+    def __init__(self, rtt_s: float) -> None:
+        self.rtt_s = rtt_s
+        self.opening = 0
+        self.most = 0
+        self.made = 0
+
+    def make_transport(self) -> object:
+        self.opening += 1
+        self.most = max(self.most, self.opening)
+        gevent.sleep(self.rtt_s)
+        self.opening -= 1
+        self.made += 1
+        return _Fresh()
+
+
+class _Fresh:
+    def __init__(self) -> None:
+        self.readied = 0
+
+    def ready(self) -> None:
+        self.readied += 1
+
+
+def _dispatcher(state: _Connects, idle: list[object]) -> SimpleNamespace:
+    return SimpleNamespace(_idle=idle, state=state)
+
+
+def test_a_burst_opens_its_connections_side_by_side_and_a_lone_late_request_opens_none() -> None:
+    # to a distant server a connect is a round trip: a burst of 6 waits one, not six
+    state = _Connects(0.05)
+    d = _dispatcher(state, [])
+    OpenLoopUser._ready(d, 6, None)  # type: ignore[arg-type]
+    assert state.made == 6 and state.most == 6 and len(d._idle) == 6
+    # the idle ones are readied (renewed if idle too long), no new one opened when there are enough
+    OpenLoopUser._ready(d, 4, None)  # type: ignore[arg-type]
+    assert state.made == 6 and sum(t.readied for t in d._idle) == 4
+    # one request already due opens its own connection in its send: the dispatcher never waits on it
+    lone = _Connects(0.05)
+    d2 = _dispatcher(lone, [])
+    OpenLoopUser._ready(d2, 1, None)  # type: ignore[arg-type]
+    assert lone.made == 0 and d2._idle == []
+
+
+def test_readying_stops_by_its_deadline_and_late_connections_join_the_idle_list() -> None:
+    state = _Connects(0.05)
+    d = _dispatcher(state, [])
+    OpenLoopUser._ready(d, 3, ANCHOR.now_wall_ns())  # type: ignore[arg-type]  # no time left
+    assert d._idle == []  # returned at once, the connects still opening
+    gevent.sleep(0.2)
+    assert state.made == 3 and len(d._idle) == 3
