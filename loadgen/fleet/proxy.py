@@ -25,6 +25,8 @@ import asyncio
 import contextlib
 import re
 import signal
+import sys
+import threading
 import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -363,11 +365,11 @@ async def serve(app: RouterApp, host: str, port: int, ready: asyncio.Event | Non
         flush=True,
     )
     stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        # where a loop cannot take signal handlers (not the main thread: RuntimeError; not Unix:
-        # NotImplementedError) the router is stopped by cancelling serve() or by Ctrl-C's
-        # KeyboardInterrupt out of asyncio.run, which the finally below still cleans up after
-        with contextlib.suppress(NotImplementedError, RuntimeError):
+    # a loop takes signal handlers only in the main thread of a Unix process; elsewhere (a test's
+    # thread, Windows) the router is stopped by cancelling serve() or by Ctrl-C's KeyboardInterrupt
+    # out of asyncio.run, which the finally below cleans up after all the same
+    if threading.current_thread() is threading.main_thread() and sys.platform != "win32":
+        for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
     watcher = loop.create_task(app.watch())
     if ready is not None:
