@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -141,7 +142,21 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--slo", help="latency limits, e.g. ttft_p99=2s,tpot_p99=50ms; ttft, tpot and e2e (default: none)")
     ap.add_argument("--window", default="1h", help="the report's window, e.g. 5m, 1h (default: 1h)")
     ap.add_argument("--price", type=float, help="USD per GPU-hour, for the cost column (default: none)")
-    ap.add_argument("--seed", type=int, default=0, help="the replicas' and arrivals' random seed (default: 0)")
+    ap.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="the random seed of the replicas, the Poisson arrivals and the order drawn for requests that "
+        "arrive at one instant (default: 0)",
+    )
+    ap.add_argument(
+        "--orders",
+        type=int,
+        default=1,
+        help="with --replicas: play the requests N times, each with its own drawn order of the requests that "
+        "share an arrival time (a trace on a coarse clock), and give each figure's median and range over "
+        "them (default: 1)",
+    )
     ap.add_argument("--out", help="folder for fleet.json and fleet.md (default: reports/fleet-<time>)")
     ap.add_argument("--quiet", action="store_true", help="no progress line")
     return ap
@@ -207,6 +222,13 @@ class _Args:
                 raise ValueError("--rate needs --duration (how long the arrivals go on)")
             if ns.input_tokens < 1 or ns.output_tokens < 1:
                 raise ValueError("--input-tokens and --output-tokens must be >= 1")
+        if ns.orders < 1:
+            raise ValueError(f"--orders {ns.orders}: give at least 1")
+        if ns.orders > 1 and (ns.find_replicas or self.autoscale is not None or self.pd is not None):
+            raise ValueError(
+                "--orders compares draws of one fixed fleet: give it with --replicas, not with --find-replicas, "
+                "--autoscale or --disaggregate"
+            )
         if ns.per_window and not ns.find_replicas:
             raise ValueError("--per-window is --find-replicas' answer for each window: give --find-replicas")
         self.trace = load_trace(ns.trace, ns.trace_format) if ns.trace else None
@@ -218,8 +240,9 @@ class _Args:
             self.workload_sha = wf.sha256
         self.ns = ns
 
-    def run(self, policy: Policy, replicas: int, **extra: Any) -> FleetResult:
-        """One fleet run of the requests with these options (``extra``: autoscale, disaggregate)."""
+    def run(self, policy: Policy, replicas: int, order: int = 0, **extra: Any) -> FleetResult:
+        """One fleet run of the requests with these options (``order``: which drawn order of simultaneous
+        arrivals, from 0; ``extra``: autoscale, disaggregate)."""
         ns = self.ns
         return run_fleet(
             self.profile,
@@ -229,6 +252,7 @@ class _Args:
             window_s=self.window_s,
             slo=self.slo,
             seed=ns.seed,
+            order_seed=ns.seed + order,
             progress=_progress(ns.quiet),
             **extra,
         )
@@ -386,7 +410,7 @@ def per_window_need(args: _Args, policy: Policy, most: int, log: Callable[[str],
             while n <= most:
                 result = run_fleet(
                     args.profile, iter(shifted), replicas=n, policy=policy, window_s=w_s, slo=slo,
-                    seed=args.ns.seed, max_backlog=cap * n,
+                    seed=args.ns.seed, max_backlog=cap * n, order_seed=args.ns.seed,
                 )  # fmt: skip
                 verdicts = window_verdicts(result, slo)
                 if result.overloaded_at_s is None and at < len(verdicts) and verdicts[at] is not False:
@@ -429,7 +453,48 @@ def result_json(result: FleetResult, args: _Args) -> dict[str, Any]:
         "windows": windows,
         "total": total,
         "windows_held": judge(result, slo, 1.0)[1] if slo else None,
+        "simultaneous": result.simultaneous,
+        "order_seed": result.order_seed,
     }
+
+
+# (label, the total's key, its statistic or None): the figures --orders gives with their range
+ORDER_FIGURES: tuple[tuple[str, str, str | None], ...] = (
+    ("output tok/s", "output_tok_s", None),
+    ("TTFT p50 ms", "ttft_ms", "p50"),
+    ("TTFT p99 ms", "ttft_ms", "p99"),
+    ("TTFT mean ms", "ttft_ms", "mean"),
+    ("TPOT p50 ms", "tpot_ms", "p50"),
+    ("TPOT p99 ms", "tpot_ms", "p99"),
+    ("E2E p50 ms", "e2e_ms", "p50"),
+    ("E2E p99 ms", "e2e_ms", "p99"),
+    ("queue p99 ms", "queue_ms", "p99"),
+    ("cache hits", "cache_hit_share", None),
+    ("SLO met", "slo_attainment", None),
+    ("windows held", "windows_held", None),
+)
+
+
+def order_spread(draws: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each figure of the whole run over ``draws`` (result_json of one fleet, one drawn order of the
+    simultaneous arrivals each): its values, median, lowest and highest, and the spread (highest - lowest)
+    over the median."""
+    figures: dict[str, Any] = {}
+    for label, key, stat in ORDER_FIGURES:
+        raw = [d.get(key) if key == "windows_held" else d["total"].get(key) for d in draws]
+        picked = [(v or {}).get(stat) if stat is not None else v for v in raw]
+        values = [float(v) for v in picked if v is not None]
+        if len(values) < len(picked):
+            continue
+        mid = statistics.median(values)
+        figures[label] = {
+            "values": values,
+            "median": mid,
+            "min": min(values),
+            "max": max(values),
+            "spread": (max(values) - min(values)) / mid if mid else 0.0,
+        }
+    return {"n": len(draws), "seeds": [d["order_seed"] for d in draws], "figures": figures}
 
 
 def _ms(v: Any) -> str:
@@ -465,7 +530,7 @@ def markdown(doc: dict[str, Any]) -> str:
         lines.append("SLO: " + ", ".join(f"{k.removesuffix('_ms')} ≤ {v:g} ms" for k, v in doc["slo"].items()))
         lines.append("")
     for run in doc["runs"]:
-        head = f"## {run['policy']}, {run['replicas']} replicas"
+        head = f"## {run['policy']}, {run['replicas']} replica{'' if run['replicas'] == 1 else 's'}"
         if run.get("found") is not None:
             head += " (the fewest that hold the SLO)"
         if run.get("autoscaled"):
@@ -516,6 +581,7 @@ def markdown(doc: dict[str, Any]) -> str:
                 f"{w['power_kw'] or 0:.1f} | {w['energy_kwh']:.1f} | {_num(w['cost_usd'], ',.0f')} |"
             )
         lines.append("")
+        lines += _order_lines(run)
     if len(doc["runs"]) > 1:
         lines += [
             "## Policies side by side",
@@ -524,18 +590,67 @@ def markdown(doc: dict[str, Any]) -> str:
             "| kWh |",
             "|---|---:|---|---:|---:|---:|---:|---:|---:|",
         ]
+        ranged = any(run.get("orders") for run in doc["runs"])
         for run in doc["runs"]:
             t = run["total"]
             count = f"auto, ≤ {t['replicas_max']}" if run.get("autoscaled") else str(run["replicas"])
             if run.get("disaggregated"):
                 count = f"{run['disaggregated']['prefill']}P + {run['disaggregated']['decode']}D"
             lines.append(
-                f"| {run['policy']} | {count} | {_ms(t['ttft_ms']['p50'])} / {_ms(t['ttft_ms']['p99'])} | "
-                f"{_ms(t['tpot_ms']['p50'])} | {_pct(t['slo_attainment'])} | {_pct(run['windows_held'])} | "
+                f"| {run['policy']} | {count} | {_ranged(run, 'TTFT p50 ms')} / {_ranged(run, 'TTFT p99 ms')} | "
+                f"{_ranged(run, 'TPOT p50 ms')} | {_pct(t['slo_attainment'])} | {_pct(run['windows_held'])} | "
                 f"{_pct(t['cache_hit_share'])} | {t['gpu_hours']:.1f} | {t['energy_kwh']:.1f} |"
             )
         lines.append("")
+        if ranged:
+            lines += ["With --orders: the median over the drawn orders, their lowest and highest in brackets.", ""]
     return "\n".join(lines)
+
+
+def _ranged(run: dict[str, Any], label: str) -> str:
+    """A side-by-side cell: the figure of the run, or with --orders its median (lowest-highest)."""
+    f = (run.get("orders") or {}).get("figures", {}).get(label)
+    if f is None:
+        metric, stat = {"TTFT p50 ms": ("ttft_ms", "p50"), "TTFT p99 ms": ("ttft_ms", "p99")}.get(
+            label, ("tpot_ms", "p50")
+        )
+        return _ms(run["total"][metric][stat])
+    return f"{_ms(f['median'])} ({_ms(f['min'])}-{_ms(f['max'])})"
+
+
+def _order_lines(run: dict[str, Any]) -> list[str]:
+    """What fleet.md says of the requests that arrived at one instant: how many, and with --orders how
+    far each figure moves with the order drawn for them."""
+    n_same, arrived = run.get("simultaneous") or 0, run["total"]["arrived"] or 1
+    if not n_same:
+        return []
+    orders = run.get("orders")
+    words = (
+        f"{n_same:,} of {arrived:,} requests ({n_same / arrived:.0%}) arrived at the same instant as another "
+        "(the trace's clock is coarse): the order they reach the router in is not in the trace, and where "
+        "prefixes, queues and ties depend on it the figures do too."
+    )
+    if orders is None:
+        return [
+            f"{words} This run draws one order (seed {run['order_seed']}); `--orders 5` shows how far each "
+            "figure moves with it.",
+            "",
+        ]
+    lines = [
+        f"{words} The tables above are the order drawn with seed {orders['seeds'][0]}; over {orders['n']} drawn "
+        f"orders (seeds {orders['seeds'][0]}-{orders['seeds'][-1]}):",
+        "",
+        "| figure | median | lowest | highest | spread |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for label, f in orders["figures"].items():
+        if label in ("cache hits", "SLO met", "windows held"):
+            cells = [_pct(f["median"]), _pct(f["min"]), _pct(f["max"])]
+        else:
+            cells = [_ms(f["median"]), _ms(f["min"]), _ms(f["max"])]
+        lines.append(f"| {label} | {' | '.join(cells)} | {f['spread'] * 100:.1f} % |")
+    lines.append("")
+    return lines
 
 
 def _source_words(src: dict[str, Any]) -> str:
@@ -593,6 +708,12 @@ def main(argv: list[str] | None = None) -> int:
         else:
             result = args.run(policy, ns.replicas, autoscale=args.autoscale, disaggregate=args.pd)
             run = result_json(result, args)
+            if ns.orders > 1:
+                draws = [result]
+                for k in range(1, ns.orders):
+                    log(f"{policy.value}: order {k + 1} of {ns.orders}")
+                    draws.append(args.run(policy, ns.replicas, order=k))
+                run["orders"] = order_spread([result_json(d, args) for d in draws])
             if args.pd is not None:
                 run["disaggregated"] = {"prefill": args.pd[0], "decode": args.pd[1]}
                 runs.append(run)

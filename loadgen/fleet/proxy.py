@@ -36,7 +36,8 @@ import orjson
 
 from loadgen.fleet.router import Policy, RouteInfo, Router
 from loadgen.sim.http import Connection
-from loadgen.sim.text import prompt_block_hashes, prompt_text
+from loadgen.sim.params import BadRequest, body_prompt_tokens
+from loadgen.sim.text import count_prompt_tokens, prompt_block_hashes, prompt_text
 
 FORWARD_HEADERS = ("content-type", "authorization", "accept", "x-request-id", "x-session-id")
 KV_METRICS = (b"sglang:token_usage", b"vllm:kv_cache_usage_perc", b"vllm:gpu_cache_usage_perc")
@@ -78,8 +79,10 @@ def route_info(body: bytes, headers: dict[str, str], block_tokens: int, chars_pe
     session = headers.get("x-session-id") or (data.get("user") if isinstance(data.get("user"), str) else None)
     if not chat and "prompt" not in data:
         return RouteInfo((), 0, session, block_tokens)
-    text, n_messages = prompt_text(data, chat)
-    tokens = int(len(text) / chars_per_token) + 4 * n_messages
+    try:
+        tokens = body_prompt_tokens(data, chat, chars_per_token)
+    except BadRequest:  # an image the backend will refuse: route it by its text alone
+        tokens = count_prompt_tokens(*prompt_text(data, chat), chars_per_token)
     blocks = prompt_block_hashes(data, chat, chars_per_token, block_tokens)
     return RouteInfo(blocks, tokens, session, block_tokens)
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from loadgen.fleet.router import Policy, RouteInfo, Router
 from loadgen.fleet.stats import LogHistogram, Window
-from loadgen.fleet.traffic import FleetRequest, parse_duration
+from loadgen.fleet.traffic import FleetRequest, draw_tie_order, parse_duration
 from loadgen.sim.engine import ABORTED, Emission, Engine, RejectError, SimRequest
 from loadgen.sim.memory import memory_plan
 from loadgen.sim.parallel import layout_of
@@ -53,6 +53,10 @@ class FleetResult:
     # when the requests in flight passed ``max_backlog`` and the run stopped there (None: it did not);
     # every window from the one holding it fails the SLO
     overloaded_at_s: float | None = None
+    # requests that arrived at the same instant as another (their order is not in the trace), and the seed
+    # of the order drawn for them (None: as given)
+    simultaneous: int = 0
+    order_seed: int | None = None
 
 
 def request_limits(slo: dict[str, float]) -> tuple[float, float, float]:
@@ -529,13 +533,15 @@ def run_fleet(
     autoscale: Autoscale | None = None,
     disaggregate: tuple[int, int] | None = None,
     max_backlog: int | None = None,
+    order_seed: int | None = None,
 ) -> FleetResult:
     """Serve ``requests`` (in arrival order) with ``replicas`` replicas of ``profile`` behind a
     ``policy`` router, to the last request's end; the windows of ``window_s`` it spans. ``progress``
     is called now and then with (virtual seconds, requests so far). ``max_backlog``: stop where the
     requests in flight pass it (a fleet too small for the load: ``overloaded_at_s``; its later windows
-    are not simulated, and fail the SLO). ValueError when the deployment does
-    not start or the requests are out of order."""
+    are not simulated, and fail the SLO). ``order_seed``: requests that arrive at the same instant are
+    routed in an order drawn with it (:func:`~loadgen.fleet.traffic.draw_tie_order`; None: as given).
+    ValueError when the deployment does not start or the requests are out of order."""
     if replicas < 1:
         raise ValueError("a fleet needs at least one replica")
     if window_s <= 0:
@@ -558,8 +564,16 @@ def run_fleet(
     heap = fleet.heap
     last = -math.inf
     overloaded_at: float | None = None
+    simultaneous, tied = 0, False  # requests sharing an arrival time; whether the last one shared its
+    if order_seed is not None:
+        requests = draw_tie_order(requests, order_seed)
     for tick, fr in enumerate(requests, start=1):
         t_arr = fr.arrival_s
+        if t_arr == last:
+            simultaneous += 1 if tied else 2
+            tied = True
+        else:
+            tied = False
         if max_backlog is not None and tick % 64 == 0 and sum(fleet.router.outstanding) > max_backlog:
             overloaded_at = t_arr
             break
@@ -599,6 +613,8 @@ def run_fleet(
         scale_events=scaler.events if scaler is not None else [],
         cold_start_s=scaler.cold_s if scaler is not None else None,
         overloaded_at_s=overloaded_at,
+        simultaneous=simultaneous,
+        order_seed=order_seed,
     )
 
 

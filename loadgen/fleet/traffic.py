@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -190,6 +190,29 @@ def poisson(
         yield FleetRequest(t, input_tokens, output_tokens)
 
 
+def draw_tie_order(requests: Iterable[FleetRequest], seed: int) -> Iterator[FleetRequest]:
+    """``requests`` (in arrival order) with each run of equal arrival times in an order drawn with
+    ``seed``; times and everything else unchanged. A trace written on a coarse clock (Mooncake's on a
+    3-s grid, BurstGPT's in whole seconds) gives many requests one time: which of them reached the
+    router first is not in the trace, and where prefixes, queues and tie-breaks depend on it the
+    figures do too (a drawn order per run; ``loadgen fleet --orders`` shows how far they move). Holds
+    one run of equal times at once."""
+    rng = np.random.default_rng(seed)
+    group: list[FleetRequest] = []
+    for fr in requests:
+        if group and fr.arrival_s != group[0].arrival_s:
+            yield from _drawn(group, rng)
+            group = []
+        group.append(fr)
+    yield from _drawn(group, rng)
+
+
+def _drawn(group: list[FleetRequest], rng: np.random.Generator) -> list[FleetRequest]:
+    if len(group) < 2:
+        return group
+    return [group[i] for i in rng.permutation(len(group))]
+
+
 def _output_tokens(body: dict[str, Any], default: int) -> int:
     for key in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
         v = body.get(key)
@@ -210,7 +233,8 @@ def from_workload(
     answer, text of its ``max_tokens``; its session is the conversation. Output: the body's
     ``max_tokens`` (else ``default_output_tokens``). WorkloadFileError for a closed-loop file (its
     users wait on answers: there are no times to play)."""
-    from loadgen.sim.text import prompt_block_hashes, prompt_text
+    from loadgen.sim.params import BadRequest, body_prompt_tokens
+    from loadgen.sim.text import prompt_block_hashes
     from loadgen.workload.corpus import _prose_text
     from loadgen.workload.wfile import BlockText, WorkloadFileError, open_workload, unredact_body
 
@@ -241,8 +265,12 @@ def from_workload(
                 messages = earlier + list(body["messages"])
                 body = {**body, "messages": messages}
                 history[session] = [*messages, {"role": "assistant", "content": "x" * int(out * chars_per_token)}]
-            text, n_messages = prompt_text(body, chat)
-            prompt = max(1, int(len(text) / chars_per_token) + 4 * n_messages)
+            try:
+                prompt = body_prompt_tokens(body, chat, chars_per_token)
+            except BadRequest as exc:
+                raise WorkloadFileError(
+                    wf.path, None, f"step {step}, request at {line.get('at_s')} s: {exc.message} (a server refuses it)"
+                ) from None
             blocks = tuple(prompt_block_hashes(body, chat, chars_per_token, block_tokens))
             last = float(line["at_s"])
             yield FleetRequest(t0 + last, prompt, out, blocks, session)

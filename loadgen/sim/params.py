@@ -55,6 +55,25 @@ def body_priority(body: dict[str, Any]) -> int:
     return value
 
 
+def body_prompt_tokens(
+    body: dict[str, Any], chat: bool, chars_per_token: float, measured: tuple[str, int] | None = None
+) -> int:
+    """The prompt tokens the simulator counts for a request body: its text's estimate
+    (:func:`loadgen.sim.text.count_prompt_tokens`), and for chat its images' and tools' tokens. Written
+    once for the server, the router's view of a request and the fleet's reading of a workload file.
+    ``measured``: the body's :func:`~loadgen.sim.text.prompt_text`, when the caller has it. An image
+    that cannot be read raises :class:`BadRequest` naming it."""
+    text, n_msgs = measured if measured is not None else prompt_text(body, chat)
+    tokens = count_prompt_tokens(text, n_msgs, chars_per_token)
+    if chat and isinstance(body.get("messages"), list):
+        try:
+            images = prompt_images(body["messages"])
+        except ImageError as exc:
+            raise BadRequest(f"Invalid image in {exc}") from None
+        tokens += sum(image.tokens for image in images) + tools_tokens(body.get("tools"), chars_per_token)
+    return tokens
+
+
 @dataclass(frozen=True)
 class GenerateParams:
     body: dict[str, Any]
@@ -75,14 +94,9 @@ def read_params(body_raw: bytes, chat: bool, chars_per_token: float, style: str)
         raise BadRequest("Field 'messages' is required and must be a list.")
     if not chat and "prompt" not in body:
         raise BadRequest("Field 'prompt' is required.")
-    text, n_msgs = prompt_text(body, chat)
-    prompt_tokens = count_prompt_tokens(text, n_msgs, chars_per_token)
-    if chat:
-        try:
-            images = prompt_images(body["messages"])
-        except ImageError as exc:
-            raise BadRequest(f"Invalid image in {exc}") from None
-        prompt_tokens += sum(image.tokens for image in images) + tools_tokens(body.get("tools"), chars_per_token)
+    measured = prompt_text(body, chat)
+    text = measured[0]
+    prompt_tokens = body_prompt_tokens(body, chat, chars_per_token, measured)
     body_priority(body)  # checked here: a bad priority is a 400 before anything is queued
     max_tokens = body.get("max_completion_tokens")
     if max_tokens is None:

@@ -16,7 +16,7 @@ from loadgen.fleet.cli import main as fleet_main
 from loadgen.fleet.router import Policy, RouteInfo, Router, parse_policy
 from loadgen.fleet.sim import FleetResult, _add, request_limits, run_fleet
 from loadgen.fleet.stats import LogHistogram, Window
-from loadgen.fleet.traffic import FleetRequest, from_trace, parse_shape, poisson
+from loadgen.fleet.traffic import FleetRequest, draw_tie_order, from_trace, parse_shape, poisson
 from loadgen.sim.forecast import run_point
 from loadgen.sim.profile import load_profile
 from loadgen.workload.datasets import load_trace
@@ -336,6 +336,8 @@ def test_loadgen_fleet_finds_the_fewest_replicas_and_writes_what_it_predicted_fr
         (["--rate", "5", "--duration", "soon", "--replicas", "2"], "--duration 'soon'"),
         (["--trace", "/nonexistent/t.csv", "--replicas", "2"], "no such file"),
         (["--rate", "5", "--duration", "1m", "--replicas", "2", "--slo", "itl_p99=5ms"], "itl"),
+        (["--rate", "5", "--duration", "1m", "--replicas", "2", "--orders", "0"], "--orders 0"),
+        (["--rate", "5", "--duration", "1m", "--find-replicas", "--slo", "ttft_p99=1s", "--orders", "3"], "--replicas"),
     ],
 )
 def test_loadgen_fleet_refuses_bad_input_naming_it(
@@ -540,3 +542,74 @@ def test_a_closed_loop_workload_file_is_refused_naming_why(tmp_path: Path, capsy
     assert fleet_main(["--deployment", "h100-llama-8b", "--workload", str(wfile), "--replicas", "1", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "closed-loop file" in err and "--rate" in err and str(wfile) in err
+
+
+# -- requests that arrive at one instant -------------------------------------------------------------
+
+
+def test_simultaneous_arrivals_are_played_in_a_drawn_order_and_counted() -> None:
+    times = [0.0] * 5 + [1.0] + [3.0] * 4 + [4.5]
+    reqs = [FleetRequest(t, 100 + i, 10) for i, t in enumerate(times)]
+    drawn = list(draw_tie_order(iter(reqs), 7))
+    assert [r.arrival_s for r in drawn] == times  # the times and the runs of equal times stay
+    for t in set(times):  # each run of equal times holds the same requests
+        assert sorted(r.prompt_tokens for r in drawn if r.arrival_s == t) == [
+            r.prompt_tokens for r in reqs if r.arrival_s == t
+        ]
+    assert drawn[5] is reqs[5] and drawn[10] is reqs[10]  # a request alone at its time is not moved
+    assert list(draw_tie_order(iter(reqs), 7)) == drawn  # a seed is one order
+    orders = {tuple(r.prompt_tokens for r in draw_tie_order(iter(reqs), seed)) for seed in range(8)}
+    assert len(orders) > 4
+    profile = load_profile("h100-llama-8b")
+    result = run_fleet(profile, iter(reqs), replicas=2, window_s=10, order_seed=3)
+    assert (result.simultaneous, result.order_seed) == (9, 3)
+    assert run_fleet(profile, iter(reqs[5:6]), replicas=1, window_s=10).simultaneous == 0
+
+
+def _bursts(tmp_path: Path) -> Path:
+    """Mooncake-format bursts: every 3 s a prompt of 30,000 tokens and one of 300 stamped with one time (the
+    trace's clock is coarse), the long one first in the file. On one replica the short one waits ~1.5 s
+    for the long one's prefill when it is taken second, ~0.1 s when first."""
+    lines = []
+    for tick in range(20):
+        for n in (30000, 300):
+            ids = [tick * 100 + len(lines) * 1000 + j for j in range(-(-n // 512))]
+            row = {"timestamp": tick * 3000, "input_length": n, "output_length": 30, "hash_ids": ids}
+            lines.append(json.dumps(row))
+    path = tmp_path / "bursts.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_loadgen_fleet_orders_shows_how_far_the_figures_move_with_the_order_of_simultaneous_arrivals(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = _bursts(tmp_path)
+    out = tmp_path / "fleet"
+    args = ["--deployment", "h100-llama-8b", "--trace", str(trace), "--replicas", "1", "--window", "1m"]
+    code = fleet_main([*args, "--router", "least-requests,prefix-aware", "--orders", "4", "--out", str(out), "--quiet"])
+    assert code == 0, capsys.readouterr()
+    doc = json.loads((out / "fleet.json").read_text())
+    for run in doc["runs"]:
+        assert run["simultaneous"] == 40 and run["order_seed"] == 0
+        orders = run["orders"]
+        assert orders["n"] == 4 and orders["seeds"] == [0, 1, 2, 3]
+        ttft = orders["figures"]["TTFT p50 ms"]
+        assert len(ttft["values"]) == 4 and ttft["min"] <= ttft["median"] <= ttft["max"]
+        assert ttft["values"][0] == pytest.approx(run["total"]["ttft_ms"]["p50"])  # the tables are the first draw
+        assert orders["figures"]["output tok/s"]["spread"] < 0.02  # the same tokens, whatever the order
+    # a short prompt ahead of the long one or behind it: its TTFT ~0.1 s or ~1.5 s, and the mean with it
+    ttft = doc["runs"][0]["orders"]["figures"]["TTFT mean ms"]
+    assert ttft["max"] > ttft["min"] * 1.03, ttft
+    # the file's order, the long one first every time, is the slowest of all
+    file_order = run_fleet(load_profile("h100-llama-8b"), from_trace(load_trace(trace)), replicas=1, window_s=60)
+    assert file_order.total.hist["ttft"].mean() * 1e3 > ttft["max"] * 1.03
+    text = (out / "fleet.md").read_text()
+    assert "40 of 40 requests (100%) arrived at the same instant as another" in text
+    assert "over 4 drawn orders (seeds 0-3)" in text and "| TTFT p50 ms |" in text
+    # one order by default, said so; the same seed draws the same order
+    code = fleet_main([*args, "--out", str(tmp_path / "one"), "--quiet"])
+    assert code == 0, capsys.readouterr()
+    one = json.loads((tmp_path / "one" / "fleet.json").read_text())["runs"][0]
+    assert one["total"]["ttft_ms"] == doc["runs"][0]["total"]["ttft_ms"] and "orders" not in one
+    assert "This run draws one order (seed 0); `--orders 5`" in (tmp_path / "one" / "fleet.md").read_text()
