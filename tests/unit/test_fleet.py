@@ -337,7 +337,10 @@ def test_loadgen_fleet_finds_the_fewest_replicas_and_writes_what_it_predicted_fr
         (["--trace", "/nonexistent/t.csv", "--replicas", "2"], "no such file"),
         (["--rate", "5", "--duration", "1m", "--replicas", "2", "--slo", "itl_p99=5ms"], "itl"),
         (["--rate", "5", "--duration", "1m", "--replicas", "2", "--orders", "0"], "--orders 0"),
-        (["--rate", "5", "--duration", "1m", "--find-replicas", "--slo", "ttft_p99=1s", "--orders", "3"], "--replicas"),
+        (
+            ["--rate", "5", "--duration", "1m", "--replicas", "1", "--autoscale", "max=2", "--orders", "3"],
+            "--autoscale",
+        ),
     ],
 )
 def test_loadgen_fleet_refuses_bad_input_naming_it(
@@ -613,3 +616,22 @@ def test_loadgen_fleet_orders_shows_how_far_the_figures_move_with_the_order_of_s
     one = json.loads((tmp_path / "one" / "fleet.json").read_text())["runs"][0]
     assert one["total"]["ttft_ms"] == doc["runs"][0]["total"]["ttft_ms"] and "orders" not in one
     assert "This run draws one order (seed 0); `--orders 5`" in (tmp_path / "one" / "fleet.md").read_text()
+
+
+def test_find_replicas_with_orders_needs_a_count_that_holds_in_every_drawn_order(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = _bursts(tmp_path)
+    base = ["--deployment", "h100-llama-8b", "--trace", str(trace), "--window", "1m", "--quiet"]
+    base += ["--find-replicas", "--slo", "ttft_mean=1100ms", "--max-replicas", "4", "--seed", "1"]
+    found = {}
+    for orders in (1, 4):
+        out = tmp_path / f"o{orders}"
+        assert fleet_main([*base, "--orders", str(orders), "--out", str(out)]) == 0, capsys.readouterr()
+        run = json.loads((out / "fleet.json").read_text())["runs"][0]
+        found[orders] = run["found"]
+        assert run["orders_judged"] == orders
+    # one replica's mean TTFT is 994 ms in the order seed 1 draws and 1,212 ms in seed 2's (seeds 0-3:
+    # 1,284, 994, 1,212, 1,103): the first order alone finds one replica, four orders (seeds 1-4) two
+    assert found == {1: 1, 4: 2}, found
+    assert "held in each of 4 drawn orders" in (tmp_path / "o4" / "fleet.md").read_text()
