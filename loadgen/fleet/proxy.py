@@ -364,7 +364,8 @@ async def serve(app: RouterApp, host: str, port: int, ready: asyncio.Event | Non
     server = await loop.create_server(lambda: RouterConnection(app), host, port)
     bound = server.sockets[0].getsockname()[1]
     print(
-        f"loadgen router ({app.router.policy.value}) on http://{host}:{bound} over {len(app.backends)} backends",
+        f"loadgen router ({app.router.policy.value}) on http://{host}:{bound} over {len(app.backends)} "
+        + ("backend" if len(app.backends) == 1 else "backends"),
         flush=True,
     )
     stop = asyncio.Event()
