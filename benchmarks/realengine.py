@@ -16,6 +16,9 @@ For each pool (``--pools``, blocks) and prompt/output mix (``--mixes``), ``--rep
   (equal when every request ran to its end), the largest gap between our TTFT CDF (first chunk less
   sent) and vLLM's ``time_to_first_token_seconds`` histogram at each of its bounds (target 0.05), and
   the step where our report sees the first preemption against vLLM's counter read at the steps' ends;
+  beside the gap, what lies outside vLLM's clock: the streams whose first tokens vLLM's API process
+  held (their first three chunks reached our kernel within a millisecond) and the gap without them,
+  our mean TTFT against vLLM's, and our mean E2E less vLLM's (``e2e_request_latency_seconds``);
 * the twin, ``loadgen twin CAL --concurrency 8,16 --engine E`` for E = sglang and vllm: its output
   tok/s and TPOT p50 at the truth's loads (target within 10 %) and the first load at which it
   preempts (target: the truth's).
@@ -115,20 +118,48 @@ def ramp(server: Server, out: Path, loads: str, prompt: int, output: int, step_s
     return Path(proc.stdout.strip().splitlines()[-1])
 
 
+def held(rec: dict[str, Any]) -> bool:
+    """Whether the server held the stream's first tokens: its first three chunks, a token each, reached the
+    kernel within a millisecond of each other, where this engine's decode steps are milliseconds apart.
+    The chunks' times are the kernel's receive times, so the hold is upstream of our clock."""
+    offs = rec.get("chunk_offsets_ns") or []
+    return rec.get("chunk_clock") == "kernel" and len(offs) >= 3 and offs[2] - offs[0] < 1_000_000
+
+
+def gap_at_bounds(ttfts: list[float], buckets: dict[float, float], total: float) -> float:
+    """The largest gap between our TTFT CDF and vLLM's histogram at each of its bounds."""
+    gap = 0.0
+    for le in sorted(buckets):
+        if le == float("inf") or not total or not ttfts:
+            continue
+        ours = sum(1 for x in ttfts if x <= le) / len(ttfts)
+        gap = max(gap, abs(ours - buckets[le] / total))
+    return gap
+
+
+def hist_mean(before: prom.Exposition, after: prom.Exposition, name: str) -> float | None:
+    n = counter(after, name + "_count") - counter(before, name + "_count")
+    return (counter(after, name + "_sum") - counter(before, name + "_sum")) / n if n else None
+
+
 def truth(run_dir: Path, before: prom.Exposition, after: prom.Exposition) -> dict[str, Any]:
     recs = [r for r in records(run_dir) if r.get("error_class") is None]
     ours_tokens = sum(int(r.get("output_tokens") or 0) for r in recs)
     vllm_tokens = counter(after, "vllm:generation_tokens_total") - counter(before, "vllm:generation_tokens_total")
-    ttfts = sorted((r["first_chunk_ns"] - r["sent_ns"]) / 1e9 for r in recs if r.get("first_chunk_ns"))
+    timed = [r for r in recs if r.get("first_chunk_ns")]
+    ttfts = sorted((r["first_chunk_ns"] - r["sent_ns"]) / 1e9 for r in timed)
     b0, b1 = ttft_buckets(before), ttft_buckets(after)
     total = b1.get(float("inf"), 0.0) - b0.get(float("inf"), 0.0)
-    gap = 0.0
-    for le in sorted(b1):
-        if le == float("inf") or not total or not ttfts:
-            continue
-        theirs = (b1[le] - b0.get(le, 0.0)) / total
-        ours = sum(1 for x in ttfts if x <= le) / len(ttfts)
-        gap = max(gap, abs(ours - theirs))
+    buckets = {le: b1[le] - b0.get(le, 0.0) for le in b1}
+    gap = gap_at_bounds(ttfts, buckets, total)
+    # what lies outside vLLM's clock: its TTFT and E2E histograms start when the request reaches its
+    # engine (after the HTTP parse and the tokenizer) and stop when the engine emits (before the
+    # detokenizer and the stream's write); the held streams' first tokens waited in vLLM's API process
+    n_held = sum(1 for r in timed if held(r))
+    unheld = sorted((r["first_chunk_ns"] - r["sent_ns"]) / 1e9 for r in timed if not held(r))
+    e2e_vllm = hist_mean(before, after, "vllm:e2e_request_latency_seconds")
+    ttft_vllm = hist_mean(before, after, "vllm:time_to_first_token_seconds")
+    e2e_ours = sum((r["end_ns"] - r["sent_ns"]) / 1e9 for r in timed) / len(timed) if timed else None
     pre = [(int(s["concurrency"]), float(s.get("preemptions") or 0.0)) for s in steps(run_dir)]
     return {
         "run": str(run_dir),
@@ -136,6 +167,11 @@ def truth(run_dir: Path, before: prom.Exposition, after: prom.Exposition) -> dic
         "output_tokens": ours_tokens,
         "vllm_generation_tokens": vllm_tokens,
         "ttft_cdf_gap": gap,
+        "ttft_cdf_gap_unheld": gap_at_bounds(unheld, buckets, total),
+        "held_first_tokens": n_held,
+        "ttft_mean_ms": (sum(ttfts) / len(ttfts) * 1e3) if ttfts else None,
+        "ttft_mean_vllm_ms": ttft_vllm * 1e3 if ttft_vllm is not None else None,
+        "e2e_path_ms": (e2e_ours - e2e_vllm) * 1e3 if e2e_ours is not None and e2e_vllm is not None else None,
         "ttft_requests": (len(ttfts), total),
         "preemptions": pre,
         "preemptions_counter": counter(after, "vllm:num_preemptions_total")
@@ -159,6 +195,10 @@ def err(pred: float | None, meas: float | None) -> float | None:
     if pred is None or not meas:
         return None
     return (pred - meas) / meas
+
+
+def _ms(x: float | None) -> str:
+    return "–" if x is None else f"{x:.1f}"
 
 
 def pct(x: float | None) -> str:
@@ -232,7 +272,11 @@ def main() -> int:
                             f"  truth {tag} {name}: output tokens {t['output_tokens']} "
                             f"vs vLLM {t['vllm_generation_tokens']:.0f}; "
                             f"TTFT CDF gap {t['ttft_cdf_gap']:.3f} over {t['ttft_requests'][0]} requests "
-                            f"(vLLM {t['ttft_requests'][1]:.0f}); preemptions per step {t['preemptions']} "
+                            f"(vLLM {t['ttft_requests'][1]:.0f}); first tokens held by vLLM's API process in "
+                            f"{t['held_first_tokens']} (gap without them {t['ttft_cdf_gap_unheld']:.3f}); "
+                            f"TTFT mean {_ms(t['ttft_mean_ms'])} ms vs vLLM's {_ms(t['ttft_mean_vllm_ms'])}, "
+                            f"E2E outside vLLM's clock {_ms(t['e2e_path_ms'])} ms; "
+                            f"preemptions per step {t['preemptions']} "
                             f"(counter {t['preemptions_counter']:.0f})",
                             flush=True,
                         )
