@@ -635,3 +635,27 @@ def test_find_replicas_with_orders_needs_a_count_that_holds_in_every_drawn_order
     # 1,284, 994, 1,212, 1,103): the first order alone finds one replica, four orders (seeds 1-4) two
     assert found == {1: 1, 4: 2}, found
     assert "held in each of 4 drawn orders" in (tmp_path / "o4" / "fleet.md").read_text()
+
+
+def test_a_workload_body_is_counted_as_the_simulator_counts_it_and_a_bad_image_is_named(tmp_path: Path) -> None:
+    from loadgen.fleet.traffic import from_workload
+    from loadgen.sim.params import read_params
+    from loadgen.workload.errors import DatasetError
+
+    header = {
+        "schema": "llm-loadgen.workload", "version": 1, "mode": "open", "endpoint": "chat", "model": "",
+        "steps": [{"warmup_s": 0.0, "duration_s": 10.0}],
+    }  # fmt: skip
+    bodies = [{"max_tokens": 8, "messages": [{"role": "user", "content": "x" * n}]} for n in (401, 402, 403, 404, 4001)]
+    path = tmp_path / "w.jsonl"
+    lines = [json.dumps(header)] + [json.dumps({"step": 0, "at_s": i * 0.5, "body": b}) for i, b in enumerate(bodies)]
+    path.write_text("\n".join(lines) + "\n")
+    got = [r.prompt_tokens for r in from_workload(path)]
+    # the simulator's own count of each body (a ceiling of characters over 4, 4 a message): 105, 105, 105, 105, 1005
+    assert got == [read_params(json.dumps(b).encode(), True, 4.0, "sglang").prompt_tokens for b in bodies]
+    assert got == [105, 105, 105, 105, 1005]
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,bm90IGFuIGltYWdl"}}
+    bad = {"max_tokens": 8, "messages": [{"role": "user", "content": [image]}]}
+    path.write_text(json.dumps(header) + "\n" + json.dumps({"step": 0, "at_s": 2.5, "body": bad}) + "\n")
+    with pytest.raises(DatasetError, match=r"step 0, request at 2\.5 s: Invalid image"):
+        list(from_workload(path))
