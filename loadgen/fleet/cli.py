@@ -616,9 +616,13 @@ def markdown(doc: dict[str, Any]) -> str:
             if run.get("disaggregated"):
                 count = f"{run['disaggregated']['prefill']}P + {run['disaggregated']['decode']}D"
             lines.append(
-                f"| {run['policy']} | {count} | {_ranged(run, 'TTFT p50 ms')} / {_ranged(run, 'TTFT p99 ms')} | "
-                f"{_ranged(run, 'TPOT p50 ms')} | {_pct(t['slo_attainment'])} | {_pct(run['windows_held'])} | "
-                f"{_pct(t['cache_hit_share'])} | {t['gpu_hours']:.1f} | {t['energy_kwh']:.1f} |"
+                f"| {run['policy']} | {count} | {_ranged(run, 'TTFT p50 ms', t['ttft_ms']['p50'])} / "
+                f"{_ranged(run, 'TTFT p99 ms', t['ttft_ms']['p99'])} | "
+                f"{_ranged(run, 'TPOT p50 ms', t['tpot_ms']['p50'])} | "
+                f"{_ranged(run, 'SLO met', t['slo_attainment'], _pct)} | "
+                f"{_ranged(run, 'windows held', run['windows_held'], _pct)} | "
+                f"{_ranged(run, 'cache hits', t['cache_hit_share'], _pct)} | "
+                f"{t['gpu_hours']:.1f} | {t['energy_kwh']:.1f} |"
             )
         lines.append("")
         if ranged:
@@ -626,15 +630,13 @@ def markdown(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _ranged(run: dict[str, Any], label: str) -> str:
-    """A side-by-side cell: the figure of the run, or with --orders its median (lowest-highest)."""
+def _ranged(run: dict[str, Any], label: str, value: Any, fmt: Callable[[Any], str] = _ms) -> str:
+    """A side-by-side cell: the run's ``value``, or with --orders the median (lowest-highest) of the figure
+    ``label`` names in :data:`ORDER_FIGURES`."""
     f = (run.get("orders") or {}).get("figures", {}).get(label)
     if f is None:
-        metric, stat = {"TTFT p50 ms": ("ttft_ms", "p50"), "TTFT p99 ms": ("ttft_ms", "p99")}.get(
-            label, ("tpot_ms", "p50")
-        )
-        return _ms(run["total"][metric][stat])
-    return f"{_ms(f['median'])} ({_ms(f['min'])}-{_ms(f['max'])})"
+        return fmt(value)
+    return f"{fmt(f['median'])} ({fmt(f['min'])}-{fmt(f['max'])})"
 
 
 def _order_lines(run: dict[str, Any]) -> list[str]:
@@ -682,7 +684,8 @@ def _source_words(src: dict[str, Any]) -> str:
         if src["day_shape"]:
             words += " bent to a day's shape"
         if src["duration_s"]:
-            words += f", played for {src['duration_s'] / 3600:g} h"
+            d = src["duration_s"]
+            words += f", played for {d / 3600:g} h" if d >= 3600 else f", played for {d / 60:g} min"
         return words
     return (
         f"Poisson arrivals at {src['poisson_rps']:g}/s for {src['duration_s']:g} s, "
