@@ -105,6 +105,25 @@ GPUS = [
     ("MI300X", "mi300x"),
     ("L40S", "l40s"),
 ]
+# LMDeploy v0.1.0a1's TurboMind, as its A100 page was measured (the same commit as the page,
+# 3e391df; benchmark/benchmark_{7b,13b,70b}.sh write the engine's config.ini before profiling):
+# * its scheduler takes vLLM V1's rules (sim/sched_vllm.py): LlamaBatch::Forward runs prefill chunks and
+#   decodes in one iteration under one token budget; SequenceManager::Materialize gives a sequence
+#   blocks for its context plus one step only (nothing kept for the output to come) and, when the
+#   pool is short, swaps out the latest arrivals (priority = arrival), whose blocks turn to cache;
+# * the budget: max_context_token_num 4 (the scripts), multiplied by session_len when not above
+#   max_batch_size (LlamaTritonModel.cc), num_tokens_per_iter defaulting to it; session_len 4,096
+#   for llama2 (lmdeploy/model.py) + 8 (deploy/target_model/base.py): 4 x 4,104 tokens;
+# * the pool: cache_max_entry_count >= 1 is a count of blocks (BlockManager.cc), all allocated at
+#   start (cache_chunk_size -1), of cache_block_seq_len 128 tokens (LlamaTritonModel.cc);
+# * max_batch_size per script; no prefix caching in v0.1 (every thread sends the same random ids).
+TURBOMIND_BUDGET = 4 * (4096 + 8)
+TURBOMIND_BLOCK = 128
+TURBOMIND_V01 = {  # model part: (cache_max_entry_count blocks, max_batch_size)
+    str(CONFIGS / "llama-2-7b.json"): (1000, 128),
+    str(CONFIGS / "llama-2-13b.json"): (500, 128),
+    str(CONFIGS / "llama-2-70b.json"): (4000, 256),
+}
 WEIGHTS = {"fp8": "fp8", "nvfp4": "nvfp4", "fp16": "", "bf16": "", None: ""}
 
 # metric: (published keys in order of preference, (predicted row field, statistic or None: p50, or mean for a mean))
@@ -152,12 +171,24 @@ def build(raw: dict[str, Any]) -> Setup:
         # NVIDIA's ModelOpt checkpoints carry "kv_cache_quant_algo": "FP8" in hf_quant_config.json,
         # which the engines honour without a flag: the set-up's cache is FP8
         fields.append("server.kv_cache_dtype=fp8")
-    if str(raw.get("engine", "")).lower() == "vllm":
-        # the set-up says its engine: vLLM's defaults and its V1 scheduler (sim/sched_vllm.py); the
-        # others (TensorRT-LLM, LMDeploy's TurboMind) are scheduled as SGLang schedules
-        fields.append("engine=vllm")
     loads = [OFFLINE_USERS] if kind == "offline" else [int(p.get("batch_size") or p["concurrency"]) for p in points]
     cap = max(max(loads), 256)
+    engine = str(raw.get("engine", "")).lower()
+    turbomind = TURBOMIND_V01.get(model) if engine.startswith("lmdeploy") else None
+    if engine == "vllm":
+        # the set-up says its engine: vLLM's defaults and its V1 scheduler (sim/sched_vllm.py); the
+        # others (TensorRT-LLM; LMDeploy below) are scheduled as SGLang schedules
+        fields.append("engine=vllm")
+    elif turbomind:
+        blocks, max_batch = turbomind
+        fields += [
+            "engine=vllm",
+            f"server.chunked_prefill_size={TURBOMIND_BUDGET}",
+            f"server.prefix_block_tokens={TURBOMIND_BLOCK}",
+            f"server.kv_pool_tokens={blocks * TURBOMIND_BLOCK}",
+            "server.disable_radix_cache=true",
+        ]
+        cap = max_batch
     fields += [f"server.max_running_requests={cap}", f"server.cuda_graph_max_bs={cap}"]
     return Setup(raw, ",".join(fields), kind, loads, points)
 
@@ -210,13 +241,18 @@ def run(ids: list[str]) -> dict[str, Any]:
         setup = build(by_id[sid])
         warm, window = windows(setup)
         t0 = time.perf_counter()
+        # a client whose users start a stated gap apart (start_gap_s, after a ramp-up that is not
+        # measured: ramp_up_s) stays spread: users who start apart stay apart, their prefills
+        # falling between each other's decodes rather than in one wave
+        ramp = float(setup.raw.get("ramp_up_s", 0.0))
         result = predict(
             [parse_deployment(setup.deployment)],
             concurrencies=setup.loads,
             input_tokens=int(setup.raw["input_tokens"]),
             output_tokens=int(setup.raw["output_tokens"]),
-            warmup_s=warm,
+            warmup_s=warm + ramp,
             window_s=window,
+            stagger_s=float(setup.raw.get("start_gap_s", 0.0)),
             independent=True,  # every published point was a run of its own
         )
         (check,) = result["deployments"]

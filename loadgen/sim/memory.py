@@ -13,6 +13,7 @@ takes all the rest of the fraction:
     cell  = kv_bytes_per_token / (DP for MLA, else TP) / PP + drafter_kv_bytes_per_token / TP
             (the pool in tokens is then the deployment's: every DP rank's pool together)
     pool  = floor((mfs * T - W - W_d - R) / cell)               KV pool, tokens
+            (or ``server.kv_pool_tokens`` when the engine was told its pool: taken as given)
 
 The *headroom* ``(1 - mfs) * T`` holds what is allocated after the pool: the request table, the
 attention backend's CUDA-graph metadata and the CUDA graphs' memory pool. Graphs are captured largest
@@ -149,6 +150,8 @@ def memory_plan(profile: Profile) -> MemoryPlan:
     cell = m.kv_bytes_per_token / kv_div / pp + (sp.drafter_kv_bytes_per_token / tp if spec_on else 0.0)
     pool = static - runtime - weights - drafter
     tokens = int(pool // cell) if pool > 0 and cell > 0 else 0
+    if s.kv_pool_tokens > 0:  # the engine was given its pool (vLLM's block override, TurboMind's block count)
+        tokens, pool = s.kv_pool_tokens, s.kv_pool_tokens * cell
 
     n_v = p.verify_width
     bs_max = max(1, min(s.cuda_graph_max_bs, p.max_running_requests))

@@ -135,6 +135,10 @@ class ServerConfig:
     max_running_requests: int = 0  # 0 = SGLang's default (48 with speculative decoding)
     max_queued_requests: int = 0  # 0 = unbounded; beyond it new requests get 503
     mem_fraction_static: float = 0.88
+    # the KV pool in tokens as the engine was told it, not sized from mem_fraction_static (vLLM's
+    # --num-gpu-blocks-override x --block-size; TurboMind's cache_max_entry_count >= 1, in blocks, x
+    # cache_block_seq_len); taken as given, as those engines take it; 0 = sized from memory
+    kv_pool_tokens: int = 0
     cuda_graph_max_bs: int = 256
     context_length: int = 0  # 0 = the model's
     chunked_prefill_size: int = 8192

@@ -7,6 +7,7 @@ import pytest
 
 from loadgen.predict.deploy import parse_deployment, predict, startup
 from loadgen.sim.engines import sglang_defaults, vllm_defaults, with_engine
+from loadgen.sim.memory import memory_plan
 from loadgen.sim.profile import ProfileError, apply_overrides, load_profile
 
 
@@ -84,3 +85,25 @@ def test_an_engines_caps_change_the_timing_of_the_same_deployment() -> None:
     one = predict(deps, concurrencies=[1], input_tokens=6000, output_tokens=16, window_s=10)["rows"]
     ttft = {r["deployment"]: r["ttft_ms"]["p50"] for r in one}
     assert ttft["sglang"] < ttft["vllm"] < ttft["sglang"] * 1.05
+
+
+def test_a_pool_the_engine_was_told_is_taken_as_given_and_binds_the_batch() -> None:
+    # vLLM's --num-gpu-blocks-override and TurboMind's cache_max_entry_count in blocks fix the pool
+    # whatever the memory share: 32 users of 1,000 + 1,000 tokens need 64,000 tokens at the end, so a
+    # 20,480-token pool preempts (vLLM's rules: admit on the prompt, recompute the newest) where the
+    # sized pool of an 80 GB A100 (~400,000 tokens of Llama-3.1-8B) never does
+    base = "model=llama-3.1-8b,hardware=a100-sxm,engine=vllm"
+    sized, told = (
+        parse_deployment(f"label=sized,{base}"),
+        parse_deployment(f"label=told,{base},server.kv_pool_tokens=20480"),
+    )
+    s, t = startup(sized), startup(told)
+    assert t["starts"] and t["kv_pool_tokens"] == 20480 and s["kv_pool_tokens"] > 300_000
+    assert memory_plan(told.profile).kv_pool_bytes == pytest.approx(20480 * memory_plan(sized.profile).kv_cell_bytes)
+    rows = predict([sized, told], concurrencies=[32], input_tokens=1000, output_tokens=1000, window_s=30)["rows"]
+    by = {r["deployment"]: r for r in rows}
+    assert by["sized"]["running"]["mean"] > 31.5 and by["sized"]["kv_usage"]["max"] < 0.2
+    assert by["sized"]["preemptions"] == 0 and by["told"]["preemptions"] > 0
+    # 20,480 tokens hold at most 20 requests of ~1,000 tokens
+    assert by["told"]["kv_usage"]["max"] > 0.95 and by["told"]["running"]["max"] <= 20
+    assert by["told"]["output_tok_s"] < 0.7 * by["sized"]["output_tok_s"]

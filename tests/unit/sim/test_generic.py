@@ -109,6 +109,19 @@ def test_the_published_benchmark_serves_each_set_up_as_its_source_ran_it() -> No
     static = bench.build(by_id["lmdeploy-a100-llama2-70b-tp4-static-128-2048"])
     assert static.kind == "batch_size" and static.loads == [1, 16, 32, 64]
     assert "llama-2-70b.json" in static.deployment and "quantization" not in static.deployment
+    # LMDeploy v0.1's TurboMind as its benchmark script configured it: vLLM's scheduling rules with
+    # TurboMind's budget (4 x session_len), blocks of 128, its pool of 4,000 blocks, 256 sequences
+    for item in (
+        "engine=vllm",
+        "server.chunked_prefill_size=16416",
+        "server.prefix_block_tokens=128",
+        "server.kv_pool_tokens=512000",
+        "server.max_running_requests=256",
+    ):
+        assert item in static.deployment
+    # a client whose users start 0.1 s apart
+    gpt = bench.build(by_id["gpuconc-h200-gpt-oss-20b-c1-16-1000-1000"])
+    assert gpt.raw["start_gap_s"] == 0.1 and gpt.raw["ramp_up_s"] == 30
     # every selected set-up is in the data, maps to parts, and its first load starts
     for sid in bench.SELECTED:
         setup = bench.build(by_id[sid])
