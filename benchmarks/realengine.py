@@ -16,9 +16,14 @@ For each pool (``--pools``, blocks) and prompt/output mix (``--mixes``), ``--rep
   (equal when every request ran to its end), the largest gap between our TTFT CDF (first chunk less
   sent) and vLLM's ``time_to_first_token_seconds`` histogram at each of its bounds (target 0.05), and
   the step where our report sees the first preemption against vLLM's counter read at the steps' ends;
-  beside the gap, what lies outside vLLM's clock: the streams whose first tokens vLLM's API process
-  held (their first three chunks reached our kernel within a millisecond) and the gap without them,
-  our mean TTFT against vLLM's, and our mean E2E less vLLM's (``e2e_request_latency_seconds``);
+  beside the gap: how many first output times our transport marked as upper bounds (``chunk_late_ns``:
+  this process read late and the kernel merged the bytes; on this 2-core host the engine's threads
+  take both cores) and the gap without them, our mean TTFT against vLLM's, and our mean E2E less
+  vLLM's (``e2e_request_latency_seconds``);
+* the wire (``tcpdump`` on loopback, unless ``--no-wire`` or it cannot capture): per request, the
+  request packet to the first packet with output text; our TTFT less the wire's for the records we
+  vouch for and for those we marked, and the wire's CDF against vLLM's histogram, the part of the
+  gap that lies in vLLM's API process (outside its clock) and no client can close;
 * the twin, ``loadgen twin CAL --concurrency 8,16 --engine E`` for E = sglang and vllm: its output
   tok/s and TPOT p50 at the truth's loads (target within 10 %) and the first load at which it
   preempts (target: the truth's).
@@ -42,6 +47,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import wire  # benchmarks/wire.py: the loopback packets as a second truth
 from llamacpp import records, steps  # the run directory's readers (benchmarks/ is sys.path[0])
 
 from loadgen.telemetry import prom
@@ -51,6 +57,7 @@ ROOT = HERE.parent
 SHARED = ROOT.parent / "shared" / "realserver"
 ENGINES = ("sglang", "vllm")
 PREEMPTIONS = "vllm:num_preemptions_total"
+WIRE_SNAPLEN = 512  # reaches the delta of vLLM's chunks (the first token follows a role-only chunk)
 HEADER = (
     "| pool | mix | rep | load | measured tok/s | TPOT p50 ms | preempted | model | twin tok/s | err | "
     "twin TPOT p50 | err | twin preempted |"
@@ -118,12 +125,13 @@ def ramp(server: Server, out: Path, loads: str, prompt: int, output: int, step_s
     return Path(proc.stdout.strip().splitlines()[-1])
 
 
-def held(rec: dict[str, Any]) -> bool:
-    """Whether the server held the stream's first tokens: its first three chunks, a token each, reached the
-    kernel within a millisecond of each other, where this engine's decode steps are milliseconds apart.
-    The chunks' times are the kernel's receive times, so the hold is upstream of our clock."""
-    offs = rec.get("chunk_offsets_ns") or []
-    return rec.get("chunk_clock") == "kernel" and len(offs) >= 3 and offs[2] - offs[0] < 1_000_000
+def first_unvouched(rec: dict[str, Any]) -> bool:
+    """Whether the record's own first output time is only an upper bound: our transport marked it
+    (``chunk_late_ns`` holds chunk 0) because the kernel merged its bytes with later ones, which it
+    does when this process reads late. On this 2-core host the CPU engine's threads take both cores
+    (a 1-ms sleeper here oversleeps by up to 2.4 s while vLLM decodes), and the wire shows vLLM sent
+    those chunks on time."""
+    return any(i == 0 for i, _ in rec.get("chunk_late_ns") or [])
 
 
 def gap_at_bounds(ttfts: list[float], buckets: dict[float, float], total: float) -> float:
@@ -137,12 +145,39 @@ def gap_at_bounds(ttfts: list[float], buckets: dict[float, float], total: float)
     return gap
 
 
+def band_gap(spans: list[tuple[float, float]], buckets: dict[float, float], total: float) -> float:
+    """``gap_at_bounds`` where a first time we only bound is an interval (``lo``, ``hi``): at each
+    bound our CDF lies between the share certainly under it (``hi <= le``) and the share possibly
+    under it (``lo <= le``); the gap is vLLM's CDF's distance from that band. A vouched time is an
+    interval of width 0, so with none marked this is ``gap_at_bounds``."""
+    gap = 0.0
+    n = len(spans)
+    for le in sorted(buckets):
+        if le == float("inf") or not total or not n:
+            continue
+        theirs = buckets[le] / total
+        certain = sum(1 for _, hi in spans if hi <= le) / n
+        possible = sum(1 for lo, _ in spans if lo <= le) / n
+        gap = max(gap, certain - theirs, theirs - possible)
+    return gap
+
+
+def first_span(rec: dict[str, Any]) -> tuple[float, float]:
+    """A record's TTFT (s) as the interval our transport vouches for: its first output time, or,
+    where it marked that time an upper bound, back to the earliest the bytes can have arrived."""
+    hi = (rec["first_chunk_ns"] - rec["sent_ns"]) / 1e9
+    early = next((ns for i, ns in rec.get("chunk_late_ns") or [] if i == 0), 0)
+    return max(0.0, hi - early / 1e9), hi
+
+
 def hist_mean(before: prom.Exposition, after: prom.Exposition, name: str) -> float | None:
     n = counter(after, name + "_count") - counter(before, name + "_count")
     return (counter(after, name + "_sum") - counter(before, name + "_sum")) / n if n else None
 
 
-def truth(run_dir: Path, before: prom.Exposition, after: prom.Exposition) -> dict[str, Any]:
+def truth(
+    run_dir: Path, before: prom.Exposition, after: prom.Exposition, wire_calls: dict[str, Any] | None = None
+) -> dict[str, Any]:
     recs = [r for r in records(run_dir) if r.get("error_class") is None]
     ours_tokens = sum(int(r.get("output_tokens") or 0) for r in recs)
     vllm_tokens = counter(after, "vllm:generation_tokens_total") - counter(before, "vllm:generation_tokens_total")
@@ -154,21 +189,21 @@ def truth(run_dir: Path, before: prom.Exposition, after: prom.Exposition) -> dic
     gap = gap_at_bounds(ttfts, buckets, total)
     # what lies outside vLLM's clock: its TTFT and E2E histograms start when the request reaches its
     # engine (after the HTTP parse and the tokenizer) and stop when the engine emits (before the
-    # detokenizer and the stream's write); the held streams' first tokens waited in vLLM's API process
-    n_held = sum(1 for r in timed if held(r))
-    unheld = sorted((r["first_chunk_ns"] - r["sent_ns"]) / 1e9 for r in timed if not held(r))
+    # detokenizer and the stream's write)
+    vouched = sorted((r["first_chunk_ns"] - r["sent_ns"]) / 1e9 for r in timed if not first_unvouched(r))
     e2e_vllm = hist_mean(before, after, "vllm:e2e_request_latency_seconds")
     ttft_vllm = hist_mean(before, after, "vllm:time_to_first_token_seconds")
     e2e_ours = sum((r["end_ns"] - r["sent_ns"]) / 1e9 for r in timed) / len(timed) if timed else None
     pre = [(int(s["concurrency"]), float(s.get("preemptions") or 0.0)) for s in steps(run_dir)]
-    return {
+    out: dict[str, Any] = {
         "run": str(run_dir),
         "requests": len(recs),
         "output_tokens": ours_tokens,
         "vllm_generation_tokens": vllm_tokens,
         "ttft_cdf_gap": gap,
-        "ttft_cdf_gap_unheld": gap_at_bounds(unheld, buckets, total),
-        "held_first_tokens": n_held,
+        "ttft_cdf_gap_vouched": gap_at_bounds(vouched, buckets, total),
+        "ttft_cdf_gap_band": band_gap([first_span(r) for r in timed], buckets, total),
+        "first_unvouched": len(timed) - len(vouched),
         "ttft_mean_ms": (sum(ttfts) / len(ttfts) * 1e3) if ttfts else None,
         "ttft_mean_vllm_ms": ttft_vllm * 1e3 if ttft_vllm is not None else None,
         "e2e_path_ms": (e2e_ours - e2e_vllm) * 1e3 if e2e_ours is not None and e2e_vllm is not None else None,
@@ -177,6 +212,63 @@ def truth(run_dir: Path, before: prom.Exposition, after: prom.Exposition) -> dic
         "preemptions_counter": counter(after, "vllm:num_preemptions_total")
         - counter(before, "vllm:num_preemptions_total"),
     }
+    if wire_calls is not None:
+        out["wire"] = wire_truth(timed, wire_calls, buckets, total)
+    return out
+
+
+def wire_truth(
+    timed: list[dict[str, Any]], calls: dict[str, Any], buckets: dict[float, float], total: float
+) -> dict[str, Any]:
+    """The first token as loopback packets show it (request packet to the first packet with output
+    text): our TTFT less the wire's per request, for the records whose first time we vouch for and
+    for those we marked; and the wire's CDF against vLLM's histogram (what no client can close)."""
+    vouched: list[float] = []
+    marked: list[float] = []
+    wire_ttfts: list[float] = []
+    for r in timed:
+        call = calls.get(r.get("header_id") or r["id"])
+        if call is None or call.first_response_ns is None:
+            continue
+        theirs = (call.first_response_ns - call.request_ns) / 1e6
+        wire_ttfts.append(theirs / 1e3)
+        (marked if first_unvouched(r) else vouched).append((r["first_chunk_ns"] - r["sent_ns"]) / 1e6 - theirs)
+    return {
+        "matched": len(wire_ttfts),
+        "ours_minus_wire_ms": wire.stats(vouched),
+        "marked_minus_wire_ms": wire.stats(marked),
+        "wire_cdf_gap": gap_at_bounds(sorted(wire_ttfts), buckets, total),
+    }
+
+
+def wired(
+    on: bool, server: Server, out: Path, loads: str, prompt: int, output: int, step_s: float, label: str
+) -> tuple[Path, dict[str, Any] | None]:
+    """``ramp`` with the loopback packets captured (``--wire``): the run and its calls by request id,
+    or None (and why, once) where tcpdump cannot capture."""
+    if not on:
+        return ramp(server, out, loads, prompt, output, step_s, label), None
+    pcap = out / f"{label}.pcap"
+    with wire.capture(server.port, pcap, snaplen=WIRE_SNAPLEN) as why:
+        run = ramp(server, out, loads, prompt, output, step_s, label)
+    if why is not None:
+        print(f"  no wire truth: {why}", flush=True)
+        return run, None
+    calls = wire.read_calls(pcap, server.port, output_only=True)
+    pcap.unlink()
+    return run, calls
+
+
+def wire_line(t: dict[str, Any]) -> str:
+    w = t.get("wire")
+    if w is None:
+        return "wire: not captured"
+    v, m = w["ours_minus_wire_ms"], w["marked_minus_wire_ms"]
+    return (
+        f"wire ({w['matched']} requests): our TTFT less the wire's, vouched {v['n']}: p50 {_ms(v['p50'])} "
+        f"p99 {_ms(v['p99'])} max {_ms(v['max'])} ms; marked {m['n']}: p50 {_ms(m['p50'])} max {_ms(m['max'])} ms; "
+        f"the wire's TTFT CDF against vLLM's histogram {w['wire_cdf_gap']:.3f}"
+    )
 
 
 def onset(pre: list[tuple[int, float]]) -> int | None:
@@ -218,6 +310,9 @@ def main() -> int:
     ap.add_argument("--out", default="/tmp/realengine", help="run directories (default: /tmp/realengine)")
     ap.add_argument("--quick", action="store_true", help="one pool (32), one mix, one repetition")
     ap.add_argument("--json", help="write the rows here")
+    ap.add_argument(
+        "--no-wire", dest="wire", action="store_false", help="do not capture the loopback packets (tcpdump) as a truth"
+    )
     args = ap.parse_args()
     pools = [32] if args.quick else [int(x) for x in args.pools.split(",")]
     mixes = [tuple(int(v) for v in m.split(":")) for m in args.mixes.split(",")][: 1 if args.quick else None]
@@ -234,11 +329,15 @@ def main() -> int:
                 for rep in range(reps):
                     tag = f"b{blocks}-p{prompt}-o{output}-r{rep}"
                     m0 = server.metrics()
-                    cal = ramp(server, out, args.cal, prompt, output, args.step_seconds, f"cal-{tag}")
+                    cal, w_cal = wired(
+                        args.wire, server, out, args.cal, prompt, output, args.step_seconds, f"cal-{tag}"
+                    )
                     m1 = server.metrics()
-                    tru = ramp(server, out, args.predict, prompt, output, args.step_seconds, f"truth-{tag}")
+                    tru, w_tru = wired(
+                        args.wire, server, out, args.predict, prompt, output, args.step_seconds, f"truth-{tag}"
+                    )
                     m2 = server.metrics()
-                    t_cal, t_tru = truth(cal, m0, m1), truth(tru, m1, m2)
+                    t_cal, t_tru = truth(cal, m0, m1, w_cal), truth(tru, m1, m2, w_tru)
                     measured = {int(s["concurrency"]): s for s in steps(tru)}
                     onset_measured = onset(t_cal["preemptions"] + t_tru["preemptions"])
                     for engine in ENGINES:
@@ -272,14 +371,16 @@ def main() -> int:
                             f"  truth {tag} {name}: output tokens {t['output_tokens']} "
                             f"vs vLLM {t['vllm_generation_tokens']:.0f}; "
                             f"TTFT CDF gap {t['ttft_cdf_gap']:.3f} over {t['ttft_requests'][0]} requests "
-                            f"(vLLM {t['ttft_requests'][1]:.0f}); first tokens held by vLLM's API process in "
-                            f"{t['held_first_tokens']} (gap without them {t['ttft_cdf_gap_unheld']:.3f}); "
+                            f"(vLLM {t['ttft_requests'][1]:.0f}); first times marked as upper bounds (read late) "
+                            f"{t['first_unvouched']}: gap with them as their bounds {t['ttft_cdf_gap_band']:.3f}, "
+                            f"without them {t['ttft_cdf_gap_vouched']:.3f}; "
                             f"TTFT mean {_ms(t['ttft_mean_ms'])} ms vs vLLM's {_ms(t['ttft_mean_vllm_ms'])}, "
                             f"E2E outside vLLM's clock {_ms(t['e2e_path_ms'])} ms; "
                             f"preemptions per step {t['preemptions']} "
                             f"(counter {t['preemptions_counter']:.0f})",
                             flush=True,
                         )
+                        print("    " + wire_line(t), flush=True)
     print()
     for engine in ENGINES:
         mine = [r for r in rows if r["engine_model"] == engine]
@@ -292,10 +393,17 @@ def main() -> int:
             f"{median(tpot) * 100:.1f}% (max {max(tpot) * 100:.1f}%), preemption onset at the measured load in "
             f"{same}/{len(cases)} cases"
         )
-    gaps = [r["truth_truth"]["ttft_cdf_gap"] for r in rows] + [r["truth_cal"]["ttft_cdf_gap"] for r in rows]
-    toks = [(r["truth_truth"]["output_tokens"], r["truth_truth"]["vllm_generation_tokens"]) for r in rows]
-    print(f"truth: largest TTFT CDF gap {max(gaps):.3f}; output tokens equal vLLM's counter in "
-          f"{sum(1 for a, b in toks if a == b)}/{len(toks)} truth ramps")  # fmt: skip
+    ramps = list({r[k]["run"]: r[k] for r in rows for k in ("truth_cal", "truth_truth")}.values())
+    gaps = [t["ttft_cdf_gap"] for t in ramps]
+    bands = [t["ttft_cdf_gap_band"] for t in ramps]
+    wires = [t["wire"]["wire_cdf_gap"] for t in ramps if t.get("wire")]
+    toks = [(t["output_tokens"], t["vllm_generation_tokens"]) for t in ramps]
+    print(
+        f"truth: largest TTFT CDF gap {max(gaps):.3f} as recorded, {max(bands):.3f} with the marked first times as "
+        f"their bounds (within 0.05 in {sum(1 for b in bands if b <= 0.05)}/{len(bands)} ramps)"
+        + (f", the wire's against vLLM's {max(wires):.3f}" if wires else "")
+        + f"; output tokens equal vLLM's counter in {sum(1 for a, b in toks if a == b)}/{len(toks)} ramps"
+    )
     print(f"{len(rows)} rows in {time.perf_counter() - t0:.0f} s")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1, default=str) + "\n")

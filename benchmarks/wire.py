@@ -39,14 +39,15 @@ class WireCall:
 
 
 @contextlib.contextmanager
-def capture(port: int, path: Path, cpu: int | None = None) -> Iterator[str | None]:
+def capture(port: int, path: Path, cpu: int | None = None, snaplen: int = SNAPLEN) -> Iterator[str | None]:
     """Capture TCP port ``port`` on loopback into ``path`` for the duration of the block; yields None
-    when capturing, else the reason it cannot."""
+    when capturing, else the reason it cannot. ``snaplen``: bytes kept of each packet (enough for
+    the request's headers; more to read into response events, as ``read_first_outputs`` does)."""
     exe = shutil.which("tcpdump")
     if exe is None:
         yield "tcpdump is not installed (apt-get install tcpdump)"
         return
-    cmd = [exe, "-i", "lo", "-s", str(SNAPLEN), "-B", "65536", "--time-stamp-precision=nano", "-U", "-w", str(path)]
+    cmd = [exe, "-i", "lo", "-s", str(snaplen), "-B", "65536", "--time-stamp-precision=nano", "-U", "-w", str(path)]
     cmd.append(f"tcp port {port}")
     if cpu is not None and shutil.which("taskset"):
         cmd = ["taskset", "-c", str(cpu), *cmd]
@@ -91,8 +92,18 @@ def _packets(path: Path) -> Iterator[tuple[int, bytes]]:
         off += incl
 
 
-def read_calls(path: Path, port: int) -> dict[str, WireCall]:
-    """Every request to ``port`` that carries an ``X-Request-Id``, with its first response packet."""
+def _carries_output(payload: bytes) -> bool:
+    """A chat stream's packet with output text: a non-empty ``"content":"`` delta."""
+    at = payload.find(b'"content":"')
+    return at >= 0 and payload[at + 11 : at + 12] not in (b'"', b"")
+
+
+def read_calls(path: Path, port: int, output_only: bool = False) -> dict[str, WireCall]:
+    """Every request to ``port`` that carries an ``X-Request-Id``, with its first response packet.
+    ``output_only``: the first response packet that carries output text of a chat stream instead;
+    where a server writes its head and a role-only chunk before the first token (vLLM), the first
+    response bytes are not the first token. Capture with a ``snaplen`` that reaches the delta (512
+    for vLLM's chunks)."""
     calls: dict[str, WireCall] = {}
     pending: dict[int, WireCall] = {}  # client port -> the call waiting for its first response bytes
     for t_ns, ip in _packets(path):
@@ -112,12 +123,12 @@ def read_calls(path: Path, port: int) -> dict[str, WireCall]:
                     calls[value.strip().decode("latin-1")] = call
                     pending[sport] = call
                     break
-        elif sport == port and dport in pending:
+        elif sport == port and dport in pending and (not output_only or _carries_output(payload)):
             pending.pop(dport).first_response_ns = t_ns
     return calls
 
 
-def _stats(values: list[float]) -> dict[str, float | int | None]:
+def stats(values: list[float]) -> dict[str, float | int | None]:
     if not values:
         return {"n": 0, "mean": None, "p50": None, "p99": None, "max": None}
     v = sorted(values)
@@ -158,10 +169,10 @@ def compare_run(run_dir: Path, calls: dict[str, WireCall]) -> dict[str, Any]:
             error.append(mine - theirs)
             send_lag.append((call.request_ns - rec["sent_ns"]) / 1e6)
     return {
-        "ours": _stats(ours),
-        "wire": _stats(wire),
-        "error": _stats(error),
-        "send_lag": _stats(send_lag),
+        "ours": stats(ours),
+        "wire": stats(wire),
+        "error": stats(error),
+        "send_lag": stats(send_lag),
         "unmatched": unmatched,
     }
 
