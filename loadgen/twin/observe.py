@@ -18,7 +18,9 @@ it admitted.
   to its streams one after another while the next step already runs, so the burst's last chunk
   arrives late by the time it took to send the others (the simulator at a batch of 128: ~2 ms), and a
   prefill timed from it reads that much short. A burst longer than half the median clean decode gap
-  is taken for arrivals of several steps run together, and its last arrival stands.
+  is taken for arrivals of several steps run together, and its last arrival stands. A step with a
+  first chunk whose time the transport marked an upper bound (``chunk_late_ns``: the client read it
+  late and the kernel merged its bytes with later ones) is not timed.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from loadgen.analysis.columns import Requests
+from loadgen.analysis.columns import TIMING_TOLERANCE_NS, Requests
 from loadgen.analysis.load import MISSING, Run
 from loadgen.analysis.steps import ok_mask
 from loadgen.rundir.samples import Sample, ServerSample, gpu_samples, server_samples
@@ -244,7 +246,11 @@ def _prefill_events(ch: _Chunks, req: Requests, sep: int, half_step: float) -> d
     p_s = (c_t - begin) / 1e9
     p_reqs = c_end - c_start
     p_tok = cum_new[c_end] - cum_new[c_start]
-    good = (p_s > 0) & (ch.prompt[ch.order_first][c_start] > 0)
+    # a step with a first time the transport only bounds (this process read it late, the kernel
+    # merged its bytes with later ones: ``chunk_late_ns``) is not timed: it is not a measurement
+    late_sorted = req.late_first_ns[ch.rows][ch.order_first]
+    vouched = np.maximum.reduceat(late_sorted, c_start) <= TIMING_TOLERANCE_NS
+    good = (p_s > 0) & (ch.prompt[ch.order_first][c_start] > 0) & vouched
     return {"prefill_s": p_s[good], "prefill_reqs": p_reqs[good].astype(np.int64), "prefill_tokens": p_tok[good]}
 
 

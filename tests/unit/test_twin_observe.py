@@ -56,3 +56,24 @@ def test_a_burst_longer_than_half_a_decode_step_is_not_taken_for_one_step(tmp_pa
     obs = observe([run])
     late = [s for n, s in zip(obs.prefill_reqs.tolist(), (obs.prefill_s * 1e3).tolist(), strict=True) if n == 1]
     assert late == [pytest.approx(4.0)]
+
+
+def test_a_prefill_whose_first_time_is_only_a_bound_is_not_timed(tmp_path: Path) -> None:
+    """The same run as above, but the late request's first chunk came merged with later bytes (the
+    client read it late): the transport marked its time an upper bound, 5 ms wide. Its prefill is not
+    a measurement, so it is left out; the twenty's, which the transport vouches for, stays."""
+    records = []
+    for i in range(20):
+        first = 2.0 + 0.01 * i
+        records.append(
+            make_record(f"r{i}", 0, 0.0, [first, 10.0 + BURST_MS * i, 25.0 + BURST_MS * i, 32.0 + BURST_MS * i])
+        )
+    late = make_record("late", 0, 5.0, [13.0, 25.0 + BURST_MS * 20 - 5.0, 32.0 + BURST_MS * 20 - 5.0])
+    late.chunk_late_ns = [[0, 5_000_000]]
+    records.append(late)
+    lines = step_lines(0, 0.0, 0.0, 40.0, concurrency=21)
+    run = load_run(write_run_dir(tmp_path / "run", steps=lines, records={"requests-w0.jsonl": records}))
+    obs = observe([run])
+    assert list(zip(obs.prefill_reqs.tolist(), (obs.prefill_s * 1e3).tolist(), strict=True)) == [
+        (20, pytest.approx(2.0))
+    ]
