@@ -176,8 +176,8 @@ def build(raw: dict[str, Any]) -> Setup:
     engine = str(raw.get("engine", "")).lower()
     turbomind = TURBOMIND_V01.get(model) if engine.startswith("lmdeploy") else None
     if engine == "vllm":
-        # the set-up says its engine: vLLM's defaults and its V1 scheduler (sim/sched_vllm.py); the
-        # others (TensorRT-LLM; LMDeploy below) are scheduled as SGLang schedules
+        # the set-up says its engine: vLLM's defaults and its V1 scheduler (sim/sched_vllm.py);
+        # TensorRT-LLM is scheduled as SGLang schedules, LMDeploy's TurboMind as below
         fields.append("engine=vllm")
     elif turbomind:
         blocks, max_batch = turbomind

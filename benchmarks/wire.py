@@ -42,7 +42,8 @@ class WireCall:
 def capture(port: int, path: Path, cpu: int | None = None, snaplen: int = SNAPLEN) -> Iterator[str | None]:
     """Capture TCP port ``port`` on loopback into ``path`` for the duration of the block; yields None
     when capturing, else the reason it cannot. ``snaplen``: bytes kept of each packet (enough for
-    the request's headers; more to read into response events, as ``read_first_outputs`` does)."""
+    the request's headers; more to read into response events, as ``read_calls(output_only=True)``
+    does)."""
     exe = shutil.which("tcpdump")
     if exe is None:
         yield "tcpdump is not installed (apt-get install tcpdump)"
