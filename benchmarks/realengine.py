@@ -136,20 +136,14 @@ def first_unvouched(rec: dict[str, Any]) -> bool:
 
 def gap_at_bounds(ttfts: list[float], buckets: dict[float, float], total: float) -> float:
     """The largest gap between our TTFT CDF and vLLM's histogram at each of its bounds."""
-    gap = 0.0
-    for le in sorted(buckets):
-        if le == float("inf") or not total or not ttfts:
-            continue
-        ours = sum(1 for x in ttfts if x <= le) / len(ttfts)
-        gap = max(gap, abs(ours - buckets[le] / total))
-    return gap
+    return band_gap([(x, x) for x in ttfts], buckets, total)
 
 
 def band_gap(spans: list[tuple[float, float]], buckets: dict[float, float], total: float) -> float:
     """``gap_at_bounds`` where a first time we only bound is an interval (``lo``, ``hi``): at each
     bound our CDF lies between the share certainly under it (``hi <= le``) and the share possibly
     under it (``lo <= le``); the gap is vLLM's CDF's distance from that band. A vouched time is an
-    interval of width 0, so with none marked this is ``gap_at_bounds``."""
+    interval of width 0."""
     gap = 0.0
     n = len(spans)
     for le in sorted(buckets):

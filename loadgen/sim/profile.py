@@ -184,6 +184,13 @@ class ServerConfig:
     kv_cache_dtype: str = "auto"  # auto (the model's BF16) or fp8 (fp8_e4m3, fp8_e5m2)
     weight_only_eff: float = 0.85  # share of the BF16 GEMM rate a weight-only format keeps (quant.WEIGHT_ONLY)
 
+    def __post_init__(self) -> None:
+        if self.kv_pool_tokens < 0:
+            raise ProfileError(
+                f"server.kv_pool_tokens {self.kv_pool_tokens}: give the pool in tokens (> 0), or 0 to size it "
+                "from mem_fraction_static"
+            )
+
 
 @dataclass(frozen=True)
 class FixedTiming:

@@ -107,3 +107,5 @@ def test_a_pool_the_engine_was_told_is_taken_as_given_and_binds_the_batch() -> N
     # 20,480 tokens hold at most 20 requests of ~1,000 tokens
     assert by["told"]["kv_usage"]["max"] > 0.95 and by["told"]["running"]["max"] <= 20
     assert by["told"]["output_tok_s"] < 0.7 * by["sized"]["output_tok_s"]
+    with pytest.raises(ProfileError, match=r"server.kv_pool_tokens -5: give the pool in tokens"):
+        parse_deployment(f"{base},server.kv_pool_tokens=-5")
