@@ -16,9 +16,10 @@ For each pool (``--pools``, blocks) and prompt/output mix (``--mixes``), ``--rep
   (equal when every request ran to its end), the largest gap between our TTFT CDF (first chunk less
   sent) and vLLM's ``time_to_first_token_seconds`` histogram at each of its bounds (target 0.05), and
   the step where our report sees the first preemption against vLLM's counter read at the steps' ends;
-  beside the gap: how many first output times our transport marked as upper bounds (``chunk_late_ns``:
-  this process read late and the kernel merged the bytes; on this 2-core host the engine's threads
-  take both cores) and the gap without them, our mean TTFT against vLLM's, and our mean E2E less
+  beside the gap: how many TTFTs our transport marked as upper bounds (``chunk_late_ns``: this
+  process read late and the kernel merged the bytes; ``send_late_ns`` over 1 ms: it was descheduled
+  before its request's write; on this 2-core host the engine's threads take both cores) and the gap
+  without them, our mean TTFT against vLLM's, and our mean E2E less
   vLLM's (``e2e_request_latency_seconds``);
 * the wire (``tcpdump`` on loopback, unless ``--no-wire`` or it cannot capture): per request, the
   request packet to the first packet with output text; our TTFT less the wire's for the records we
@@ -50,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import wire  # benchmarks/wire.py: the loopback packets as a second truth
 from llamacpp import records, steps  # the run directory's readers (benchmarks/ is sys.path[0])
 
+from loadgen.analysis.columns import TIMING_TOLERANCE_NS
 from loadgen.telemetry import prom
 
 HERE = Path(__file__).resolve().parent
@@ -126,12 +128,14 @@ def ramp(server: Server, out: Path, loads: str, prompt: int, output: int, step_s
 
 
 def first_unvouched(rec: dict[str, Any]) -> bool:
-    """Whether the record's own first output time is only an upper bound: our transport marked it
+    """Whether the record's TTFT is only an upper bound: our transport marked its first output time
     (``chunk_late_ns`` holds chunk 0) because the kernel merged its bytes with later ones, which it
-    does when this process reads late. On this 2-core host the CPU engine's threads take both cores
-    (a 1-ms sleeper here oversleeps by up to 2.4 s while vLLM decodes), and the wire shows vLLM sent
-    those chunks on time."""
-    return any(i == 0 for i, _ in rec.get("chunk_late_ns") or [])
+    does when this process reads late; or its request went out more than the analysis's tolerance
+    after the send stamp (``send_late_ns``: the process was descheduled before its write). On this
+    2-core host the CPU engine's threads take both cores (a 1-ms sleeper here oversleeps by up to
+    2.4 s while vLLM decodes), and the wire shows vLLM sent those chunks on time."""
+    late_send = (rec.get("send_late_ns") or 0) > TIMING_TOLERANCE_NS
+    return late_send or any(i == 0 for i, _ in rec.get("chunk_late_ns") or [])
 
 
 def gap_at_bounds(ttfts: list[float], buckets: dict[float, float], total: float) -> float:
@@ -157,10 +161,12 @@ def band_gap(spans: list[tuple[float, float]], buckets: dict[float, float], tota
 
 
 def first_span(rec: dict[str, Any]) -> tuple[float, float]:
-    """A record's TTFT (s) as the interval our transport vouches for: its first output time, or,
-    where it marked that time an upper bound, back to the earliest the bytes can have arrived."""
+    """A record's TTFT (s) as the interval our transport vouches for: from the send stamp to its
+    first output time, down to the time from its request's write (``send_late_ns``) to the earliest
+    the first bytes can have arrived (``chunk_late_ns`` of chunk 0)."""
     hi = (rec["first_chunk_ns"] - rec["sent_ns"]) / 1e9
     early = next((ns for i, ns in rec.get("chunk_late_ns") or [] if i == 0), 0)
+    early += rec.get("send_late_ns") or 0
     return max(0.0, hi - early / 1e9), hi
 
 

@@ -97,8 +97,9 @@ class Requests:
     Integer columns hold ``MISSING`` (-1) where a record had null. ``chunk_start`` has ``n + 1``
     entries: the text chunks of record ``i`` are ``chunk_offsets_ns[chunk_start[i]:chunk_start[i+1]]``
     (arrival times relative to ``sent_ns``) and the same slice of ``chunk_tokens``. ``errors`` maps
-    a row to its error message (only rows that have one). ``late_first_ns``: how late the first
-    chunk's time may be (0: exact); ``late_gaps``: inter-chunk gaps with an end that may be late by
+    a row to its error message (only rows that have one). ``late_first_ns``: by how much the TTFT
+    may read long (0: exact): how late the first chunk's time may be plus how long after the send
+    time the request went out (``send_late_ns``); ``late_gaps``: inter-chunk gaps with an end that may be late by
     more than ``TIMING_TOLERANCE_NS``; ``chunk_clock``: ``kernel``, ``read`` or ``""`` (older runs).
     The fields newer writers add (``first_reasoning_ns``, ``first_answer_ns``, ``first_tool_ns``,
     ``reasoning_tokens``, ``max_turns``, ``inputs``: MISSING; ``tool_calls``, ``tool_args_chars``,

@@ -253,11 +253,15 @@ def _new_columns(recs: list[dict[str, Any]]) -> dict[str, Sequence[Any]]:
 
 
 def _late_columns(recs: list[dict[str, Any]], counts: list[int]) -> tuple[I64, I64]:
-    """Per record: the bound of its first chunk, and how many of its gaps have an end bounded by
-    more than the tolerance (from the sparse ``chunk_late_ns`` pairs; most records have none)."""
+    """Per record: by how much its TTFT may read long (its first chunk's bound, from the sparse
+    ``chunk_late_ns`` pairs, plus ``send_late_ns``, the time before its request went out), and how
+    many of its gaps have an end bounded by more than the tolerance (most records have neither)."""
     first = np.zeros(len(recs), dtype=np.int64)
     gaps = np.zeros(len(recs), dtype=np.int64)
     for k, rec in enumerate(recs):
+        send = rec.get("send_late_ns")
+        if type(send) is int and send > 0:
+            first[k] = send
         late = rec.get("chunk_late_ns")
         if not late or type(late) is not list:
             continue
@@ -270,7 +274,7 @@ def _late_columns(recs: list[dict[str, Any]], counts: list[int]) -> tuple[I64, I
             if type(i) is not int or type(ns) is not int:
                 continue
             if i == 0:
-                first[k] = ns
+                first[k] += ns
             if ns > TIMING_TOLERANCE_NS:
                 if 1 <= i < n:
                     touched.add(i)  # the gap that ends at chunk i

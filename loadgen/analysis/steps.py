@@ -19,8 +19,9 @@ The window of a step is ``[steady_ns, end_ns)``: warm-up excluded, half-open.
 - Output tokens of a request: ``output_tokens`` (source in ``tokens_source``); when null, the sum
   of its ``chunk_tokens`` (source "chunks").
 - Requests failed / errors: the step's requests sent inside the window that failed, by class.
-- Timing (``timing``): of those requests, the share of TTFTs whose first chunk may be late by more
-  than ``TIMING_TOLERANCE_NS`` (its bytes came merged with later ones; records' ``chunk_late_ns``),
+- Timing (``timing``): of those requests, the share of TTFTs that may read long by more than
+  ``TIMING_TOLERANCE_NS`` (the first chunk's bytes came merged with later ones, records'
+  ``chunk_late_ns``; or the request went out that much after its send time, ``send_late_ns``),
   the share of ITL gaps with such an end, the largest such bound, and how many requests were timed
   when read rather than when the kernel received them (``chunk_clock`` ``read``). The analysis of
   the load generator's own loop lag and the "timing uncertain" mark are in ``client_load``.

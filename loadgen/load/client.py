@@ -9,6 +9,11 @@ Two implementations behind one small interface (``Transport``):
   that reads late still records when the bytes arrived. geventhttpclient's C parser undoes
   chunked transfer encoding and the body bytes go to the SSE decoder. All events completed by one
   read share its timestamp. A stream silent for ``stall_s`` is failed by one watchdog per process.
+  The send time is stamped when the call begins; the socket stamps the moment the request's first
+  bytes go to the kernel, and the difference (``CallResult.send_late_ns``: building the request, a
+  connect when none was ready, and any time the process was descheduled in between) is recorded,
+  so that a TTFT the load generator itself made long is marked (analysis folds it into the first
+  output time's bound), not taken as the server's.
 * ``OpenAITransport`` (``--transport openai``, ``load.sdk``): the ``openai`` SDK's own HTTP stack
   (httpx, made cooperative by gevent), as applications call servers; its raw bytes feed the same
   decoder.
@@ -75,6 +80,9 @@ class CallResult:
     stream: StreamResult | None
     error_class: str | None = None
     error: str | None = None
+    # how long after ``sent_perf_ns`` the request's bytes began to go out (0: not measured, as
+    # over TLS): the process's own time, a deschedule between the stamp and the write included
+    send_late_ns: int = 0
 
 
 class Transport(Protocol):
@@ -122,6 +130,9 @@ class FastTransport:
         self._timeouts = timeouts
         self._read_size = read_size
         self._stall_ns = int(timeouts.stall_s * 1e9)
+        # when the current call's request began to go out (its socket stamps it; 0: not yet, or a
+        # socket that does not stamp: TLS). One call at a time per transport (concurrency=1).
+        self._written = [0]
         self._client = HTTPClient(
             host,
             port,
@@ -140,7 +151,15 @@ class FastTransport:
         if scheme == "http":
             # plain TCP: the pool's sockets bound the response head and (Linux) report when the
             # kernel received their bytes
-            pool._create_tcp_socket = _RxSocket if KERNEL_RX_TIMESTAMPS else _HeadBoundSocket
+            kind = _RxSocket if KERNEL_RX_TIMESTAMPS else _HeadBoundSocket
+            written = self._written
+
+            def make(family: int, socktype: int, proto: int) -> _HeadBoundSocket:
+                sock = kind(family, socktype, proto)
+                sock.written = written  # where its writes are stamped: this transport's one call
+                return sock
+
+            pool._create_tcp_socket = make
         if preconnect:
             self._preconnect(pool, min(timeouts.connect_s, _PRECONNECT_MAX_S))
 
@@ -193,7 +212,10 @@ class FastTransport:
             self._last_ns = perf_ns()
 
     def _call(self, path: str, body: bytes, headers: dict[str, str], stream: bool, decode: Decoder) -> CallResult:
+        written = self._written
+        written[0] = 0
         sent = perf_ns()
+        send_late = 0
         resp: Any = None
         timer = gevent.Timeout(self._timeouts.request_s, RequestTimeout)
         timer.start()
@@ -201,6 +223,8 @@ class FastTransport:
             resp = self._client.request("POST", self._prefix + path, body=body, headers=headers)
             if isinstance(resp._sock, _HeadBoundSocket):
                 resp._sock.head_left = -1  # the head is read: the body has its own bounds
+            if written[0] >= sent:
+                send_late = written[0] - sent
             status = resp.status_code
             if 300 <= status < 400:
                 end = perf_ns()
@@ -225,8 +249,10 @@ class FastTransport:
             if not stream or decode is Decoder.POOLING:
                 data = _read_body(resp)
                 end = perf_ns()
-                return CallResult(status, sent, end, parse_body(decode, data, end))
-            return self._read_stream(resp, sent, decode is Decoder.RESPONSES)
+                return CallResult(status, sent, end, parse_body(decode, data, end), send_late_ns=send_late)
+            res = self._read_stream(resp, sent, decode is Decoder.RESPONSES)
+            res.send_late_ns = send_late
+            return res
         except ResponseTooLarge as exc:
             return _broken_off(resp, sent, "response_too_large", str(exc))
         except RequestTimeout:
@@ -553,15 +579,21 @@ class _HeadBoundSocket(gevent.socket.socket):
     until the transport sets ``head_left = -1`` (the head is parsed), ``recv`` (which
     geventhttpclient uses for the status line and headers) raises ``ResponseTooLarge`` once more
     than ``MAX_HEAD_BYTES`` came in. geventhttpclient itself has no such bound (and joins a long
-    header value piece by piece)."""
+    header value piece by piece). Each ``sendall`` also stamps its start into ``written``, a cell
+    its transport reads (``CallResult.send_late_ns``)."""
 
-    __slots__ = ("head_left",)
+    __slots__ = ("head_left", "written")
 
     def __init__(self, family: int = -1, socktype: int = -1, proto: int = -1) -> None:
         super().__init__(family, socktype, proto)
         self.head_left = -1
+        self.written: list[int] | None = None
 
     def sendall(self, data: Any, flags: int = 0) -> None:
+        # a request goes out now (the transport writes each one in one sendall; a retry on a new
+        # connection writes it again, and that is when it went out): module doc, send_late_ns
+        if self.written is not None:
+            self.written[0] = perf_ns()
         self.head_left = MAX_HEAD_BYTES
         super().sendall(data, flags)
 

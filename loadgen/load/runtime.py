@@ -81,7 +81,7 @@ class StepCounters:
     output_tokens: int = 0
     in_window: int = 0
     first_ns: int = 0
-    late_ttft: int = 0  # successful requests whose first chunk time may be late by more than 1 ms
+    late_ttft: int = 0  # successful requests whose TTFT may read long by more than 1 ms (late read or send)
     errors: dict[str, int] = field(default_factory=dict)
 
 
@@ -454,6 +454,7 @@ class RunState(StepSink):
             error_class=res.error_class,
             error=res.error,
         )
+        rec.send_late_ns = res.send_late_ns
         s = res.stream
         if s is None:
             return rec
@@ -547,7 +548,8 @@ class RunState(StepSink):
         idx = rec.step
         self.count(idx, rec.error_class, rec.output_tokens or 0, rec.sent_ns)
         late = rec.chunk_late_ns
-        if ok and late and late[0][0] == 0 and late[0][1] > LATE_NS and 0 <= idx < len(self.counters):
+        first_late = rec.send_late_ns + (late[0][1] if late and late[0][0] == 0 else 0)
+        if ok and first_late > LATE_NS and 0 <= idx < len(self.counters):
             self.counters[idx].late_ttft += 1
         e2e_ms = (rec.end_ns - rec.intended_ns) / 1e6
         name = spec.endpoint

@@ -55,7 +55,10 @@ class RequestRecord:
     they are the times the process read them (TLS, the openai transport, other systems).
     ``chunk_late_ns``: sparse ``[chunk index, ns]`` pairs for the chunks whose time is an upper
     bound (the kernel merged their bytes with later ones): each arrived at most ``ns`` earlier;
-    every other kernel time is exact.
+    every other kernel time is exact. ``send_late_ns``: how long after ``sent_ns`` the request's
+    first bytes were written (the client's own time: building the request, a connect when none was
+    ready, a deschedule in between; 0 when not measured, as over TLS or the openai transport). The
+    server cannot have started before then, so the TTFT may be long by that much.
 
     Kinds of output (chat's ``reasoning_content`` / ``content`` / ``tool_calls`` deltas, the
     Responses API's reasoning / output text / function call events): ``first_reasoning_ns``,
@@ -114,6 +117,7 @@ class RequestRecord:
     images: int = 0
     header_id: str | None = None
     tenant: str | None = None
+    send_late_ns: int = 0
 
     def to_json(self) -> bytes:
         # orjson serialises the dataclass itself, fields in order: the bytes asdict() would give,

@@ -66,9 +66,13 @@ def test_open_loop_step_behind_its_schedule_is_flagged(tmp_path: Path) -> None:
     assert on_time["valid"] is True and closed["valid"] is True
 
 
-def _timed_run(tmp_path: Path, late_every: int, lag_hist: list[int], cpu: float = 0.4, cpus: int = 16) -> dict:
+def _timed_run(
+    tmp_path: Path, late_every: int, lag_hist: list[int], cpu: float = 0.4, cpus: int = 16, send_late_every: int = 0
+) -> dict:
     """40 requests of 10 chunks; every ``late_every``-th one has its first chunk marked as an upper
-    bound 30 ms wide (``chunk_late_ns``), as the transport writes it after a merged read."""
+    bound 30 ms wide (``chunk_late_ns``), as the transport writes it after a merged read; every
+    ``send_late_every``-th one went out 12 ms after its send stamp (``send_late_ns``), the others
+    40 µs after it (building the request)."""
     from loadgen.analysis.synthetic import make_record
     from loadgen.report.pipeline import rebuild
 
@@ -78,9 +82,11 @@ def _timed_run(tmp_path: Path, late_every: int, lag_hist: list[int], cpu: float 
         r.chunk_clock = "kernel"
         if late_every and i % late_every == 0:
             r.chunk_late_ns = [[0, 30_000_000], [1, 10_000_000]]
+        if send_late_every:
+            r.send_late_ns = 12_000_000 if i % send_late_every == 0 else 40_000
         recs.append(r)
     run_dir = write_run_dir(
-        tmp_path / f"run{late_every}",
+        tmp_path / f"run{late_every}-{send_late_every}",
         steps=step_lines(0, 0, 1000, 11000, concurrency=4),
         records={"requests-w0.jsonl": recs},
         manifest={"kind": "ramp", "run_id": "t", "host": {"cpus": cpus}},
@@ -119,6 +125,24 @@ def test_late_bounded_ttfts_mark_the_step_timing_uncertain_and_say_why(tmp_path:
     # at 40 % of a core the process was not the cause: no worker advice, the machine is named
     assert "other processes on this machine delayed its reads" in timing["reason"]
     assert "--workers" not in timing["reason"] and "workers_advised" not in step
+
+
+def test_a_late_send_counts_with_the_first_chunks_bound(tmp_path: Path) -> None:
+    """A request written 12 ms after its send stamp (the process descheduled before its write) may
+    read its TTFT 12 ms long: it is marked like a late-read first chunk, and both add up; the 40 µs
+    of building a request is within the tolerance, and a send does not touch the ITL gaps."""
+    hist = [50] + [0] * 11
+    step = _timed_run(tmp_path, late_every=4, lag_hist=hist, send_late_every=5)["steps"][0]
+    timing = step["timing"]
+    # late reads on i % 4 == 0 (10), late sends on i % 5 == 0 (8), both on i % 20 == 0 (2)
+    assert timing["ttft_late_share"] == 16 / 40
+    assert timing["ttft_late_max_ms"] == 42.0  # 30 ms of read bound + 12 ms of send
+    assert timing["itl_late_share"] == 20 / (40 * 9)  # as without the late sends
+    assert timing["uncertain"] is True
+    assert "40.0% of TTFTs may be late by more than 1 ms (up to 42 ms)" in timing["reason"]
+    only_sends = _timed_run(tmp_path, late_every=0, lag_hist=hist, send_late_every=5)["steps"][0]["timing"]
+    assert only_sends["ttft_late_share"] == 8 / 40 and only_sends["ttft_late_max_ms"] == 12.0
+    assert only_sends["itl_late_share"] == 0
 
 
 def test_a_busy_client_with_uncertain_timing_is_told_how_many_workers(tmp_path: Path) -> None:

@@ -125,3 +125,105 @@ def test_chunks_are_exact_or_marked_with_a_bound_that_covers_their_error() -> No
         assert all(ns < 10 * STALL_S * 1e9 for ns in bounds.values())  # a bound, not "anything"
     # the stall merged several events per stream: those chunks were marked, not silently shifted
     assert flagged >= N_STREAMS
+
+
+# The request's own arrival as the truth: the server reads it with the kernel's receive time
+# (wall clock), and answers with one event.
+_ARRIVAL_SERVER = r"""
+import json, socket, struct, sys, threading
+srv = socket.socket()
+# on the listening socket: receive times are on before any request comes, and accepted sockets inherit it
+srv.setsockopt(socket.SOL_SOCKET, 35, 1)  # SO_TIMESTAMPNS
+srv.bind(("127.0.0.1", 0))
+srv.listen(64)
+print(srv.getsockname()[1], flush=True)
+lock = threading.Lock()
+ev = b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"hi"}}]}\n\ndata: [DONE]\n\n'
+body = b"%x\r\n%s\r\n0\r\n\r\n" % (len(ev), ev)
+head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+def serve(conn):
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    while True:
+        buf, first = b"", None
+        while b"\r\n\r\n" not in buf or len(buf) < buf.index(b"\r\n\r\n") + 4 + int(
+            buf.split(b"Content-Length: ", 1)[1].split(b"\r\n", 1)[0]
+        ):
+            data, anc, _, _ = conn.recvmsg(65536, socket.CMSG_SPACE(16))
+            if not data:
+                return
+            if first is None and anc:
+                sec, nsec = struct.unpack_from("@qq", anc[0][2])
+                first = sec * 1_000_000_000 + nsec
+            buf += data
+        rid = buf.split(b"X-Request-Id: ", 1)[1].split(b"\r\n", 1)[0].decode()
+        with lock:
+            print(json.dumps({"id": rid, "arrived": first}), flush=True)
+        conn.sendall(head + body)
+
+while True:
+    c, _ = srv.accept()
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+"""
+HELD_S = 0.03
+
+
+def _clock_pair() -> tuple[int, int]:
+    """The wall clock and the perf clock read together: of five tries, the one read closest."""
+    best = None
+    for _ in range(5):
+        a = time.perf_counter_ns()
+        wall = time.time_ns()
+        b = time.perf_counter_ns()
+        if best is None or b - a < best[0]:
+            best = (b - a, wall, (a + b) // 2)
+    assert best is not None
+    return best[1], best[2]
+
+
+@pytest.mark.skipif(not KERNEL_RX_TIMESTAMPS, reason="kernel receive timestamps are Linux's (x86-64, arm64, riscv64)")
+def test_a_request_written_late_says_by_how_much() -> None:
+    """The process is held between the send stamp and the write (as a deschedule does) for one call
+    in four: the call records how long after its stamp the request went out, and the server's kernel
+    saw it arrive then; the other calls record the few µs of building the request."""
+    proc = subprocess.Popen([sys.executable, "-c", _ARRIVAL_SERVER], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    transport = None
+    try:
+        url = f"http://127.0.0.1:{int(proc.stdout.readline())}"
+        transport = FastTransport(url, Timeouts())
+        build = transport._client._build_request
+        held = [False]
+
+        def slow_build(*args: Any, **kwargs: Any) -> Any:
+            if held[0]:
+                _busy(HELD_S)  # holds the whole process, as when the OS runs something else
+            return build(*args, **kwargs)
+
+        transport._client._build_request = slow_build
+        results, truth = [], []
+        for k in range(8):
+            held[0] = k % 4 == 1
+            headers = {"Content-Type": "application/json", "X-Request-Id": f"r{k}"}
+            wall, perf = _clock_pair()
+            res = transport.call("/v1/chat/completions", b'{"stream":true}', headers, True)
+            line = json.loads(proc.stdout.readline())
+            assert line["id"] == f"r{k}"
+            # the request's arrival on the server's kernel, on this process's perf clock
+            results.append(res)
+            truth.append(line["arrived"] - wall + perf)
+    finally:
+        proc.kill()
+        proc.wait()
+        if transport is not None:
+            transport.close()
+    for k, (res, arrived) in enumerate(zip(results, truth, strict=True)):
+        assert res.error_class is None and res.stream is not None, res.error
+        went_out = arrived - res.sent_perf_ns
+        # the recorded delay is the real one: the bytes left when the call said (loopback delivery
+        # and the two clocks' pairing within 2 ms)
+        assert abs(went_out - res.send_late_ns) < 2_000_000, (k, went_out / 1e6, res.send_late_ns / 1e6)
+        if k % 4 == 1:
+            assert res.send_late_ns >= HELD_S * 1e9, (k, res.send_late_ns / 1e6)
+        else:
+            assert 0 < res.send_late_ns < HELD_S * 1e9 / 3, (k, res.send_late_ns / 1e6)
