@@ -29,7 +29,9 @@ For each pool (``--pools``, blocks) and prompt/output mix (``--mixes``), ``--rep
   tok/s and TPOT p50 at the truth's loads (target within 10 %) and the first load at which it
   preempts (target: the truth's).
 
-Prints one row per case and engine model, the medians, and last a JSON object. Figures:
+Prints one row per case and engine model, the medians, vLLM against itself (its tok/s at one case and
+load, repetition against repetition: the floor under the twin's error on this host), and last a JSON
+object. Figures:
 benchmarks/RESULTS.md and docs/twin.md.
 """
 
@@ -168,6 +170,13 @@ def first_span(rec: dict[str, Any]) -> tuple[float, float]:
     early = next((ns for i, ns in rec.get("chunk_late_ns") or [] if i == 0), 0)
     early += rec.get("send_late_ns") or 0
     return max(0.0, hi - early / 1e9), hi
+
+
+def repeatability(rows: list[dict[str, Any]]) -> list[float]:
+    """How far vLLM's measured tok/s at one case and load moved between repetitions, |rep k / rep 0 - 1|:
+    the floor under the twin's error on this host (the twin is calibrated and checked minutes apart)."""
+    tok = {(r["pool_blocks"], r["prompt"], r["output"], r["rep"], r["load"]): r["measured_tok_s"] for r in rows}
+    return [abs(v / tok[(*k[:3], 0, k[4])] - 1) for k, v in tok.items() if k[3] > 0 and tok.get((*k[:3], 0, k[4]))]
 
 
 def hist_mean(before: prom.Exposition, after: prom.Exposition, name: str) -> float | None:
@@ -392,6 +401,13 @@ def main() -> int:
             f"{engine}: median |err| tok/s {median(tok) * 100:.1f}% (max {max(tok) * 100:.1f}%), TPOT p50 "
             f"{median(tpot) * 100:.1f}% (max {max(tpot) * 100:.1f}%), preemption onset at the measured load in "
             f"{same}/{len(cases)} cases"
+        )
+    floor = repeatability(rows)
+    if floor:
+        print(
+            f"vLLM against itself (rep 0 and rep 1 of a case, same load): median |diff| tok/s "
+            f"{median(floor) * 100:.1f}% (max {max(floor) * 100:.1f}%), over 10% in "
+            f"{sum(1 for d in floor if d > 0.1)}/{len(floor)}: the twin's error cannot be judged finer"
         )
     ramps = list({r[k]["run"]: r[k] for r in rows for k in ("truth_cal", "truth_truth")}.values())
     gaps = [t["ttft_cdf_gap"] for t in ramps]
