@@ -405,7 +405,7 @@ def main() -> int:
     floor = repeatability(rows)
     if floor:
         print(
-            f"vLLM against itself (rep 0 and rep 1 of a case, same load): median |diff| tok/s "
+            f"vLLM against itself (each rep against rep 0 of its case, same load): median |diff| tok/s "
             f"{median(floor) * 100:.1f}% (max {max(floor) * 100:.1f}%), over 10% in "
             f"{sum(1 for d in floor if d > 0.1)}/{len(floor)}: the twin's error cannot be judged finer"
         )
