@@ -80,7 +80,7 @@ class StepModel:
         lay = self.layout
         self.tp, self.pp = lay.tp, lay.pp
         self.bw = hw.hbm_bw_tb_s * 1e12
-        self.flops = hw.bf16_tflops * 1e12
+        self.flops = peak_tflops(hw, "bf16", 1.0) * 1e12
         nvls = s.nvls and hw.allreduce_nvls_gb_s > 0
         self.ar_bw = (hw.allreduce_nvls_gb_s if nvls else hw.allreduce_ring_gb_s) * 1e9
         self.link_bw = link_gb_s(hw) * 1e9

@@ -61,6 +61,10 @@ class Hardware:
     alltoall_gb_s: float = 0.0  # all-to-all bandwidth per GPU inside the node (0 = 0.8 x link)
     nic_gb_s: float = 50.0  # scale-out NIC per GPU, one direction (400 Gb/s = 50 GB/s)
     collective_latency_us: float = 0.0  # fixed cost of one collective not folded into t_fix (PCIe: NCCL's)
+    # the largest dense GEMM FLOP/s measured on this GPU (1e12), by its vendor's library; 0 = not
+    # measured: the GPU reaches the same share of its spec as the calibration GPU (quant.gemm_share)
+    gemm_bf16_tflops: float = 0.0
+    gemm_fp8_tflops: float = 0.0
 
 
 @dataclass(frozen=True)

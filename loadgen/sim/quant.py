@@ -25,6 +25,12 @@ when the GPU has it, else the weights are dequantized to BF16 in the kernel, ``W
 The step model (``model.py``) runs each class of FLOPs at its own peak: routed experts and the
 linear layers at their format's, attention, ``lm_head`` and routers at BF16. A weight-only format
 reads its packed bytes and computes at ``eta_c * bf16_tflops * server.weight_only_eff``.
+
+A peak is the spec sheet's, scaled by :func:`gemm_share` where the GPU's largest GEMM was measured
+(``gemm_bf16_tflops``, ``gemm_fp8_tflops`` in hardware.toml): ``eta_c`` was fitted on an H200 whose
+cuBLAS GEMMs reach 79 % (BF16) and 72 % (FP8) of the spec, and a GPU whose own library reaches a
+smaller share of its spec (the MI300X: 54 % and 49 %, AMD's measurement) runs its matmuls that much
+slower. A GPU with no measurement keeps the H200's share (ASSUMPTION).
 """
 
 from __future__ import annotations
@@ -94,15 +100,34 @@ def kv_bits(dtype: str) -> float:
     return KV_DTYPES[key]
 
 
+# The calibration GPU's largest measured GEMM over its spec: the H200 of benchmarks/gpu/step_probe.py
+# (2026-12-04, cuBLAS through PyTorch at 8192^3: BF16 783 of 989, FP8 1,419 of 1,979 TFLOP/s), on
+# which the generic profile's eta_c was fitted (docs/simulator.md, "One set of constants").
+CALIBRATION_GEMM_SHARE = {"bf16": 783.0 / 989.0, "fp8": 1419.0 / 1979.0}
+
+
+def gemm_share(hw: Hardware, math: str) -> float:
+    """How much of the calibration GPU's share of the spec a GEMM in ``math`` reaches on ``hw``: its
+    measured largest GEMM over its spec, over the H200's (1.0 where ``hw`` has no measurement)."""
+    measured, spec = {
+        "bf16": (hw.gemm_bf16_tflops, hw.bf16_tflops),
+        "fp8": (hw.gemm_fp8_tflops, hw.fp8_tflops),
+    }.get(math, (0.0, 0.0))
+    if measured <= 0 or spec <= 0:
+        return 1.0
+    return measured / spec / CALIBRATION_GEMM_SHARE[math]
+
+
 def peak_tflops(hw: Hardware, math: str, weight_only_eff: float) -> float:
-    """Dense tensor FLOP/s (1e12) a GEMM in ``math`` reaches at peak on ``hw`` (``WEIGHT_ONLY``)."""
+    """Dense tensor FLOP/s (1e12) a GEMM in ``math`` reaches at peak on ``hw`` (``WEIGHT_ONLY``), the
+    spec sheet's scaled by :func:`gemm_share`."""
     if math == "fp8" and hw.fp8_tflops > 0:
-        return hw.fp8_tflops
+        return hw.fp8_tflops * gemm_share(hw, "fp8")
     if math == "fp4" and hw.fp4_tflops > 0:
         return hw.fp4_tflops
     if math == "bf16":
-        return hw.bf16_tflops
-    return hw.bf16_tflops * weight_only_eff
+        return hw.bf16_tflops * gemm_share(hw, "bf16")
+    return hw.bf16_tflops * gemm_share(hw, "bf16") * weight_only_eff
 
 
 def serve_as(model: ModelConfig, quantization: str, kv_cache_dtype: str) -> ModelConfig:

@@ -115,3 +115,29 @@ def test_unknown_formats_and_parts_without_counts_name_the_field() -> None:
     # 6.98 B linear parameters at ~1 B, the input table and lm_head (2 x 0.53 B) at 2 B: 9.08 GB
     fp8 = apply_overrides(load_profile("h200-llama-8b"), {"server.quantization": "fp8"}).model
     assert 9.0e9 < fp8.weight_bytes < 9.2e9
+
+
+def test_a_gpu_whose_measured_gemm_reaches_less_of_its_spec_runs_its_matmuls_that_much_slower() -> None:
+    """AMD's measured MI300X GEMMs reach 54 % (BF16) and 49 % (FP8) of the spec where the calibration
+    H200's reach 79 % and 72 %: a compute-bound prefill takes the ratio longer, a bandwidth-bound
+    decode is untouched, and an entry with no measurement keeps the spec's peak."""
+    from loadgen.sim.quant import CALIBRATION_GEMM_SHARE, gemm_share, peak_tflops
+
+    mi = load_profile("generic", model=LLAMA70, hardware="mi300xx8").hardware
+    assert (mi.gemm_bf16_tflops, mi.gemm_fp8_tflops) == (708.0, 1273.0)
+    assert gemm_share(mi, "bf16") == pytest.approx((708 / 1307.4) / (783 / 989), rel=1e-9)
+    assert gemm_share(mi, "fp8") == pytest.approx((1273 / 2614.9) / (1419 / 1979), rel=1e-9)
+    assert peak_tflops(mi, "fp8", 1.0) == pytest.approx(1273 / CALIBRATION_GEMM_SHARE["fp8"], rel=1e-9)
+    h200 = load_profile("generic", model=LLAMA70, hardware="h200x8").hardware
+    assert gemm_share(h200, "bf16") == gemm_share(h200, "fp8") == 1.0
+    assert peak_tflops(h200, "fp8", 1.0) == h200.fp8_tflops
+
+    def model(**hw: str) -> StepModel:
+        p = load_profile("generic", model=LLAMA70, hardware="mi300xx8")
+        return StepModel(apply_overrides(p, {"server.tp": 8, "server.quantization": "fp8", **hw}))
+
+    measured, unmeasured = model(), model(**{"hardware.gemm_bf16_tflops": "0", "hardware.gemm_fp8_tflops": "0"})
+    big = 32768, 32768 * 16384
+    ratio = measured.prefill(*big).duration_s / unmeasured.prefill(*big).duration_s
+    assert 1.25 < ratio < 1.0 / gemm_share(mi, "fp8") + 0.01  # compute-bound: close to 1/0.68, never past it
+    assert measured.decode(1, 1000).duration_s == pytest.approx(unmeasured.decode(1, 1000).duration_s, rel=0.02)
