@@ -9,9 +9,11 @@ weight format and the tensor parallelism. No factor per model, GPU, engine or se
 
 Three kinds of load, each predicted as the source ran it:
 
-* ``offline``: all requests queued at once (trtllm-bench throughput): a closed loop of
-  ``OFFLINE_USERS`` users with the same cap on running requests, so that the KV pool, not the
-  client, bounds the batch; the figure is output tok/s.
+* ``offline``: all requests queued at once (trtllm-bench throughput): the source's number of
+  requests (``OFFLINE_REQUESTS``) submitted to the engine at t = 0 on the virtual clock, run until
+  the last ends; the figure is all their output tokens over that time, as trtllm-bench's "Total
+  Output Throughput" counts it. (Until 2026-12-06 a closed loop of 1,024 users measured over a
+  window: its users, started together, stayed in waves, and the window caught a wave's phase.)
 * ``batch_size``: a static batch (LMDeploy's profile_generation, vLLM's benchmark_latency): B users
   started together with fixed lengths, who stay in step; output tok/s, TTFT, per-token latency p50,
   end-to-end latency.
@@ -44,13 +46,17 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-from loadgen.predict.deploy import parse_deployment, predict
+from loadgen.predict.deploy import Deployment, parse_deployment, predict, startup
+from loadgen.sim.engine import Engine, SimRequest
 from loadgen.sim.model import StepModel
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data" / "published_raw.toml"
 CONFIGS = HERE / "data" / "configs"
-OFFLINE_USERS = 1024  # ASSUMPTION: more than any KV pool below holds at these lengths (checked: the pool binds)
+OFFLINE_USERS = 1024  # the cap on running requests offline: more than any KV pool below holds (the pool binds)
+# trtllm-bench's requests per ISL/OSL on the perf-overview page (published_raw.toml's notes: "num_requests
+# per ISL/OSL: ... 128/2048:3000, ... 2048/128:3000, ... 5000/500:1500, 1000/1000:3000, ...")
+OFFLINE_REQUESTS = {(128, 2048): 3000, (1000, 1000): 3000, (2048, 128): 3000, (5000, 500): 1500}
 SATURATION_SHARE = 0.85
 
 TRT_PAIRS = ("128-2048", "1000-1000", "2048-128", "5000-500")
@@ -78,6 +84,9 @@ SELECTED = [
     "rocm-devdocker-mi300x-llama31-70b-fp8-tp8-latency-128-2048",
     "rocm-devdocker-mi300x-llama31-405b-fp8-tp8-latency-128-2048",
     "gpuconc-h200-gpt-oss-20b-c1-16-1000-1000",
+    # TensorRT-LLM v0.5's first-token table: one request's context phase, every LLaMA row
+    *(f"trtllm-perfmd-ftl-llama7b-{g}-tp1-{isl}" for g in ("h100", "l40s", "a100") for isl in (128, 2048)),
+    *(f"trtllm-perfmd-ftl-llama70b-{g}-tp4-{isl}" for g in ("h100", "a100") for isl in (128, 2048)),
 ]
 QUICK = [
     "trtllm-perfoverview-llama31-8b-h200-tp1-1000-1000",
@@ -167,7 +176,9 @@ def build(raw: dict[str, Any]) -> Setup:
     quant = WEIGHTS[raw.get("weights")]
     if quant:
         fields.append(f"server.quantization={quant}")
-    if raw["model"].startswith("nvidia/"):
+    if raw.get("kv_cache_dtype"):  # the source states its cache (TensorRT-LLM v0.5: --fp8_kv_cache)
+        fields.append(f"server.kv_cache_dtype={raw['kv_cache_dtype']}")
+    elif raw["model"].startswith("nvidia/"):
         # NVIDIA's ModelOpt checkpoints carry "kv_cache_quant_algo": "FP8" in hf_quant_config.json,
         # which the engines honour without a flag: the set-up's cache is FP8
         fields.append("server.kv_cache_dtype=fp8")
@@ -200,9 +211,38 @@ def windows(setup: Setup) -> tuple[float, float]:
     b = min(max(setup.loads), 256)
     m = StepModel(dep.profile)
     life = m.prefill(isl * b, b * isl * (isl + 1) / 2).duration_s + osl * m.decode(b, b * (isl + osl / 2)).duration_s
-    if setup.kind == "offline":
-        return 2.0 * life, 4.0 * life
     return 0.5 * life, 3.0 * life
+
+
+def offline(dep: Deployment, requests: int, isl: int, osl: int) -> dict[str, Any]:
+    """trtllm-bench's offline run as it ran: ``requests`` requests queued at t = 0, run to the last
+    one's end on the virtual clock; a row with its output tok/s (all output tokens over that time),
+    the running requests' mean and the KV pool's highest fill."""
+    engine = Engine(dep.profile, seed=0)
+    for i in range(requests):
+        engine.submit(
+            SimRequest(rid=f"r{i}", prompt_tokens=isl, max_new_tokens=osl, target_tokens=osl, stop_reason="length"),
+            0.0,
+        )
+    engine.advance(0.0)
+    done = tokens = 0
+    now, running, kv = 0.0, [], 0.0
+    pool = engine.pool_tokens
+    while done < requests:
+        nxt = engine.next_event_s
+        if nxt is None:
+            raise SystemExit(f"{dep.label}: the engine stopped with {requests - done} requests left")
+        now = nxt
+        for em in engine.advance(now):
+            tokens += em.tokens
+            done += em.finished
+        running.append(len(engine.running))
+        kv = max(kv, engine.used_tokens / pool if pool else 0.0)
+    return {
+        "output_tok_s": tokens / now,
+        "running": {"mean": sum(running) / len(running)},
+        "kv_usage": {"max": kv},
+    }
 
 
 def published(point: dict[str, Any], metric: str, kind: str) -> float | None:
@@ -239,22 +279,31 @@ def run(ids: list[str]) -> dict[str, Any]:
     conditions: list[dict[str, Any]] = []
     for sid in ids:
         setup = build(by_id[sid])
-        warm, window = windows(setup)
         t0 = time.perf_counter()
-        # a client whose users start a stated gap apart (start_gap_s, after a ramp-up that is not
-        # measured: ramp_up_s) stays spread: users who start apart stay apart, their prefills
-        # falling between each other's decodes rather than in one wave
-        ramp = float(setup.raw.get("ramp_up_s", 0.0))
-        result = predict(
-            [parse_deployment(setup.deployment)],
-            concurrencies=setup.loads,
-            input_tokens=int(setup.raw["input_tokens"]),
-            output_tokens=int(setup.raw["output_tokens"]),
-            warmup_s=warm + ramp,
-            window_s=window,
-            stagger_s=float(setup.raw.get("start_gap_s", 0.0)),
-            independent=True,  # every published point was a run of its own
-        )
+        isl, osl = int(setup.raw["input_tokens"]), int(setup.raw["output_tokens"])
+        if setup.kind == "offline":
+            dep = parse_deployment(setup.deployment)
+            check = startup(dep)
+            if (isl, osl) not in OFFLINE_REQUESTS:
+                raise SystemExit(f"{DATA.name}: set-up {sid!r}: no request count for {isl}/{osl} (OFFLINE_REQUESTS)")
+            rows = [offline(dep, OFFLINE_REQUESTS[isl, osl], isl, osl)] if check["starts"] else []
+            result: dict[str, Any] = {"deployments": [check], "rows": rows}
+        else:
+            warm, window = windows(setup)
+            # a client whose users start a stated gap apart (start_gap_s, after a ramp-up that is not
+            # measured: ramp_up_s) stays spread: users who start apart stay apart, their prefills
+            # falling between each other's decodes rather than in one wave
+            ramp = float(setup.raw.get("ramp_up_s", 0.0))
+            result = predict(
+                [parse_deployment(setup.deployment)],
+                concurrencies=setup.loads,
+                input_tokens=isl,
+                output_tokens=osl,
+                warmup_s=warm + ramp,
+                window_s=window,
+                stagger_s=float(setup.raw.get("start_gap_s", 0.0)),
+                independent=True,  # every published point was a run of its own
+            )
         (check,) = result["deployments"]
         raw = setup.raw
         conditions.append(

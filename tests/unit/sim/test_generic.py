@@ -119,6 +119,24 @@ def test_the_published_benchmark_serves_each_set_up_as_its_source_ran_it() -> No
         "server.max_running_requests=256",
     ):
         assert item in static.deployment
+    # TensorRT-LLM v0.5's first-token table: one request's context phase with the FP8 cache its
+    # build commands ask for, and the 70B row maps to the 70B config (the methodology text names both)
+    ftl = bench.build(by_id["trtllm-perfmd-ftl-llama70b-h100-tp4-128"])
+    assert ftl.kind == "batch_size" and ftl.loads == [1] and ftl.raw["output_tokens"] == 1
+    for item in ("llama-2-70b.json", "hardware=h100x8", "server.tp=4", "server.kv_cache_dtype=fp8"):
+        assert item in ftl.deployment
+    # an offline run as trtllm-bench runs it: all requests at t = 0, output tokens over the time the
+    # last one ends; for one request that is its prefill and its decode steps, worked by hand
+    dep = parse_deployment("profile=generic,model=llama-3.1-8b,hardware=h200,server.quantization=fp8")
+    isl, osl = 1000, 50
+    m = StepModel(dep.profile)
+    by_hand = m.prefill(isl, isl * (isl + 1) / 2).duration_s + sum(
+        m.decode(1, isl + k).duration_s for k in range(1, osl)
+    )
+    assert bench.offline(dep, 1, isl, osl)["output_tok_s"] == pytest.approx(osl / by_hand, rel=1e-4)
+    two = bench.offline(dep, 2, isl, osl)
+    assert osl / by_hand < two["output_tok_s"] < 2 * osl / by_hand  # batched: faster, not twice
+    assert set(bench.OFFLINE_REQUESTS) == {tuple(map(int, p.split("-"))) for p in bench.TRT_PAIRS}
     # a client whose users start 0.1 s apart
     gpt = bench.build(by_id["gpuconc-h200-gpt-oss-20b-c1-16-1000-1000"])
     assert gpt.raw["start_gap_s"] == 0.1 and gpt.raw["ramp_up_s"] == 30
