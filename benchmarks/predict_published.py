@@ -88,6 +88,13 @@ SELECTED = [
     *(f"trtllm-perfmd-ftl-llama7b-{g}-tp1-{isl}" for g in ("h100", "l40s", "a100") for isl in (128, 2048)),
     *(f"trtllm-perfmd-ftl-llama70b-{g}-tp4-{isl}" for g in ("h100", "a100") for isl in (128, 2048)),
 ]
+# TensorRT-LLM v0.9.0's page: every LLaMA 7B / 70B row of its static-batch throughput and first-token
+# tables (the rows whose build it states), all that the data holds under these prefixes
+SELECTED += sorted(
+    s["id"]
+    for s in tomllib.loads(DATA.read_text())["setup"]
+    if s["id"].startswith(("trtllm-perfv09-llama", "trtllm-perfv09-ftl-llama"))
+)
 QUICK = [
     "trtllm-perfoverview-llama31-8b-h200-tp1-1000-1000",
     "lmdeploy-a100-llama2-7b-tp1-static-2048-128",
@@ -169,7 +176,15 @@ def build(raw: dict[str, Any]) -> Setup:
     hardware = gpu if tp * pp == 1 else f"{gpu}x8"
     points = raw["point"]
     first = points[0]
-    kind = "offline" if first.get("offline") else "batch_size" if "batch_size" in first else "concurrency"
+    kind = (
+        "offline"
+        if first.get("offline")
+        else "static"
+        if first.get("static_batch")
+        else "batch_size"
+        if "batch_size" in first
+        else "concurrency"
+    )
     fields = [f"label={sid}", "profile=generic", f"model={model}", f"hardware={hardware}", f"server.tp={tp}"]
     if pp > 1:
         fields.append(f"server.pp={pp}")
@@ -200,6 +215,12 @@ def build(raw: dict[str, Any]) -> Setup:
             "server.disable_radix_cache=true",
         ]
         cap = max_batch
+    if kind == "static":
+        # gptSessionBenchmark's static batch: the batch's prompts in one context phase (no chunking), a
+        # cache allocated for exactly the batch at full length (--paged_kv_cache disable), no more running
+        b, isl, osl = loads[0], int(raw["input_tokens"]), int(raw["output_tokens"])
+        fields += [f"server.chunked_prefill_size={b * isl}", f"server.kv_pool_tokens={b * (isl + osl)}"]
+        cap = b
     fields += [f"server.max_running_requests={cap}", f"server.cuda_graph_max_bs={cap}"]
     return Setup(raw, ",".join(fields), kind, loads, points)
 
@@ -281,12 +302,16 @@ def run(ids: list[str]) -> dict[str, Any]:
         setup = build(by_id[sid])
         t0 = time.perf_counter()
         isl, osl = int(setup.raw["input_tokens"]), int(setup.raw["output_tokens"])
-        if setup.kind == "offline":
+        if setup.kind in ("offline", "static"):
             dep = parse_deployment(setup.deployment)
             check = startup(dep)
-            if (isl, osl) not in OFFLINE_REQUESTS:
+            if setup.kind == "static":  # one generate() of the batch: its tokens over its latency
+                requests = setup.loads[0]
+            elif (isl, osl) in OFFLINE_REQUESTS:
+                requests = OFFLINE_REQUESTS[isl, osl]
+            else:
                 raise SystemExit(f"{DATA.name}: set-up {sid!r}: no request count for {isl}/{osl} (OFFLINE_REQUESTS)")
-            rows = [offline(dep, OFFLINE_REQUESTS[isl, osl], isl, osl)] if check["starts"] else []
+            rows = [offline(dep, requests, isl, osl)] if check["starts"] else []
             result: dict[str, Any] = {"deployments": [check], "rows": rows}
         else:
             warm, window = windows(setup)
@@ -407,7 +432,7 @@ def markdown(res: dict[str, Any]) -> str:
         )
     lines += ["", "| set-up | load | metric | published | predicted | error |", "|---|---:|---|---:|---:|---:|"]
     for c in res["cells"]:
-        load = "offline" if c["kind"] == "offline" else f"{'B' if c['kind'] == 'batch_size' else 'C'}={c['load']}"
+        load = "offline" if c["kind"] == "offline" else f"{'C' if c['kind'] == 'concurrency' else 'B'}={c['load']}"
         err = f"{c['error']:+.1%}" if c["error"] is not None else "–"
         lines.append(
             f"| {c['id']} | {load} | {c['metric']} | {_fmt(c['published'], c['metric'])} | "
@@ -417,6 +442,15 @@ def markdown(res: dict[str, Any]) -> str:
     for metric, s in res["summary"].items():
         if metric != "knee":
             lines.append(f"| {metric} | {s['cells']} | {s['median_abs_error']:.1%} | {s['max_abs_error']:.1%} |")
+    # the same per engine and version, as each source states it: one engine's miss is not another's
+    engine_of = {c["id"]: c["engine"] for c in res["setups"]}
+    groups: dict[tuple[str, str], list[float]] = {}
+    for c in res["cells"]:
+        if c["error"] is not None:
+            groups.setdefault((engine_of[c["id"]], c["metric"]), []).append(abs(c["error"]))
+    lines += ["", "| engine, as its source states it | metric | cells | median abs. error |", "|---|---|---:|---:|"]
+    for (engine, metric), errs in sorted(groups.items()):
+        lines.append(f"| {engine} | {metric} | {len(errs)} | {median(errs):.1%} |")
     k = res["summary"]["knee"]
     lines += ["", f"Saturation step within one step on {k['within_one_step']} of {k['curves']} curves:", ""]
     for c in res["curves"]:

@@ -125,6 +125,19 @@ def test_the_published_benchmark_serves_each_set_up_as_its_source_ran_it() -> No
     assert ftl.kind == "batch_size" and ftl.loads == [1] and ftl.raw["output_tokens"] == 1
     for item in ("llama-2-70b.json", "hardware=h100x8", "server.tp=4", "server.kv_cache_dtype=fp8"):
         assert item in ftl.deployment
+    # TensorRT-LLM v0.9.0's static batch (gptSessionBenchmark): the batch's prompts in one context
+    # phase, a cache for exactly the batch at full length, no more running; the per-GPU figure x TP
+    st = bench.build(by_id["trtllm-perfv09-llama70b-h100-tp4-128-2048"])
+    assert st.kind == "static" and st.loads == [512]
+    for item in (
+        "server.chunked_prefill_size=65536",
+        "server.kv_pool_tokens=1114112",
+        "server.max_running_requests=512",
+        "server.kv_cache_dtype=fp8",
+        "server.tp=4",
+    ):
+        assert item in st.deployment
+    assert st.points[0]["output_tok_s"] == 4 * st.points[0]["output_tok_s_per_gpu"]
     # an offline run as trtllm-bench runs it: all requests at t = 0, output tokens over the time the
     # last one ends; for one request that is its prefill and its decode steps, worked by hand
     dep = parse_deployment("profile=generic,model=llama-3.1-8b,hardware=h200,server.quantization=fp8")
