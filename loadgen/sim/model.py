@@ -15,7 +15,9 @@ speculative decoding), processes ``N = C * n_v`` tokens:
     t_ar   = 2 * layers * N * hidden * 2 B / allreduce_bw   (ring or NVLS; 0 below the small-message size)
     t_ag   = N * vocab * 2 B * (TP-1)/TP / (0.78 * NVLink)  (logits all-gather)
     T      = t_fix + max(t_mem, t_cmp) + t_ar + t_ag + drafter_ms
-             (max: server.roofline_k = 0; else the k-norm (t_mem^k + t_cmp^k)^(1/k), generic profile)
+             (max: server.roofline_k = 0; else the k-norm (t_mem^k + t_cmp^k)^(1/k), generic profile;
+             with server.attention_apart, the generic profile's, the cache's bytes and the attention's
+             FLOPs take a roofline of their own, added to that of the weights and the matmuls)
     t_fix  = t_fix_ms + layers * t_fix_per_layer_us   (0 per layer in the calibrated profiles)
 
 ``pad`` is the fused-MoE kernel's row padding: SGLang's ``fused_moe`` sorts the tokens by expert
@@ -189,11 +191,19 @@ class StepModel:
         routes_imb, touched_imb = self._imbalance(n_tokens, n_eff)
         w = self._weights_read(n_eff, touched_imb) / pp
         kv = kv_bytes / pp
-        t_mem = w / (s.eta_bw * self.bw) + kv / (s.eta_attn * self.bw)
+        t_w, t_kv = w / (s.eta_bw * self.bw), kv / (s.eta_attn * self.bw)
         tensor_s = self._tensor_seconds(n_tokens, attn_flops, self._moe_pad_flops(n_eff, touched_imb), routes_imb) / pp
         t_fix = (self.t_fix + (self.t_fix_prefill if prefill else 0.0)) / pp
         comm, t_ag = self._collectives(n_tokens)
-        stage = t_fix + roofline(t_mem, tensor_s / s.eta_c, s.roofline_k)
+        if s.attention_apart:
+            attn_s = attn_flops / self.tp / self.flops / pp
+            stage = (
+                t_fix
+                + roofline(t_w, (tensor_s - attn_s) / s.eta_c, s.roofline_k)
+                + roofline(t_kv, attn_s / s.eta_c, s.roofline_k)
+            )
+        else:
+            stage = t_fix + roofline(t_w + t_kv, tensor_s / s.eta_c, s.roofline_k)
         duration = pp * (stage + comm) + t_ag + self.drafter_s
         # a stage is busy for each of the micro-batches it sees
         u_bw = min(1.0, batches * (w + kv) / duration / self.bw)

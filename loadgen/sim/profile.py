@@ -158,6 +158,9 @@ class ServerConfig:
     # how the memory and compute times of a stage combine: 0 = the larger of the two (the calibrated
     # profiles); k > 0 = (t_mem^k + t_cmp^k)^(1/k), kernels that overlap them only in part (generic)
     roofline_k: float = 0.0
+    # the attention's KV read and the matmuls run as kernels of their own, one after the other: a
+    # stage takes the weights' roofline plus the KV's, rather than one roofline of both (generic)
+    attention_apart: bool = False
     small_allreduce_bytes: float = 1e6  # messages below this are folded into t_fix
     # latency of one all-reduce on NVLink/xGMI when t_fix does not hold it (the generic profile's t_fix
     # was measured on one GPU); 0 = folded into t_fix below small_allreduce_bytes (calibrated profiles)

@@ -56,7 +56,7 @@ def test_the_frozen_constants_reproduce_the_h200_probe_they_were_fitted_on() -> 
     errors = [_error(StepModel(parts[point["model"]]), point) for point in probe["points"]]
     assert len(errors) == 17
     assert statistics.median(abs(e) for e in errors) < 0.025
-    assert max(abs(e) for e in errors) < 0.11
+    assert max(abs(e) for e in errors) < 0.08
 
 
 def test_the_frozen_constants_predict_a_model_the_fit_never_saw() -> None:
@@ -66,6 +66,20 @@ def test_the_frozen_constants_predict_a_model_the_fit_never_saw() -> None:
     errors = [_error(m, point) for point in held["points"]]
     assert len(errors) == 7
     assert max(abs(e) for e in errors) < 0.10
+
+
+def test_the_attention_reads_its_cache_apart_from_the_matmuls() -> None:
+    """Generic's step: the weights' roofline plus the KV's, not one roofline of both. One request's
+    short cache costs next to nothing either way; 256 requests' 34 GB of cache is a kernel of its own
+    that the matmuls' math does not hide, as the probe's 256-request step shows (17.07 ms)."""
+    p = load_profile("generic", model="llama-3.1-8b", hardware="h200")
+    apart, together = StepModel(p), StepModel(apply_overrides(p, {"server.attention_apart": False}))
+    assert p.server.attention_apart
+    one = apart.decode(1, 1024).duration_s / together.decode(1, 1024).duration_s
+    assert one == pytest.approx(1.0, abs=0.02)
+    big_apart, big_together = apart.decode(256, 256 * 1024).duration_s, together.decode(256, 256 * 1024).duration_s
+    assert big_apart > 1.1 * big_together
+    assert big_apart == pytest.approx(17.07e-3, rel=0.03)
 
 
 def test_roofline_is_the_larger_time_or_a_norm_between_the_larger_and_the_sum() -> None:
@@ -86,7 +100,7 @@ def test_tp_on_nvlink_pays_one_exchange_per_all_reduce_when_t_fix_holds_none() -
     assert comm == pytest.approx(160 * (5.6e-6 + 8192 * 2 / generic.ar_bw), rel=1e-6)
     assert calibrated._collectives(1.0)[0] == 0.0  # folded into the calibrated t_fix
     # the per-layer fixed cost scales with depth: 80 layers, not the 8B's 32
-    assert generic.t_fix == pytest.approx(80 * 32.5e-6)
+    assert generic.t_fix == pytest.approx(80 * 30.2e-6)
 
 
 def test_predicted_rows_carry_itl_and_one_user_sees_one_decode_step_between_chunks() -> None:
