@@ -87,6 +87,8 @@ def _open_text(path: Path) -> str:
         raise DatasetError(path, None, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
         raise DatasetError(path, None, f"cannot read it: {exc.strerror}") from None
+    except ValueError:  # the OS takes no path with a NUL character in it
+        raise DatasetError(path, None, "the path holds a NUL character (\\x00); no file has such a name") from None
 
 
 def _jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -122,7 +124,7 @@ def load_trace(path: str | Path, fmt: str = "auto") -> Trace:
     p = Path(path)
     try:
         mtime_ns = p.stat().st_mtime_ns
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a NUL in the path
         mtime_ns = 0  # _open_text raises the clear error
     return _load_trace_cached(str(p), fmt, mtime_ns)
 

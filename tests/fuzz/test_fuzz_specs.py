@@ -7,7 +7,9 @@ Deterministic in CI (see conftest.py); ``HYPOTHESIS_PROFILE=deep`` runs 50x the 
 
 from __future__ import annotations
 
+import atexit
 import json
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,7 @@ _FILES = {
     "img.png": "not a png",
 }
 _DIR = Path(tempfile.mkdtemp(prefix="loadgen-fuzz-"))
+atexit.register(shutil.rmtree, _DIR, True)  # every test process made its own: leave none behind
 for _name, _text in _FILES.items():
     (_DIR / _name).write_text(_text)
 (_DIR / "folder.jsonl").mkdir()

@@ -263,6 +263,14 @@ def test_broken_traces_name_file_and_line(
     assert f"{path}:2: trace.path" in message
 
 
+def test_a_trace_path_with_a_nul_character_is_a_clear_error(tmp_path: Path) -> None:
+    # the OS refuses such a path with a ValueError; the scenario says which field and why
+    path = tmp_path / "s.toml"
+    path.write_text('[trace]\npath = "a\\u0000b"\n')
+    message = scenario_error(path, ["trace.path", "NUL character"])
+    assert f"{path}:2: trace.path" in message
+
+
 def test_missing_scenario_file() -> None:
     err = io.StringIO()
     assert check_main("/no/such/scenario.toml", io.StringIO(), err) == 2
