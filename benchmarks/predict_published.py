@@ -266,6 +266,97 @@ def offline(dep: Deployment, requests: int, isl: int, osl: int) -> dict[str, Any
     }
 
 
+def gpu_conc_client(dep: Deployment, users: int, raw: dict[str, Any], isl: int, osl: int) -> dict[str, Any]:
+    """The gpu_conc client (``client = "gpu_conc-995b194"`` in the data) run on the virtual clock as
+    its code ran it: ``users`` workers take requests from a queue, each timed from when its worker
+    starts it; the warm-up puts one every ``warmup_gap_s``, then its results and queue are cleared
+    (requests in flight finish and are counted); the measured phase puts one every ``feed_gap_s`` while
+    the queue holds fewer than ``queue_per_user`` x users; then the queue drains (at most
+    ``drain_timeout_s``). Throughput is the counted tokens over the phase and the drain."""
+    warm, warm_gap, feed_gap = float(raw["warmup_s"]), float(raw["warmup_gap_s"]), float(raw["feed_gap_s"])
+    cap, phase = int(raw["queue_per_user"]) * users, float(raw["phase_s"])
+    drain, timeout = float(raw["drain_timeout_s"]), float(raw["request_timeout_s"])
+    engine = Engine(dep.profile, seed=0)
+    queue: list[int] = []
+    free, seq = users, 0
+    started: dict[str, tuple[float, float | None]] = {}  # rid -> (start, first token)
+    done: list[tuple[float, float, float, int]] = []  # (start, first token, end, tokens) of counted ones
+    tokens: dict[str, int] = {}
+    next_put: float | None = 0.0
+    cleared, end = False, warm + phase + drain
+    running: list[int] = []
+    kv, pool = 0.0, engine.pool_tokens
+
+    def dispatch(now: float) -> None:
+        nonlocal free
+        while free and queue:
+            queue.pop(0)
+            rid = f"r{len(started)}"
+            started[rid] = (now, None)
+            engine.submit(
+                SimRequest(rid=rid, prompt_tokens=isl, max_new_tokens=osl, target_tokens=osl, stop_reason="length"),
+                now,
+            )
+            free -= 1
+        if not engine.busy:
+            engine.advance(now)
+
+    now = 0.0
+    while True:
+        nxt = engine.next_event_s
+        clear_at = None if cleared else warm
+        times = [t for t in (nxt, next_put, clear_at) if t is not None]
+        if not times:
+            break
+        now = min(times)
+        if now > end:
+            now = end
+            break
+        if clear_at is not None and now >= clear_at and (next_put is None or clear_at <= next_put):
+            cleared, done[:] = True, []
+            queue.clear()
+            next_put = warm  # the measured phase puts its first request at once
+            continue
+        if next_put is not None and now >= next_put and (nxt is None or next_put <= nxt):
+            if not cleared or len(queue) < cap:
+                queue.append(seq)
+                seq += 1
+            gap = feed_gap if cleared else warm_gap
+            following = now + gap
+            if cleared:
+                next_put = following if following - warm < phase else None
+            else:
+                next_put = following if following < warm else None
+            dispatch(now)
+            continue
+        for em in engine.advance(now):
+            rid = em.req.rid
+            start, first = started[rid]
+            if em.tokens > 0 and first is None:
+                started[rid] = (start, now)
+            tokens[rid] = tokens.get(rid, 0) + em.tokens
+            if em.finished:
+                free += 1
+                first = started[rid][1]
+                if cleared and now - start <= timeout and first is not None:
+                    done.append((start, first, now, tokens[rid]))
+        running.append(len(engine.running))
+        kv = max(kv, engine.used_tokens / pool if pool else 0.0)
+        dispatch(now)
+        if cleared and next_put is None and not queue and free == users:
+            break
+    total = max(1e-9, now - warm)
+    ttft = [(f - s0) * 1e3 for s0, f, _, _ in done]
+    e2e = [(e - s0) * 1e3 for s0, _, e, _ in done]
+    return {
+        "output_tok_s": sum(n for *_, n in done) / total,
+        "ttft_ms": {"p50": median(ttft), "mean": sum(ttft) / len(ttft)} if ttft else None,
+        "e2e_ms": {"p50": median(e2e), "mean": sum(e2e) / len(e2e)} if e2e else None,
+        "running": {"mean": sum(running) / len(running) if running else 0.0},
+        "kv_usage": {"max": kv},
+    }
+
+
 def published(point: dict[str, Any], metric: str, kind: str) -> float | None:
     keys, _ = METRICS[metric]
     for k in keys:
@@ -302,7 +393,12 @@ def run(ids: list[str]) -> dict[str, Any]:
         setup = build(by_id[sid])
         t0 = time.perf_counter()
         isl, osl = int(setup.raw["input_tokens"]), int(setup.raw["output_tokens"])
-        if setup.kind in ("offline", "static"):
+        if setup.raw.get("client") == "gpu_conc-995b194":
+            dep = parse_deployment(setup.deployment)
+            check = startup(dep)
+            rows = [gpu_conc_client(dep, c, setup.raw, isl, osl) for c in setup.loads] if check["starts"] else []
+            result: dict[str, Any] = {"deployments": [check], "rows": rows}
+        elif setup.kind in ("offline", "static"):
             dep = parse_deployment(setup.deployment)
             check = startup(dep)
             if setup.kind == "static":  # one generate() of the batch: its tokens over its latency
@@ -312,7 +408,7 @@ def run(ids: list[str]) -> dict[str, Any]:
             else:
                 raise SystemExit(f"{DATA.name}: set-up {sid!r}: no request count for {isl}/{osl} (OFFLINE_REQUESTS)")
             rows = [offline(dep, requests, isl, osl)] if check["starts"] else []
-            result: dict[str, Any] = {"deployments": [check], "rows": rows}
+            result = {"deployments": [check], "rows": rows}
         else:
             warm, window = windows(setup)
             # a client whose users start a stated gap apart (start_gap_s, after a ramp-up that is not

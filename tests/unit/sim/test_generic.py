@@ -164,9 +164,18 @@ def test_the_published_benchmark_serves_each_set_up_as_its_source_ran_it() -> No
     two = bench.offline(dep, 2, isl, osl)
     assert osl / by_hand < two["output_tok_s"] < 2 * osl / by_hand  # batched: faster, not twice
     assert set(bench.OFFLINE_REQUESTS) == {tuple(map(int, p.split("-"))) for p in bench.TRT_PAIRS}
-    # a client whose users start 0.1 s apart
+    # the gpu_conc client as its code ran: one request every 0.5 s into a queue its workers drain; a
+    # server faster than that is fed 2 requests a second, whatever the users
     gpt = bench.build(by_id["gpuconc-h200-gpt-oss-20b-c1-16-1000-1000"])
-    assert gpt.raw["start_gap_s"] == 0.1 and gpt.raw["ramp_up_s"] == 30
+    assert gpt.raw["client"] == "gpu_conc-995b194" and gpt.raw["feed_gap_s"] == 0.5
+    fast = parse_deployment("profile=generic,model=llama-3.1-8b,hardware=h200,server.quantization=fp8")
+    row = bench.gpu_conc_client(fast, 4, gpt.raw, 128, 64)
+    assert row["output_tok_s"] == pytest.approx(64 / 0.5, rel=0.05)
+    m_fast = StepModel(fast.profile)
+    one = m_fast.prefill(128, 128 * 129 / 2).duration_s + sum(
+        m_fast.decode(1, 128 + k).duration_s for k in range(1, 64)
+    )
+    assert row["e2e_ms"]["p50"] == pytest.approx(one * 1e3, rel=0.01)  # each served alone
     # every selected set-up is in the data, maps to parts, and its first load starts
     for sid in bench.SELECTED:
         setup = bench.build(by_id[sid])
