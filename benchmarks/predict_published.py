@@ -7,17 +7,21 @@ once on a real H200 (benchmarks/gpu/step_probe.py) and frozen -- and swaps only 
 states: the model (a shipped config.json, or benchmarks/data/configs/ for Llama 2), the GPU, the
 weight format and the tensor parallelism. No factor per model, GPU, engine or set-up.
 
-Three kinds of load, each predicted as the source ran it:
+Four kinds of load, each predicted as the source ran it:
 
 * ``offline``: all requests queued at once (trtllm-bench throughput): the source's number of
   requests (``OFFLINE_REQUESTS``) submitted to the engine at t = 0 on the virtual clock, run until
   the last ends; the figure is all their output tokens over that time, as trtllm-bench's "Total
   Output Throughput" counts it. (Until 2026-12-06 a closed loop of 1,024 users measured over a
   window: its users, started together, stayed in waves, and the window caught a wave's phase.)
+* ``static``: gptSessionBenchmark's static batch (TensorRT-LLM v0.9.0's page): B requests at t = 0,
+  their prompts in one prefill, a cache of exactly the batch; B x output tokens over the time the
+  last ends, per GPU as the page gives it.
 * ``batch_size``: a static batch (LMDeploy's profile_generation, vLLM's benchmark_latency): B users
   started together with fixed lengths, who stay in step; output tok/s, TTFT, per-token latency p50,
   end-to-end latency.
-* ``concurrency``: a closed loop of C users (a serving client).
+* ``concurrency``: a closed loop of C users (a serving client); a client whose code the data names
+  (``client = "gpu_conc-995b194"``) is run as that code feeds its users (``gpu_conc_client``).
 
 It prints one row per load point (published, predicted, error per figure), then per set-up and per
 metric the median absolute error, the saturation step of each curve (the first load reaching 85 %
