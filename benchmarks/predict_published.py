@@ -125,19 +125,26 @@ GPUS = [
     ("MI300X", "mi300x"),
     ("L40S", "l40s"),
 ]
-# LMDeploy v0.1.0a1's TurboMind, as its A100 page was measured (the same commit as the page,
-# 3e391df; benchmark/benchmark_{7b,13b,70b}.sh write the engine's config.ini before profiling):
-# * its scheduler takes vLLM V1's rules (sim/sched_vllm.py): LlamaBatch::Forward runs prefill chunks and
-#   decodes in one iteration under one token budget; SequenceManager::Materialize gives a sequence
-#   blocks for its context plus one step only (nothing kept for the output to come) and, when the
-#   pool is short, swaps out the latest arrivals (priority = arrival), whose blocks turn to cache;
-# * the budget: max_context_token_num 4 (the scripts), multiplied by session_len when not above
-#   max_batch_size (LlamaTritonModel.cc), num_tokens_per_iter defaulting to it; session_len 4,096
-#   for llama2 (lmdeploy/model.py) + 8 (deploy/target_model/base.py): 4 x 4,104 tokens;
+# LMDeploy v0.1.0a1's TurboMind, as its A100 page was measured. The page (3e391df) says "The tested
+# lmdeploy version is `v0.1.0a1`" (tag 9c46b27, 2023-11-29); its benchmark/benchmark_{7b,13b,70b}.sh
+# write the engine's config.ini before profiling:
+# * one iteration of LlamaBatch::InternalThreadEntry at v0.1.0a1: Initialize makes active every queued
+#   request that fits (SequenceManager::Materialize gives a sequence blocks for its context plus one
+#   step only, nothing kept for the output to come, and swaps out the latest arrivals when the pool is
+#   short, their blocks turning to cache); ContextDecode then runs the prompts of all the newly active
+#   ones, in sub-batches of at most max_context_token_num tokens but all of them in this iteration;
+#   then one decode step (Generate) for every active sequence gives the new ones their first token.
+#   So there is no token budget across iterations: a prompt admitted waits for all prompts admitted
+#   with it. (The budget per iteration with a partial prompt, num_tokens_per_iter, came with "Unify
+#   prefill & decode passes" (#775), 2023-12-04, after the tag; until 2026-12-06 it was applied here
+#   from the page's commit, which holds it: 16,416 tokens an iteration.) Modelled by vLLM V1's rules
+#   (sim/sched_vllm.py: admission without room for the output, preemption of the newest) with a
+#   budget no batch reaches: max_batch_size x session_len;
+# * session_len 4,096 for llama2 (lmdeploy/model.py) + 8 (deploy/target_model/base.py);
 # * the pool: cache_max_entry_count >= 1 is a count of blocks (BlockManager.cc), all allocated at
 #   start (cache_chunk_size -1), of cache_block_seq_len 128 tokens (LlamaTritonModel.cc);
 # * max_batch_size per script; no prefix caching in v0.1 (every thread sends the same random ids).
-TURBOMIND_BUDGET = 4 * (4096 + 8)
+TURBOMIND_SESSION = 4096 + 8
 TURBOMIND_BLOCK = 128
 TURBOMIND_V01 = {  # model part: (cache_max_entry_count blocks, max_batch_size)
     str(CONFIGS / "llama-2-7b.json"): (1000, 128),
@@ -213,7 +220,7 @@ def build(raw: dict[str, Any]) -> Setup:
         blocks, max_batch = turbomind
         fields += [
             "engine=vllm",
-            f"server.chunked_prefill_size={TURBOMIND_BUDGET}",
+            f"server.chunked_prefill_size={max_batch * TURBOMIND_SESSION}",
             f"server.prefix_block_tokens={TURBOMIND_BLOCK}",
             f"server.kv_pool_tokens={blocks * TURBOMIND_BLOCK}",
             "server.disable_radix_cache=true",

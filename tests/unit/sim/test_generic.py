@@ -123,11 +123,12 @@ def test_the_published_benchmark_serves_each_set_up_as_its_source_ran_it() -> No
     static = bench.build(by_id["lmdeploy-a100-llama2-70b-tp4-static-128-2048"])
     assert static.kind == "batch_size" and static.loads == [1, 16, 32, 64]
     assert "llama-2-70b.json" in static.deployment and "quantization" not in static.deployment
-    # LMDeploy v0.1's TurboMind as its benchmark script configured it: vLLM's scheduling rules with
-    # TurboMind's budget (4 x session_len), blocks of 128, its pool of 4,000 blocks, 256 sequences
+    # LMDeploy v0.1.0a1's TurboMind as its benchmark script configured it: vLLM's scheduling rules
+    # with no budget across iterations (every prompt admitted runs in the iteration: max_batch_size x
+    # session_len), blocks of 128, its pool of 4,000 blocks, 256 sequences
     for item in (
         "engine=vllm",
-        "server.chunked_prefill_size=16416",
+        f"server.chunked_prefill_size={256 * 4104}",
         "server.prefix_block_tokens=128",
         "server.kv_pool_tokens=512000",
         "server.max_running_requests=256",
