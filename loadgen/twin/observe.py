@@ -193,27 +193,45 @@ def _chunks(req: Requests, rows: I64, counts: I64) -> _Chunks:
 
 def _decode_gaps(ch: _Chunks, step: I64) -> tuple[dict[str, Any], float]:
     """The clean decode gaps (module docstring) with their batch, context and step (``step``: each
-    record's step), the tokens per chunk, and half the median clean gap (ns; 0 if none)."""
+    record's step), the tokens per chunk, and half the median clean gap (ns; 0 if none).
+
+    Chunks of one record at the same time were read together (the kernel merged their bytes while
+    this process was late, or the server wrote them at once): the gap between them is not a step,
+    and the one before them ends early chunks only late. Only the last of them has its own time, so
+    the span from the arrival before to it holds one step per chunk it brought, and each of those
+    steps is counted as the span over their number (a client descheduled for 0.5 s and then handed
+    160 chunks at once gave 159 gaps of 0 and one of 0.5 s: read one by one, they turned a 3.4-ms
+    step's median into 3.0 or 0)."""
+    n = len(ch.t)
     later = ch.pos > 0
-    g_end = ch.t[later]
-    g_start = ch.t[np.flatnonzero(later) - 1]
+    with_prev = np.zeros(n, dtype=bool)
+    with_prev[1:] = later[1:] & (ch.t[1:] == ch.t[:-1])  # read with the chunk before it
+    group_start = np.maximum.accumulate(np.where(with_prev, 0, np.arange(n)))
+    last_of_group = np.ones(n, dtype=bool)
+    last_of_group[:-1] = ~with_prev[1:]
+    ends = np.flatnonzero(last_of_group & (ch.pos[group_start] > 0))  # an arrival with one before it
+    starts = group_start[ends]
+    k = ends - starts + 1  # steps the span holds: one per chunk it brought
+    g_end = ch.t[ends]
+    g_start = ch.t[starts - 1]
     mid = (g_start + g_end) // 2
     nb, ctx = ch.batch_ctx(mid)
     inside = np.searchsorted(ch.f_sorted, g_end - EDGE_NS, side="left") - np.searchsorted(
         ch.f_sorted, g_start + EDGE_NS, side="right"
     )
     clean = inside <= 0
-    step_of_gap = step[ch.rows][ch.rec[later]]
-    not_last = ch.pos[later] < ch.last_pos[later]
-    clean_gaps = (g_end - g_start)[clean]
-    half_step = float(np.median(clean_gaps)) / 2.0 if len(clean_gaps) else 0.0
+    per_step = np.repeat(((g_end - g_start) / k)[clean], k[clean])
+    step_of_gap = np.repeat(step[ch.rows][ch.rec[ends]][clean], k[clean])
+    each = np.flatnonzero(later & (ch.pos < ch.last_pos))  # tokens per chunk: whole chunks after the first
+    chunk_nb, _ = ch.batch_ctx((ch.t[each] + ch.t[each - 1]) // 2)
+    half_step = float(np.median(per_step)) / 2.0 if len(per_step) else 0.0
     gaps = {
-        "gap_s": (g_end - g_start)[clean] / 1e9,
-        "gap_batch": nb[clean],
-        "gap_ctx_tokens": ctx[clean],
-        "gap_step": step_of_gap[clean],
-        "chunk_tokens": ch.tok[later][not_last],
-        "chunk_batch": nb[not_last],
+        "gap_s": per_step / 1e9,
+        "gap_batch": np.repeat(nb[clean], k[clean]),
+        "gap_ctx_tokens": np.repeat(ctx[clean], k[clean]),
+        "gap_step": step_of_gap,
+        "chunk_tokens": ch.tok[each],
+        "chunk_batch": chunk_nb,
     }
     return gaps, half_step
 

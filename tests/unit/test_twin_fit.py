@@ -510,3 +510,40 @@ def test_a_slow_sender_still_gives_vllm_prefill_steps_told_apart_at_half_a_decod
     p = _fit(run).params
     assert p["prefill_ms_fixed"].value == pytest.approx(truth.p0_ms, rel=0.05)
     assert p["prefill_ms_per_1k_tokens"].value == pytest.approx(truth.p1_ms, rel=0.1)
+
+
+def _read_late(run: Path, every: int, size: int) -> int:
+    """Every ``every``-th record's chunks after the first, ``size`` at a time, as a client that fell
+    behind reads them: in one read at the last one's time, the others marked as upper bounds
+    (``chunk_late_ns``). Returns the chunks whose time moved."""
+    path = run / "requests-w0.jsonl"
+    recs = [json.loads(line) for line in path.read_text().splitlines()]
+    moved = 0
+    for i, rec in enumerate(recs):
+        off = rec["chunk_offsets_ns"]
+        if i % every:
+            continue
+        late = []
+        for start in range(1, len(off) - size + 1, size):
+            end = start + size - 1
+            late += [[j, off[end] - off[j]] for j in range(start, end)]
+            off[start:end] = [off[end]] * (size - 1)
+            moved += size - 1
+        rec["chunk_late_ns"] = late
+    path.write_text("".join(json.dumps(rec) + "\n" for rec in recs))
+    return moved
+
+
+def test_chunks_read_together_give_their_steps_the_span_over_their_number(tmp_path: Path) -> None:
+    # a client a step behind (vLLM's engine threads on the cores the load generator shares) reads two
+    # chunks at once: a gap of 0 and one of two steps. Read gap by gap, the zeros left out, the step
+    # read twice its length where such reads were the rule (the real engine's calibration ramps: a
+    # third of the gaps at one user)
+    truth = Truth(a_ms=3.0, b_ms=0.5)
+    run = synth_run(tmp_path / "run", truth, [1, 2, 4], max_tokens=96, prompt_tokens=[60])
+    assert _read_late(run, every=1, size=2) > 1000
+    obs = observe([load_run(run)])
+    assert obs.gap_s.min() > 0.9 * (truth.a_ms + truth.b_ms) / 1e3
+    p = fit(obs).params
+    for n in (1, 2, 4):
+        assert p[f"decode_ms_at_batch_{n}"].value == pytest.approx(truth.a_ms + truth.b_ms * n, rel=0.01), n
