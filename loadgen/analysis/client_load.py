@@ -12,7 +12,10 @@ time. Lag percentiles come from the heartbeats' histograms (a beat every few ms;
 trusted to ``TIMING_TOLERANCE_NS`` when more than ``TIMING_SHARE`` of its TTFTs or of its ITL
 gaps may be late by more (their chunks came merged with later ones while the loop was busy; the
 records say by how much at most), or when chunks were timed at the read (no kernel receive
-times) while the loop lag p99 exceeded the tolerance. The reason names the shares, the loop lag
+times) while the loop lag p99 exceeded the tolerance; nor its load, when a closed loop's users lost
+more than ``USERS_LATE_SHARE`` of their time in the window to sends that went out late (the server
+then had fewer requests in flight than the step's users: a load generator descheduled by a server
+on the same cores). The reason names the shares, the loop lag
 p99 and max and the client's CPU, so the cause is in the report.
 """
 
@@ -33,6 +36,7 @@ CPU_BOUND_FRAC = 0.9
 SCHEDULE_LAG_MS = 10.0  # open loop: mean delay of actual behind intended send times
 LAG_BOUND_MS = 20.0
 TIMING_SHARE = 0.01
+USERS_LATE_SHARE = 0.05  # closed loop: the users' time lost to late sends that makes a step's load uncertain
 # The CPU share per worker process that the advice aims at. Streams' chunks come in bursts (a
 # server step answers every running request at once), and a process busy more than about half
 # the time reads the last sockets of a burst after their next chunk came (measured: at 78 % of a
@@ -193,6 +197,12 @@ def _timing_verdict(step: StepSummary, cpus: int | None = None) -> None:
         why.append(f"{itl_share:.1%} of ITLs may be off by more than {tol_ms:g} ms")
     if timing.get("read_clock_requests") and lag.get("p99") is not None and lag["p99"] > tol_ms:
         why.append(f"{timing['read_clock_requests']} requests timed at the read (no kernel receive times)")
+    users = timing.get("users_late_share")
+    if users is not None and users > USERS_LATE_SHARE:
+        why.append(
+            f"the users sent {users:.1%} of their time late (up to {timing.get('users_late_max_ms') or 0:.0f} ms after "
+            f"a request was due): fewer requests were in flight than the step's {step.get('concurrency')} users"
+        )
     timing["uncertain"] = bool(why)
     if why:
         if lag:

@@ -55,6 +55,7 @@ NEW_INT_FIELDS: dict[str, int] = {
     "inputs": MISSING,
     "images": 0,
     "turn": 0,
+    "user_late_ns": 0,
 }
 CAT_FIELDS = ("worker", "tokens_source", "finish_reason", "error_class", "endpoint", "chunk_clock")
 NEW_CAT_FIELDS = ("conversation", "source", "tenant")
@@ -103,8 +104,8 @@ class Requests:
     more than ``TIMING_TOLERANCE_NS``; ``chunk_clock``: ``kernel``, ``read`` or ``""`` (older runs).
     The fields newer writers add (``first_reasoning_ns``, ``first_answer_ns``, ``first_tool_ns``,
     ``reasoning_tokens``, ``max_turns``, ``inputs``: MISSING; ``tool_calls``, ``tool_args_chars``,
-    ``images``, ``turn``: 0; ``conversation``, ``source`` (the workload's label), ``tenant``: None) read as those
-    defaults in older runs.
+    ``images``, ``turn``, ``user_late_ns``: 0; ``conversation``, ``source`` (the workload's label),
+    ``tenant``: None) read as those defaults in older runs.
     """
 
     ids: list[str]
@@ -137,6 +138,7 @@ class Requests:
     inputs: I64
     images: I64
     turn: I64
+    user_late_ns: I64
     conversation: Categorical
     source: Categorical
     tenant: Categorical

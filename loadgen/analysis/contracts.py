@@ -55,6 +55,8 @@ class TimingFigures(TypedDict):
     itl_late_share: float | None
     ttft_late_max_ms: float | None
     read_clock_requests: int
+    users_late_share: float | None
+    users_late_max_ms: float | None
 
 
 class TimingSummary(TimingFigures, total=False):

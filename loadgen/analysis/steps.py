@@ -23,8 +23,13 @@ The window of a step is ``[steady_ns, end_ns)``: warm-up excluded, half-open.
   ``TIMING_TOLERANCE_NS`` (the first chunk's bytes came merged with later ones, records'
   ``chunk_late_ns``; or the request went out that much after its send time, ``send_late_ns``),
   the share of ITL gaps with such an end, the largest such bound, and how many requests were timed
-  when read rather than when the kernel received them (``chunk_clock`` ``read``). The analysis of
-  the load generator's own loop lag and the "timing uncertain" mark are in ``client_load``.
+  when read rather than when the kernel received them (``chunk_clock`` ``read``); and in a closed
+  loop, the share of the users' time in the window that went by between when a user meant to send
+  its next request (its previous answer's last bytes in, plus the think time) and when it went out,
+  counting sends more
+  than ``LATE_SEND_NS`` late (``user_late_ns``; the load generator could not run), with the largest
+  such delay: then fewer requests were in flight than the step's users. The analysis of the load
+  generator's own loop lag and the "timing uncertain" mark are in ``client_load``.
 - A step is invalid when it never reached its steady window ("not steady"; "not steady: ended during
   its warm-up (skipped)" for one that ended early, e.g. steered from the web UI), served no request
   ("server served nothing") or fewer than ``min_ok_requests`` ("too few requests (n < k)").
@@ -43,6 +48,9 @@ from loadgen.analysis.load import MISSING, TIMING_TOLERANCE_NS, Requests, Run, S
 
 PERCENTILE_METHOD: Final = "linear"
 DEFAULT_MIN_OK_REQUESTS = 5
+LATE_SEND_NS = 10_000_000
+"""A closed-loop user's send later than this after it was due counts as time the load was not held
+(below it: building the request and the loop's turn, ~1 ms)."""
 NS_PER_MS = 1e6
 NS_PER_S = 1e9
 _NOT_A_GAP = np.iinfo(np.int64).max
@@ -375,7 +383,7 @@ class StepAnalysis:
             "output_tokens_mean": float(out.mean()) if ok_count else None,
             "output_tokens_in_window": tokens_in_window,
             "output_tokens_source": self.source_counts(ok_rows),
-            "timing": self.timing(ok_rows, lat.has_first, n_chunks),
+            "timing": self.timing(ok_rows, lat.has_first, n_chunks, step, rows),
             "schedule_lag_ms": {
                 "mean": float(lag.mean()) if len(lag) else None,
                 "max": float(lag.max()) if len(lag) else None,
@@ -430,20 +438,38 @@ class StepAnalysis:
         elif ok_count < self.min_ok_requests:
             mark_invalid(row, f"too few requests ({ok_count} < {self.min_ok_requests})")
 
-    def timing(self, ok_rows: IArr, has_first: BArr, n_chunks: IArr) -> TimingSummary:
+    def timing(self, ok_rows: IArr, has_first: BArr, n_chunks: IArr, step: Step, rows: IArr) -> TimingSummary:
         req = self.req
         late_first = req.late_first_ns[ok_rows][has_first]
         n_first = len(late_first)
         gaps = int(np.clip(n_chunks - 1, 0, None).sum())
         late_gaps = int(req.late_gaps[ok_rows].sum())
         read_code = req.chunk_clock.code_of("read")
+        users_share, users_max = self.users_late(step, rows)
         return {
             "tolerance_ms": TIMING_TOLERANCE_NS / NS_PER_MS,
             "ttft_late_share": float((late_first > TIMING_TOLERANCE_NS).sum() / n_first) if n_first else None,
             "itl_late_share": late_gaps / gaps if gaps else None,
             "ttft_late_max_ms": float(late_first.max()) / NS_PER_MS if n_first else None,
             "read_clock_requests": int((req.chunk_clock.codes[ok_rows] == read_code).sum()) if read_code >= 0 else 0,
+            "users_late_share": users_share,
+            "users_late_max_ms": users_max,
         }
+
+    def users_late(self, step: Step, rows: IArr) -> tuple[float | None, float | None]:
+        """A closed-loop step's users (``rows``: its requests sent in the window): the share of their
+        time in the window lost to sends more than ``LATE_SEND_NS`` after they were due, and the largest
+        such delay (ms); None in an open loop."""
+        window_ns = step.end_ns - step.steady_ns
+        if step.rate is not None or not step.concurrency or window_ns <= 0:
+            return None, None
+        late = self.req.user_late_ns[rows]
+        counted = late > LATE_SEND_NS
+        if not counted.any():
+            return 0.0, 0.0
+        # a delay that began before the window counts from the window's start
+        lost = np.minimum(late[counted], self.req.sent_ns[rows][counted] - step.steady_ns)
+        return float(lost.sum()) / (step.concurrency * window_ns), float(late[counted].max()) / NS_PER_MS
 
     def failure_classes(self, rows: IArr) -> list[str]:
         return failure_class_names(self.req, rows)

@@ -83,6 +83,9 @@ class CallResult:
     # how long after ``sent_perf_ns`` the request's bytes began to go out (0: not measured, as
     # over TLS): the process's own time, a deschedule between the stamp and the write included
     send_late_ns: int = 0
+    # when the response's last bytes reached the kernel (its receive time, perf clock; 0: not known,
+    # then ``end_perf_ns``, when this process read them): a closed-loop user's next request is due then
+    done_perf_ns: int = 0
 
 
 class Transport(Protocol):
@@ -443,7 +446,7 @@ class FastTransport:
             _discard(resp)
         result = acc.finish(end)
         result.chunk_clock = "kernel" if kernel_clock else "read"
-        return CallResult(200, sent, end, result)
+        return CallResult(200, sent, end, result, done_perf_ns=t if kernel_clock else 0)
 
 
 class ResponsesSink:

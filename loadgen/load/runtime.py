@@ -330,8 +330,13 @@ class RunState(StepSink):
     def body(self, spec: RequestSpec) -> bytes:
         return request_body(spec, self.target.model)
 
-    def execute(self, transport: Transport, spec: RequestSpec, user: int) -> tuple[RequestRecord, Reply]:
-        """Send one request, record it, report it. Returns the record and what the answer said."""
+    def execute(
+        self, transport: Transport, spec: RequestSpec, user: int, due_ns: int | None = None
+    ) -> tuple[RequestRecord, Reply]:
+        """Send one request, record it, report it. Returns the record and what the answer said.
+        ``due_ns``: when a closed-loop user meant to send it (its previous answer's last bytes reached
+        this host, ``Reply.done_ns``, plus the think time); the record keeps how long after that it
+        went out (``user_late_ns``)."""
         if self.write_failure is not None:
             # nothing more can be kept: send nothing, wait for the ramp to stop this user (<= 1 s)
             gevent.sleep(3600.0)
@@ -376,6 +381,8 @@ class RunState(StepSink):
         self.in_flight -= 1
         rec = self._record(rid, step, spec, result, user)
         rec.header_id = header_id
+        if due_ns is not None and rec.sent_ns > due_ns:
+            rec.user_late_ns = rec.sent_ns - due_ns
         self.keep(rec.to_json())
         if (
             self.lengths is not None
@@ -398,7 +405,9 @@ class RunState(StepSink):
                 if refusal is not None:
                     self.on_refused(refusal)
         self._report(rec, spec)
-        return rec, reply_of(result)
+        reply = reply_of(result)
+        reply.done_ns = ANCHOR.wall_ns(result.done_perf_ns) if result.done_perf_ns else rec.end_ns
+        return rec, reply
 
     def _new_record(
         self,

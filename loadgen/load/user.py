@@ -7,7 +7,7 @@ time, output tokens as the length). TTFT and mean inter-chunk latency are logged
 statistics as their own rows (types ``TTFT`` and ``ITL``) without firing further request events.
 
 * ``LLMUser``: closed loop. Each user sends its next request when the previous one ended (after
-  the workload's think time).
+  the workload's think time); the record says how long after that it went out (``user_late_ns``).
 * ``OpenLoopUser``: open loop. One dispatcher per process sends each request at its scheduled
   (intended) time in a greenlet of its own, whatever is still in flight, so a slow server cannot
   slow the arrivals down (no coordinated omission). Latencies count from the intended time; the
@@ -60,6 +60,7 @@ class LLMUser(User):
         self._session: Any = None
         self._session_plan: Any = None
         self._ran_out: Any = None  # the step plan whose workload-file stream this user sent to its end
+        self._last_end_ns: int | None = None  # when this user's previous answer of the step ended
 
     def on_stop(self) -> None:
         self.state.user_stopped(self.index)
@@ -70,15 +71,18 @@ class LLMUser(User):
         state = self.state
         plan = state.step_plan
         if (plan is not None and plan.open_loop) or state.benched:
+            self._last_end_ns = None
             gevent.sleep(0.05)  # an open-loop step (the dispatcher sends), or a worker out of the step
             return
         state.turns.turn()  # building and sending the next request (free inside the turn of the last end)
         if self._session is None or plan is not self._session_plan:
             self._session = state.session_for(plan, self.index)
             self._session_plan = plan
+            self._last_end_ns = None  # a new step: its first request is due when the step starts
         warmup = state.in_warmup()
         spec, think_s = self._session.next(warmup=warmup)
         if spec is None:  # a workload file's stream ran out: nothing more to send in this step
+            self._last_end_ns = None
             if self._ran_out is not plan:
                 self._ran_out = plan
                 state.stream_exhausted(self.index, self._session.sent)
@@ -92,9 +96,11 @@ class LLMUser(User):
                 # so that a window holds the same requests however long its warm-up's took (a twin
                 # replay, or an A/B of two servers, then compares like with like)
                 spec, _ = self._session.next(warmup=False)
-        rec, reply = state.execute(self.transport, spec, self.index)
+        due = None if self._last_end_ns is None else self._last_end_ns + round(think_s * 1e9)
+        rec, reply = state.execute(self.transport, spec, self.index, due_ns=due)
         ok = rec.error_class is None
         self._session.record_reply(reply.text, ok, reply)
+        self._last_end_ns = reply.done_ns if ok else None
         if not ok:
             # a failed call returns at once; without a pause a closed loop turns into a hot loop
             # against a server that is down, and floods the run with identical records

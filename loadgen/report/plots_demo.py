@@ -97,6 +97,8 @@ def _steps(rng: np.random.Generator, telemetry: bool) -> list[StepSummary]:
                 "itl_late_share": None if down else 0.0,
                 "ttft_late_max_ms": None if down else 0.0,
                 "read_clock_requests": 0,
+                "users_late_share": 0.0,
+                "users_late_max_ms": 0.0,
                 "uncertain": False,
                 "reason": None,
             },

@@ -59,6 +59,11 @@ class RequestRecord:
     first bytes were written (the client's own time: building the request, a connect when none was
     ready, a deschedule in between; 0 when not measured, as over TLS or the openai transport). The
     server cannot have started before then, so the TTFT may be long by that much.
+    ``user_late_ns`` (closed loop): how long after its user meant to send it (when the last bytes
+    of the user's previous answer reached this host, plus the think time) the request went out; 0
+    for a user's first request of a step, in an open loop, or when not measured. A load generator
+    that could not run (its process descheduled: a server on the same cores) sends late, and the
+    server has fewer requests in flight than the users the step names.
 
     Kinds of output (chat's ``reasoning_content`` / ``content`` / ``tool_calls`` deltas, the
     Responses API's reasoning / output text / function call events): ``first_reasoning_ns``,
@@ -118,6 +123,7 @@ class RequestRecord:
     header_id: str | None = None
     tenant: str | None = None
     send_late_ns: int = 0
+    user_late_ns: int = 0
 
     def to_json(self) -> bytes:
         # orjson serialises the dataclass itself, fields in order: the bytes asdict() would give,

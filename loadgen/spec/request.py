@@ -85,6 +85,7 @@ class Reply:
     text: str | None = None
     tool_calls: list[ToolCall] = field(default_factory=list)
     response_id: str | None = None
+    done_ns: int = 0  # when the answer's last bytes reached this host (wall ns; 0: not known)
 
 
 def split_base_url(url: str) -> tuple[str, str, int, str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
+import pytest
 
 from loadgen.analysis.client_load import client_load_enricher
 from loadgen.analysis.load import load_run
@@ -188,3 +189,45 @@ def test_a_saturated_master_is_named_and_more_workers_are_not_advised(tmp_path: 
     step = {"steady_ns": at_ms(1000), "end_ns": at_ms(11000), "valid": True, "invalid_reason": None}
     client_load_enricher(load_run(run_dir), [step])
     assert step["client_bound"] is False and step["valid"] is True
+
+
+def _closed_loop_run(tmp_path: Path, late_ms: dict[int, float]) -> dict:
+    """4 users, each sending 10 requests of 200 ms back to back from the start of a 10-s window (the
+    step names 4 users); request ``i`` of user 0 went out ``late_ms[i]`` after it was due (``user_late_ns``), and
+    every other request 1 ms after (building it)."""
+    from loadgen.analysis.synthetic import make_record
+    from loadgen.report.pipeline import rebuild
+
+    recs = []
+    for u in range(4):
+        t = 1000.0
+        for i in range(10):
+            late = late_ms.get(i, 1.0) if u == 0 and i else (1.0 if i else 0.0)
+            t += late
+            r = make_record(f"u{u}r{i}", 0, t, [50 + 15 * k for k in range(10)], end_ms=t + 200)
+            r.user = u
+            r.user_late_ns = int(late * 1e6)
+            recs.append(r)
+            t += 200
+    run_dir = write_run_dir(
+        tmp_path / f"run{len(late_ms)}",
+        steps=step_lines(0, 0, 1000, 11000, concurrency=4),
+        records={"requests-w0.jsonl": recs},
+        manifest={"kind": "ramp", "run_id": "t", "host": {"cpus": 2}},
+    )
+    return rebuild(run_dir)["steps"][0]
+
+
+def test_users_that_sent_late_mark_the_steps_load_and_say_by_how_much(tmp_path: Path) -> None:
+    # user 0's 3rd and 6th requests went out 1.5 s and 0.7 s after they were due (its process
+    # descheduled): 2.2 s of the users' 4 x 10 s in the window, 5.5 %; 1-ms sends (building) do not count
+    step = _closed_loop_run(tmp_path, {3: 1500.0, 6: 700.0})
+    timing = step["timing"]
+    assert timing["users_late_share"] == pytest.approx(2.2 / 40) and timing["users_late_max_ms"] == 1500.0
+    assert timing["uncertain"] is True and step["valid"] is True
+    assert "the users sent 5.5% of their time late (up to 1500 ms after a request was due)" in timing["reason"]
+    assert "fewer requests were in flight than the step's 4 users" in timing["reason"]
+    # less than 5 % lost (0.7 s of 40 s): the figure is kept, the step is not marked for it
+    step = _closed_loop_run(tmp_path, {6: 700.0})
+    assert step["timing"]["users_late_share"] == pytest.approx(0.7 / 40) and step["timing"]["uncertain"] is False
+    assert _closed_loop_run(tmp_path, {})["timing"]["users_late_share"] == 0.0
