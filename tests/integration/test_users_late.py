@@ -29,7 +29,7 @@ def test_a_frozen_load_generator_marks_the_users_late_sends(tmp_path: Path, sim_
     sim = sim_factory("--profile", "tiny")
     out = tmp_path / "out"
     cmd = loadgen_cmd(
-        "ramp", "--url", sim.url, "--concurrency", "4", "--step-seconds", "3", "--warmup-seconds", "0.5",
+        "ramp", "--url", sim.url, "--concurrency", "4", "--step-seconds", "2", "--warmup-seconds", "0.3",
         "--max-tokens", "16", "--out", str(out),
     )  # fmt: skip
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
@@ -38,7 +38,7 @@ def test_a_frozen_load_generator_marks_the_users_late_sends(tmp_path: Path, sim_
         while not any(b"steady" in f.read_bytes() for f in out.glob("*/steps.jsonl")):  # past the warm-up
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
             time.sleep(0.05)
-        time.sleep(0.5)
+        time.sleep(0.3)
         os.killpg(proc.pid, signal.SIGSTOP)
         time.sleep(FREEZE_S)
         os.killpg(proc.pid, signal.SIGCONT)
