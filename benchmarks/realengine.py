@@ -334,11 +334,14 @@ def twin_summary(rows: list[dict[str, Any]]) -> str:
                    and abs(r["tok_s_err"]) < 0.1 and abs(r["tpot_err"]) < 0.1)  # fmt: skip
         cases = {(r["pool_blocks"], r["prompt"], r["rep"]): r for r in mine}
         same = sum(1 for r in cases.values() if r["onset_twin"] == r["onset_measured"])
+        tok_all = [abs(r["tok_s_err"]) for r in mine if r["tok_s_err"] is not None]
+        tpot_all = [abs(r["tpot_err"]) for r in mine if r["tpot_err"] is not None]
         if tok and tpot:
             out.append(
                 f"{engine}: median |err| tok/s {median(tok) * 100:.1f}% (max {max(tok) * 100:.1f}%), TPOT p50 "
                 f"{median(tpot) * 100:.1f}% (max {max(tpot) * 100:.1f}%), both within 10 % at {both}/{len(kept)} "
-                f"points whose load held; preemption onset at the measured load in {same}/{len(cases)} cases"
+                f"points whose load held (all {len(mine)}: {median(tok_all) * 100:.1f}% and "
+                f"{median(tpot_all) * 100:.1f}%); preemption onset at the measured load in {same}/{len(cases)} cases"
             )
         for r in mine:
             if r not in kept:
