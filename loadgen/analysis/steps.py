@@ -26,10 +26,10 @@ The window of a step is ``[steady_ns, end_ns)``: warm-up excluded, half-open.
   when read rather than when the kernel received them (``chunk_clock`` ``read``); and in a closed
   loop, the share of the users' time in the window that went by between when a user meant to send
   its next request (its previous answer's last bytes in, plus the think time) and when it went out,
-  counting sends more
-  than ``LATE_SEND_NS`` late (``user_late_ns``; the load generator could not run), with the largest
-  such delay: then fewer requests were in flight than the step's users. The analysis of the load
-  generator's own loop lag and the "timing uncertain" mark are in ``client_load``.
+  counting sends more than ``LATE_SEND_NS`` late (``user_late_ns``; the load generator could not
+  run), with the largest such delay: then fewer requests were in flight than the step's users. The
+  analysis of the load generator's own loop lag and the "timing uncertain" mark are in
+  ``client_load``.
 - A step is invalid when it never reached its steady window ("not steady"; "not steady: ended during
   its warm-up (skipped)" for one that ended early, e.g. steered from the web UI), served no request
   ("server served nothing") or fewer than ``min_ok_requests`` ("too few requests (n < k)").
