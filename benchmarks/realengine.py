@@ -3,6 +3,9 @@
 The engine is ../shared/realserver's vLLM (CPU build) serving a tiny random-weight Llama (built
 locally; nothing downloaded; ~3 GB venv, so never in the CI suite), started once per KV pool size
 with ``KV_BLOCKS`` blocks of 128 tokens and ``MAX_NUM_SEQS`` 32, on 127.0.0.1, and stopped at the end.
+vLLM pins its worker to one CPU itself, and its other processes and the load generator share every
+CPU; ``--split`` puts vLLM on all CPUs but the last and the load generator's ramps on the last
+(``split_cpus``: tried on 2026-12-06 and not the default, for what it did to vLLM).
 
     ../shared/realserver/start.sh /work/rs 8011      # once: builds /work/rs/venv and /work/rs/model
     PYTHONPATH=. .venv/bin/python benchmarks/realengine.py --dir /work/rs [--quick] [--json OUT.json]
@@ -70,24 +73,55 @@ HEADER = (
 )
 
 
-def run_loadgen(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+def split_cpus() -> tuple[set[int] | None, set[int] | None]:
+    """The CPUs for vLLM and for the load generator: the last CPU this process may use goes to the
+    load generator, the rest to vLLM, as a load generator runs on a machine of its own against a GPU
+    server. vLLM pins its worker to CPU 0 itself; its engine-core and API processes float. On the
+    2-core host (2026-12-06, pool 32, 300:256, ramps at 1-8 users): with every process free, the
+    load generator shared a core with them, and in 3 of 6 ramps its users held 0.77-0.92 of their
+    load at 2-8 users (requests in flight over users), and 8 users read 720-1,179 tok/s over the 6;
+    split, 0.99-1.00 at every load, and 753-898 tok/s over 3. The full benchmark split (``--split``,
+    3,101 s): every truth step held its load and vLLM repeated itself within 9.5 % (median), but
+    vLLM's API and engine-core processes then share its worker's core. Our TTFT CDF was within 0.05
+    of vLLM's histogram in 15 of 24 ramps (first tokens near its 40-ms bound, moved across by the few
+    ms its API process adds outside its clock), and the wire's own gap was as large (0.176). The
+    twin read 12.2 % on tok/s and 14.3 % on TPOT p50, against 11.8 % and 10.2 % on all 24 points of
+    the run before with every CPU shared. So it is not the default. (None, None) with one CPU."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return None, None
+    return set(cpus[:-1]), {cpus[-1]}
+
+
+def _on(cpus: set[int] | None) -> Any:
+    """A ``preexec_fn`` that puts the child (and what it starts) on ``cpus``; None: no change."""
+    if cpus is None:
+        return None
+    return lambda: os.sched_setaffinity(0, cpus)
+
+
+def run_loadgen(*args: str, timeout: float, cpus: set[int] | None = None) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "loadgen.cli", *args]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT, preexec_fn=_on(cpus))
 
 
 class Server:
-    """vLLM on 127.0.0.1:``port`` with a pool of ``blocks`` blocks (start.sh / stop.sh)."""
+    """vLLM on 127.0.0.1:``port`` with a pool of ``blocks`` blocks (start.sh / stop.sh), on ``cpus``
+    (None: every CPU). ``client_cpus``: where the load generator runs against it."""
 
-    def __init__(self, vdir: Path, port: int, blocks: int) -> None:
+    def __init__(
+        self, vdir: Path, port: int, blocks: int, cpus: set[int] | None = None, client_cpus: set[int] | None = None
+    ) -> None:
         self.vdir, self.port, self.blocks = vdir, port, blocks
+        self.cpus, self.client_cpus = cpus, client_cpus
         self.pid = 0
 
     def __enter__(self) -> Server:
         env = {**os.environ, "KV_BLOCKS": str(self.blocks), "MAX_MODEL_LEN": "1024", "MAX_NUM_SEQS": "32"}
         proc = subprocess.run(
             ["bash", str(SHARED / "start.sh"), str(self.vdir), str(self.port)],
-            capture_output=True, text=True, env=env, timeout=900,
+            capture_output=True, text=True, env=env, timeout=900, preexec_fn=_on(self.cpus),
         )  # fmt: skip
         if proc.returncode != 0:
             raise RuntimeError(f"start.sh failed ({proc.returncode}): {proc.stderr[-2000:]}")
@@ -124,7 +158,7 @@ def ramp(server: Server, out: Path, loads: str, prompt: int, output: int, step_s
         "ramp", "--url", server.url, "--concurrency", loads, "--context-tokens", str(prompt),
         "--max-tokens", str(output), "--step-seconds", str(step_s), "--warmup-seconds", "2",
         "--drain-seconds", "60", "--metrics-url", server.url + "/metrics", "--out", str(out), "--label", label,
-        timeout=1800,
+        timeout=1800, cpus=server.client_cpus,
     )  # fmt: skip
     if proc.returncode != 0:
         raise RuntimeError(f"loadgen ramp exited {proc.returncode}: {proc.stderr[-2000:]}")
@@ -178,7 +212,8 @@ def repeatability(rows: list[dict[str, Any]]) -> list[float]:
     """How far vLLM's measured tok/s at one case and load moved between repetitions, |rep k / rep 0 - 1|:
     the floor under the twin's error on this host (the twin is calibrated and checked minutes apart)."""
     tok = {(r["pool_blocks"], r["prompt"], r["output"], r["rep"], r["load"]): r["measured_tok_s"] for r in rows}
-    return [abs(v / tok[(*k[:3], 0, k[4])] - 1) for k, v in tok.items() if k[3] > 0 and tok.get((*k[:3], 0, k[4]))]
+    first = {k: (k[0], k[1], k[2], 0, k[4]) for k in tok}  # the same case and load, rep 0
+    return [abs(v / tok[first[k]] - 1) for k, v in tok.items() if k[3] > 0 and tok.get(first[k])]
 
 
 HELD_MIN = 0.95
@@ -381,6 +416,12 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="one pool (32), one mix, one repetition")
     ap.add_argument("--json", help="write the rows here")
     ap.add_argument(
+        "--split",
+        action="store_true",
+        help="the last CPU for the load generator's ramps, the rest for vLLM (default: every CPU for both, vLLM "
+        "pinning its worker as it does itself); see split_cpus for what it did on the 2-core host",
+    )
+    ap.add_argument(
         "--no-wire", dest="wire", action="store_false", help="do not capture the loopback packets (tcpdump) as a truth"
     )
     args = ap.parse_args()
@@ -391,10 +432,17 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
     t0 = time.perf_counter()
+    engine_cpus, client_cpus = split_cpus() if args.split else (None, None)
+    print(
+        f"vLLM on CPUs {sorted(engine_cpus)}, the load generator's ramps on {sorted(client_cpus)}; the twin's "
+        "replays on every CPU"
+        if engine_cpus and client_cpus
+        else "vLLM and the load generator on every CPU"
+    )
     print(HEADER)
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for blocks in pools:
-        with Server(Path(args.dir), args.port, blocks) as server:
+        with Server(Path(args.dir), args.port, blocks, engine_cpus, client_cpus) as server:
             for prompt, output in mixes:
                 for rep in range(reps):
                     tag = f"b{blocks}-p{prompt}-o{output}-r{rep}"

@@ -85,26 +85,33 @@ class TwinFit:
         }
 
 
-def _lsq(fun: Any, x0: list[float], scale: float, n_obs: int) -> tuple[F64, F64]:
+def _lsq(
+    fun: Any, x0: list[float], scale: float, n_obs: int, lower: list[float] | None = None, mix: F64 | None = None
+) -> tuple[F64, F64]:
     """Robust least squares; returns (x, standard errors from the Jacobian).
 
     ``scale`` (where the soft-L1 loss turns from squares to absolute values) starts at the data's
     spread, which for step times pooled over a ramp is mostly the spread *between* batch sizes; the
     fit is repeated at the spread of its residuals, so that the right tail of client timing (which
-    pulls a least-squares fit up) stays in the loss's linear part."""
-    res = least_squares(fun, x0, loss="soft_l1", f_scale=max(scale, 1e-9))
+    pulls a least-squares fit up) stays in the loss's linear part. ``lower``: lower bounds on x
+    (-inf for a free coefficient); x0 must lie within them. ``mix``: a matrix M; the fit is then of
+    ``fun(M @ u)`` over u, and the result is M @ u with its errors carried through M."""
+    bounds = (lower, [np.inf] * len(x0)) if lower is not None else (-np.inf, np.inf)
+    m = np.eye(len(x0)) if mix is None else mix
+    f = fun if mix is None else (lambda u: fun(m @ u))
+    res = least_squares(f, x0, loss="soft_l1", f_scale=max(scale, 1e-9), bounds=bounds)
     resid_scale = _mad_scale(np.asarray(res.fun, dtype=np.float64))
     if 0.0 < resid_scale < scale:
-        res = least_squares(fun, res.x, loss="soft_l1", f_scale=resid_scale)
+        res = least_squares(f, res.x, loss="soft_l1", f_scale=resid_scale, bounds=bounds)
     jac = res.jac
     dof = max(1, n_obs - len(x0))
     s2 = 2.0 * res.cost / dof
     try:
-        cov = np.linalg.pinv(jac.T @ jac) * s2
+        cov = m @ np.linalg.pinv(jac.T @ jac) @ m.T * s2
         err = np.sqrt(np.clip(np.diag(cov), 0.0, None))
     except np.linalg.LinAlgError:
         err = np.full(len(x0), np.nan)
-    return np.asarray(res.x, dtype=np.float64), err
+    return np.asarray(m @ res.x, dtype=np.float64), err
 
 
 def _mad_scale(x: F64) -> float:
@@ -140,7 +147,10 @@ def _fit_decode(obs: Observations, params: dict[str, Param], cannot: list[str], 
     c: float
     err_c: float | None = None
     if len(distinct_n) >= 2:
-        x, err = _lsq(lambda p: p[0] + p[1] * n + p[2] * k - g_ms, [float(np.median(g_ms)), 0.0, 0.0], scale, len(g_ms))
+        fell: list[str] = []
+        x, err = _lsq_rising(
+            lambda p: p[0] + p[1] * n + p[2] * k - g_ms, float(np.median(g_ms)), 3, scale, len(g_ms), fell
+        )
         a, b, c = float(x[0]), float(x[1]), float(x[2])
         ea, eb, ec = (float(e) for e in err)
         if not (c > 0 and ec < REL_UNCERTAINTY_MAX * c):
@@ -149,7 +159,7 @@ def _fit_decode(obs: Observations, params: dict[str, Param], cannot: list[str], 
                 f"(fitted {c:.4g} ± {ec:.2g} ms per 1k tokens); folded into the per-request term at the run's "
                 f"{mean_ctx * 1000:.0f} tokens per request. Runs at two or more --context-tokens separate them"
             )
-            x, err = _lsq(lambda p: p[0] + p[1] * n - g_ms, [float(np.median(g_ms)), 0.0], scale, len(g_ms))
+            x, err = _lsq_rising(lambda p: p[0] + p[1] * n - g_ms, float(np.median(g_ms)), 2, scale, len(g_ms), fell)
             a, b, c = float(x[0]), float(x[1]), 0.0
             ea, eb = float(err[0]), float(err[1])
             ec = 0.0
@@ -177,7 +187,16 @@ def _fit_decode(obs: Observations, params: dict[str, Param], cannot: list[str], 
             evidence if err_c is not None else "not separable from the batch (see cannot_fit)",
             assumed=err_c is None,
         )
-        _fit_decode_knots(g_ms - c * k, n, obs.gap_step_idx[ok], a, b, scale, params)
+        _fit_decode_knots(g_ms - c * k, n, obs.gap_step_idx[ok], a, b, scale, params, fell)
+        if fell:
+            measured["decode_fell_with_batch"] = True
+            cannot.append(
+                f"decode step vs batch: the step took less time with more requests in it ({'; '.join(fell)}; "
+                f"medians {_bin_summary(g_ms, np.round(n))}). A step cannot get faster as its batch grows, so the "
+                "engine's speed changed during the run (other work on its host, a clock or power change): fitted "
+                "with the step held from falling, and a what-if at other loads keeps the run's drift. A quiet "
+                "re-run measures it"
+            )
     else:
         med = float(np.median(g_ms))
         params["decode_ms_fixed"] = Param(med, scale / math.sqrt(len(g_ms)), "ms", evidence)
@@ -206,8 +225,37 @@ def context_spread(obs: Observations) -> float:
     return float(hi / lo)
 
 
+FALL_SIGMAS = 3.0
+"""A decode step that falls as the batch grows by more than this many standard errors is a change in
+the host's speed during the run, and the fit says so (``decode_fell_with_batch``)."""
+
+
+def _lsq_rising(resid: Any, start: float, n_coef: int, scale: float, n_obs: int, fell: list[str]) -> tuple[F64, F64]:
+    """``_lsq`` of the decode line (coefficient 1: ms per running request), refitted with that slope
+    held at 0 or more where it came out negative: a step does not get faster as its batch grows, so a
+    falling line is the host's speed changing between the load levels, not the engine. Says so in
+    ``fell`` where the fall is more than FALL_SIGMAS standard errors (a smaller one is noise, and is
+    held at 0 without a word); the slope's uncertainty is then the fit's at the bound."""
+    x0 = [start] + [0.0] * (n_coef - 1)
+    x, err = _lsq(resid, x0, scale, n_obs)
+    if x[1] >= 0:
+        return x, err
+    if x[1] < -FALL_SIGMAS * err[1]:
+        fell.append(f"a line through them falls {-x[1]:.3g} ± {err[1]:.2g} ms per request")
+    lower = [-np.inf] * n_coef
+    lower[1] = 0.0
+    return _lsq(resid, x0, scale, n_obs, lower=lower)
+
+
 def _fit_decode_knots(
-    g_ms: F64, n: F64, step_idx: npt.NDArray[np.int64], a: float, b: float, scale: float, params: dict[str, Param]
+    g_ms: F64,
+    n: F64,
+    step_idx: npt.NDArray[np.int64],
+    a: float,
+    b: float,
+    scale: float,
+    params: dict[str, Param],
+    fell: list[str],
 ) -> None:
     """The decode step as a broken line in the batch, through one point per measured load level (the
     median batch of each step's clean gaps), extended past the first and last along their segments: a
@@ -231,6 +279,19 @@ def _fit_decode_knots(
         return r
 
     v, err = _lsq(resid, [a + b * x for x in xs], scale, len(n))
+    if np.any(np.diff(v) < 0):
+        # the step fell between two load levels (beyond noise: the host's speed changed, docs/twin.md):
+        # refitted as the first point plus rises of 0 or more, so the points a fall joins are pooled
+        falls = [
+            f"n={int(xs[i])}: {v[i]:.3f} ms to n={int(xs[i + 1])}: {v[i + 1]:.3f} ms"
+            for i in range(len(v) - 1)
+            if v[i] - v[i + 1] > FALL_SIGMAS * math.hypot(err[i], err[i + 1])
+        ]
+        if falls:
+            fell.append("the step falls " + ", ".join(falls))
+        rises = [max(float(d), 1e-6) for d in np.diff(np.maximum.accumulate(v))]
+        tri = np.tril(np.ones((len(v), len(v))))  # the points = tri @ (v_0, rise_1, rise_2, ...)
+        v, err = _lsq(resid, [float(v[0]), *rises], scale, len(n), lower=[-np.inf] + [0.0] * len(rises), mix=tri)
     if not np.all((v > 0) & (err < REL_UNCERTAINTY_MAX * v)):
         return
     for x, val, e, m in zip(xs, v, err, support, strict=True):

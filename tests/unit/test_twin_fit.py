@@ -43,6 +43,7 @@ class Truth:
     depth: int = 0
     natural_median: float = 0.0  # > 0: a request stops at a log-normal length (spread 0.8) below the cap
     label_taus: tuple[tuple[str, float], ...] = ()  # workload labels drawn evenly, each with its own tau
+    slow_steps: tuple[tuple[int, float], ...] = ()  # (step, factor): the host ran that step's engine slower
 
 
 def synth_run(
@@ -78,6 +79,7 @@ def synth_run(
     t = 0.0  # seconds since T0
     rid = 0
     for si, conc in enumerate(concurrency):
+        slow = dict(truth.slow_steps).get(si, 1.0)
         start = t
         steps.append(
             {"step": si, "event": "start", "t_ns": T0 + int(start * 1e9), "concurrency": conc, "warmup_s": 0.5}
@@ -108,7 +110,7 @@ def synth_run(
                 batch = waiting[: truth.max_running - len(running)]
                 del waiting[: len(batch)]
                 tokens = sum(int(r["prompt"]) for r in batch)  # type: ignore[misc]
-                t += (truth.p0_ms + truth.p1_ms * tokens / 1000.0) / 1e3
+                t += slow * (truth.p0_ms + truth.p1_ms * tokens / 1000.0) / 1e3
                 for i, r in enumerate(batch):
                     r["chunks"].append(t + i * gap)  # type: ignore[attr-defined]
                     r["tokens"].append(1)  # type: ignore[attr-defined]
@@ -116,7 +118,7 @@ def synth_run(
                 continue
             n = len(running)
             ctx = sum(int(r["prompt"]) + len(r["chunks"]) for r in running)  # type: ignore[arg-type, misc]
-            t += (truth.a_ms + truth.b_ms * n + truth.bend_ms * n**0.5 + truth.c_ms * ctx / 1000.0) / 1e3
+            t += slow * (truth.a_ms + truth.b_ms * n + truth.bend_ms * n**0.5 + truth.c_ms * ctx / 1000.0) / 1e3
             done = []
             for i, r in enumerate(running):
                 have = sum(r["tokens"])  # type: ignore[call-overload]
@@ -335,6 +337,34 @@ def test_a_decode_step_that_bends_is_followed_through_each_load_level(tmp_path: 
     # a what-if on the line replaces the broken line
     apply_sets(result, {"decode_ms_per_request": "1.0"})
     assert 'decode_ms_by_batch = ""' in profile_text(result, name="twin", served_name="m")
+
+
+def test_a_step_that_falls_as_the_batch_grows_is_held_and_the_twin_says_the_host_changed(tmp_path: Path) -> None:
+    # the host ran the engine 1.5x slower during the C=2 step (a neighbour on its cores): the step
+    # times read 5.1, 7.7, 5.2 ms at n = 1, 2, 4, and a broken line through them falls past n=2, which
+    # extended to the twin's what-if loads gave a step of 0.3 ms at n=8 (a 16x faster engine)
+    from loadgen.sim.profile import load_profile_file
+
+    truth = Truth(a_ms=5.0, b_ms=0.05, slow_steps=((1, 1.5),))
+    result = _fit(synth_run(tmp_path / "run", truth, [1, 2, 4], step_s=3.0))
+    p = result.params
+    knots = [p[f"decode_ms_at_batch_{n}"].value for n in (1, 2, 4)]
+    assert knots[0] == pytest.approx(truth.a_ms + truth.b_ms, rel=0.01)
+    assert knots[1] == pytest.approx(knots[2], rel=1e-3)  # the fall is pooled: held level, not falling
+    assert truth.a_ms + 4 * truth.b_ms < knots[2] < 1.5 * (truth.a_ms + 2 * truth.b_ms)
+    assert p["decode_ms_per_request"].value >= 0
+    assert result.measured["decode_fell_with_batch"] is True
+    note = next(s for s in result.cannot_fit if s.startswith("decode step vs batch"))
+    assert "n=2" in note and "n=4" in note and "speed changed" in note
+    path = tmp_path / "twin.toml"
+    path.write_text(profile_text(result, name="twin", served_name="m"))
+    engine = Engine(load_profile_file(path))
+    served = [engine.timing.decode(n, 0).duration_s * 1e3 for n in (1, 2, 4, 8, 16)]
+    assert served == sorted(served) and served[-1] == pytest.approx(knots[2], rel=1e-3)
+    # the same ramp on a steady host: no fall, no note, the line's own points
+    steady = _fit(synth_run(tmp_path / "steady", Truth(a_ms=5.0, b_ms=0.05), [1, 2, 4], step_s=3.0))
+    assert "decode_fell_with_batch" not in steady.measured
+    assert not any(s.startswith("decode step vs batch") for s in steady.cannot_fit)
 
 
 def test_speculative_acceptance_is_fitted_from_the_steps_each_request_took(tmp_path: Path) -> None:
