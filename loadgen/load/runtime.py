@@ -144,6 +144,7 @@ class RunState(StepSink):
         # (a distributed run's workers each send their share of one process; 0 of 1: all of it)
         self.open_share: tuple[int, int] | None = (0, 1)  # None: this process sends none of it
         self.open_dispatching = -1  # the step whose arrivals a dispatcher of this process sends
+        self.open_sent_all = -1  # the last step whose arrivals that dispatcher has all handed out
         # a distributed worker that lost its master sends nothing until the master's next step
         self.benched = False
         self.in_flight = 0
@@ -263,6 +264,18 @@ class RunState(StepSink):
 
     def requests_in_window(self, index: int) -> int:
         return self.counters[index].in_window if index < len(self.counters) else 0
+
+    def replay_sending(self, index: int) -> bool:
+        """Step ``index`` replays a trace whose dispatcher here has begun and not yet handed out its
+        last arrival (a load generator behind the trace's schedule is still sending its span)."""
+        plan = self.step_plan
+        return (
+            self.step_index == index
+            and plan is not None
+            and plan.replay is not None
+            and self.open_dispatching == index
+            and self.open_sent_all != index
+        )
 
     # -- users ----------------------------------------------------------------------------------
     def next_user_index(self) -> int:

@@ -5,8 +5,11 @@ spawn; a shape that keyed its stages to the time since the test began would sile
 shorter than the spawn that precedes it. Here each step starts its warm-up only once the runner
 reports the step's user count (``spawning_complete``, or the next tick that sees it), and ends
 ``duration_s`` after its warm-up ended (or once ``requests`` requests finished in its steady
-window), so every step gets its full steady window whatever the spawn took. The actual transition
-times go to ``steps.jsonl``.
+window), so every step gets its full steady window whatever the spawn took. A trace replay's step
+ends at its duration (the trace's span at its time scale) only once its dispatcher has sent the
+whole span: a load generator that fell behind the trace sends its tail late (each request's
+lateness is the step's ``schedule_lag_ms``) rather than dropping it. The actual transition times go
+to ``steps.jsonl``.
 
 Steering (the web UI's control routes, ``loadgen.webui.control``): a running ramp can be held
 (``hold``: the current step does not end by its duration or request count until ``release``;
@@ -58,6 +61,10 @@ class StepSink:
 
     def requests_in_window(self, index: int) -> int:
         return 0
+
+    def replay_sending(self, index: int) -> bool:
+        """Step ``index`` replays a trace and this process has not yet sent all of its span."""
+        return False
 
 
 class SteerError(ValueError):
@@ -246,6 +253,8 @@ class RampShape(LoadTestShape):
         if not self.steady_logged or self.steady_ns is None:
             return None
         if step.duration_s is not None and now >= self.steady_ns + int(step.duration_s * 1e9):
+            if step.replay is not None and self.sink.replay_sending(self.index):
+                return None  # a load generator behind the trace sends its span whole, late (schedule_lag_ms)
             return "duration"
         if step.requests is not None and self.sink.requests_in_window(self.index) >= step.requests:
             return "requests"

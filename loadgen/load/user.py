@@ -233,5 +233,7 @@ class OpenLoopUser(User):
             if state.step_index != index or not state.step_live or state.benched:
                 break
             spawn(self._send, spec)  # blocks only when max_in_flight greenlets are alive
+        else:
+            state.open_sent_all = index  # a replay's step may end now (RampShape: its duration passed)
         while state.step_index == index and state.step_live:
             gevent.sleep(0.05)  # schedule exhausted: wait for the step to end

@@ -33,6 +33,7 @@ class Sink(StepSink):
     def __init__(self) -> None:
         self.events: list[tuple[Any, ...]] = []
         self.window: dict[int, int] = {}
+        self.sending: set[int] = set()  # replay steps whose dispatcher has arrivals left to hand out
 
     def step_started(self, index: int, plan: StepPlan, t_ns: int) -> None:
         self.events.append(("start", index, plan.concurrency, t_ns))
@@ -48,6 +49,9 @@ class Sink(StepSink):
 
     def requests_in_window(self, index: int) -> int:
         return self.window.get(index, 0)
+
+    def replay_sending(self, index: int) -> bool:
+        return index in self.sending
 
 
 def make(plan: list[StepPlan]) -> tuple[RampShape, Clock, Runner, Sink]:
@@ -156,3 +160,33 @@ def test_same_concurrency_next_step_is_reached_at_once() -> None:
 def test_plan_needs_a_length() -> None:
     with pytest.raises(ValueError, match="--step-seconds or --requests-per-step"):
         build_plan([1], None, 1.0, None, None)
+
+
+def test_a_replay_step_ends_at_its_duration_only_once_its_span_is_sent() -> None:
+    from dataclasses import replace
+
+    from loadgen.workload.datasets import Trace
+    from loadgen.workload.traffic import TraceReplay
+
+    replay = TraceReplay(Trace("t.jsonl", "jsonl", ()), 0.5)
+    step = replace(StepPlan(1, None, 0.0, 2.0, None), replay=replay)
+    shape, clock, runner, sink = make([step, StepPlan(2, None, 0.0, 2.0, None)])
+    t0 = clock.t
+    shape.tick()
+    runner.user_count = 1
+    shape.on_spawning_complete(1)
+    sink.sending.add(0)  # the load generator fell behind the trace
+    clock.t += 5 * S
+    assert shape.tick() == (1, 10_000.0) and not [e for e in sink.events if e[0] == "end"]
+    sink.sending.clear()  # the dispatcher handed out its last arrival
+    clock.t += S // 2
+    assert shape.tick() == (2, 10_000.0)
+    assert ("end", 0, t0 + int(5.5 * S), "duration") in sink.events
+    # a rate or a concurrency step is not held by it: its arrivals go on until the step ends
+    shape2, clock2, runner2, sink2 = make([StepPlan(1, None, 0.0, 2.0, None), StepPlan(2, None, 0.0, 2.0, None)])
+    shape2.tick()
+    runner2.user_count = 1
+    shape2.on_spawning_complete(1)
+    sink2.sending.add(0)
+    clock2.t += 2 * S
+    assert shape2.tick() == (2, 10_000.0)
