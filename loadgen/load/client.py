@@ -136,6 +136,10 @@ class FastTransport:
         # when the current call's request began to go out (its socket stamps it; 0: not yet, or a
         # socket that does not stamp: TLS). One call at a time per transport (concurrency=1).
         self._written = [0]
+        # the kernel's receive time of the current call's last head read and a time its bytes came
+        # after (``_RxSocket``): kept here because a response that arrived whole with its head (read
+        # late, all at once) has its connection back in the pool before its body is read
+        self._received = [0, 0]
         self._client = HTTPClient(
             host,
             port,
@@ -155,11 +159,13 @@ class FastTransport:
             # plain TCP: the pool's sockets bound the response head and (Linux) report when the
             # kernel received their bytes
             kind = _RxSocket if KERNEL_RX_TIMESTAMPS else _HeadBoundSocket
-            written = self._written
+            written, received = self._written, self._received
 
             def make(family: int, socktype: int, proto: int) -> _HeadBoundSocket:
                 sock = kind(family, socktype, proto)
                 sock.written = written  # where its writes are stamped: this transport's one call
+                if isinstance(sock, _RxSocket):
+                    sock.received = received  # and when its head reads' bytes arrived
                 return sock
 
             pool._create_tcp_socket = make
@@ -217,6 +223,7 @@ class FastTransport:
     def _call(self, path: str, body: bytes, headers: dict[str, str], stream: bool, decode: Decoder) -> CallResult:
         written = self._written
         written[0] = 0
+        self._received[0] = 0
         sent = perf_ns()
         send_late = 0
         resp: Any = None
@@ -305,7 +312,8 @@ class FastTransport:
         polls = POLLS
         note_read = acc.note_read
         wait_first = False
-        kernel_clock = raw_recvmsg is not None
+        rx_wall_ns, rx_low_ns = self._received
+        kernel_clock = raw_recvmsg is not None or (sock is None and rx_wall_ns > 0)
         wall = time_ns()
         t = perf_ns()
         watch.last_ns = t
@@ -319,11 +327,11 @@ class FastTransport:
         pending = 0  # bytes read since the last read that completed an event
         events = 0
         full_reads = 0
-        if buf and type(sock) is _RxSocket:
+        if buf and rx_wall_ns:
             # body bytes that came with the headers: when the kernel received them
-            t = _arrival(t, wall, sock.rx_wall_ns)
-            if sock.rx_low_ns > low:
-                low = sock.rx_low_ns
+            t = _arrival(t, wall, rx_wall_ns)
+            if rx_low_ns > low:
+                low = rx_low_ns
         try:
             while True:
                 if buf:
@@ -615,14 +623,15 @@ class _HeadBoundSocket(gevent.socket.socket):
 
 class _RxSocket(_HeadBoundSocket):
     """A gevent TCP socket with kernel receive timestamps; ``recv`` (which geventhttpclient uses
-    for the response headers) keeps the receive time of its last read in ``rx_wall_ns``, and in
-    ``rx_low_ns`` a time its bytes arrived after (``POLLS.before_last_ns`` when it last waited)."""
+    for the response headers) keeps the receive time of its last read in ``received[0]``, and in
+    ``received[1]`` a time its bytes arrived after (``POLLS.before_last_ns`` when it last waited):
+    a cell of its transport's, like ``written``."""
 
-    __slots__ = ("rx_low_ns", "rx_wall_ns")
+    __slots__ = ("received", "rx_low_ns")
 
     def __init__(self, family: int = -1, socktype: int = -1, proto: int = -1) -> None:
         super().__init__(family, socktype, proto)
-        self.rx_wall_ns = 0
+        self.received = [0, 0]
         self.rx_low_ns = 0
         try:
             self._sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
@@ -639,11 +648,13 @@ class _RxSocket(_HeadBoundSocket):
                     raise
                 self._wait(self._read_event)
                 self.rx_low_ns = POLLS.before_last_ns
+        received = self.received
         if anc:
             sec, nsec = _TIMESPEC(anc[0][2])
-            self.rx_wall_ns = sec * 1_000_000_000 + nsec
+            received[0] = sec * 1_000_000_000 + nsec
         else:
-            self.rx_wall_ns = 0
+            received[0] = 0
+        received[1] = self.rx_low_ns
         if self.head_left >= 0:
             self._count_head(len(data))
         return bytes(data)
