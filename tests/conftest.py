@@ -32,6 +32,13 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+# The suite starts hundreds of Python processes (servers, ``loadgen`` runs) and four workers that
+# each rewrite the asserts of every test module. With PYTHONDONTWRITEBYTECODE set (containers and CI
+# images often set it) each of them compiled its modules from source every time: about 40 s of the
+# suite's wall time on two cores. The compiled files go to the __pycache__ folders .gitignore skips.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
 
 class _Alone:
     """Under xdist, a readers-writer lock shared by the run's workers (two files under the temp dir,
@@ -113,6 +120,29 @@ def pytest_configure(config: pytest.Config) -> None:
     the controller can remove the lock files once every worker has ended."""
     if not hasattr(config, "workerinput") and getattr(config.option, "testrunuid", "unset") is None:
         config.option.testrunuid = uuid.uuid4().hex
+        if config.getvalue("dist") != "no":
+            _compile_ahead(config.args, config.invocation_params.dir)
+
+
+def _compile_ahead(paths: list[str], where: Path) -> None:
+    """In xdist's controller, before the workers start: compile once, in two processes side by side,
+    what each worker and each process a test starts would otherwise compile on its own at the same
+    moment on a fresh clone (the test modules with their asserts rewritten, which a collection caches;
+    loadgen's modules). Errors are the real run's to report."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    collect = ["-m", "pytest", "--collect-only", "-q", "-n", "0", "-p", "no:cacheprovider", *paths]
+    compiles = [
+        subprocess.Popen(
+            [sys.executable, *args], cwd=where, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        for args in (collect, ["-m", "compileall", "-q", str(REPO / "loadgen")])
+    ]
+    for proc in compiles:
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
