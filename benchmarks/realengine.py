@@ -5,8 +5,10 @@ locally; nothing downloaded; ~3 GB venv, so never in the CI suite), started once
 with ``KV_BLOCKS`` blocks of 128 tokens and ``MAX_NUM_SEQS`` 32, on 127.0.0.1, warmed up by a ramp no
 figure reads (``warm_up``), and stopped at the end.
 vLLM pins its worker to one CPU itself, and its other processes and the load generator share every
-CPU; ``--split`` puts vLLM on all CPUs but the last and the load generator's ramps on the last
-(``split_cpus``: tried on 2026-12-06 and not the default, for what it did to vLLM).
+CPU, the load generator's ramps in a scheduling group at nice -10 (``--nice``, ``CLIENT_NICE``:
+vLLM's threads otherwise kept it off the cores for hundreds of ms at a time); ``--split`` puts vLLM on all CPUs but the
+last and the load generator's ramps on the last (``split_cpus``: tried on 2026-12-06 and not the
+default, for what it did to vLLM).
 
     ../shared/realserver/start.sh /work/rs 8011      # once: builds /work/rs/venv and /work/rs/model
     PYTHONPATH=. .venv/bin/python benchmarks/realengine.py --dir /work/rs [--quick] [--json OUT.json]
@@ -99,28 +101,85 @@ def split_cpus() -> tuple[set[int] | None, set[int] | None]:
     return set(cpus[:-1]), {cpus[-1]}
 
 
-def _on(cpus: set[int] | None) -> Any:
-    """A ``preexec_fn`` that puts the child (and what it starts) on ``cpus``; None: no change."""
-    if cpus is None:
+CLIENT_NICE = -10
+"""The load generator's ramps against vLLM run in a session of their own whose scheduling group
+(Linux's autogroup, ``/proc/self/autogroup``) is at this nice value (``--nice``; 0: in this
+process's session, as before). vLLM's worker, engine-core and API threads keep both cores busy
+while it serves, in a session and so a scheduling group of their own (start.sh's ``setsid``). The
+load generator, asleep most of the time, then waited for a core for hundreds of ms at a time, and
+its users went one at a time: a request's ``send`` woke vLLM's API server, which took the core, and
+the process was held inside that ``sendto`` (575 ms under strace) while another request's whole
+answer arrived; the others' sends waited behind it. Its records said so (``user_late_ns``, the
+steps marked timing uncertain, ``held``), but the steps did not apply their load.
+
+Measured on 2026-12-06, one vLLM (pool 48, 300:256), ramps of 4 and 16 users (12 s each) in turn,
+two rounds; the users' requests in flight over their number (``held``) at 4 / 16 users: as before
+0.69 / 0.97 and 0.57 / 0.99; the process alone at nice -10 0.85 / 0.61 and 0.99 / 1.00; SCHED_RR
+1.00 / 1.00 twice; this (its own session, the group at -10) 1.00 / 1.00 and 1.00 / 0.97. The group's
+weight is what vLLM's group outweighed. The load generator uses a few % of a core, so vLLM keeps
+the rest; a GPU server has its load generator on another machine. Where the group cannot be set
+(no autogroup, or not permitted) the process's own nice value is set instead, and the run says so."""
+
+
+def _on(cpus: set[int] | None, nice: int | None = None) -> Any:
+    """A ``preexec_fn`` that puts the child (and what it starts) on ``cpus`` and, with ``nice``, in a
+    session of its own whose scheduling group is at ``nice`` (``CLIENT_NICE``; the process's own
+    nice value where there is no autogroup to set); None: no change."""
+    if cpus is None and nice is None:
         return None
-    return lambda: os.sched_setaffinity(0, cpus)
+
+    def pre() -> None:
+        if cpus is not None:
+            os.sched_setaffinity(0, cpus)
+        if nice is not None:
+            os.setsid()
+            try:
+                with open("/proc/self/autogroup", "w") as f:
+                    f.write(str(nice))
+            except OSError:
+                os.setpriority(os.PRIO_PROCESS, 0, nice)
+
+    return pre
 
 
-def run_loadgen(*args: str, timeout: float, cpus: set[int] | None = None) -> subprocess.CompletedProcess[str]:
+def scheduling_group(nice: int) -> str | None:
+    """How the load generator's ramps can be given ``nice``: "autogroup", "process" (its own nice
+    value only) or None (neither is permitted here: below 0 needs root or CAP_SYS_NICE)."""
+    probe = (
+        "import os, sys\nos.setsid()\n"
+        "try:\n    open('/proc/self/autogroup', 'w').write(sys.argv[1])\n    print('autogroup')\n"
+        "except OSError:\n    os.setpriority(os.PRIO_PROCESS, 0, int(sys.argv[1]))\n    print('process')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe, str(nice)], capture_output=True, text=True, timeout=30)
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def run_loadgen(
+    *args: str, timeout: float, cpus: set[int] | None = None, nice: int | None = None
+) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "loadgen.cli", *args]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT, preexec_fn=_on(cpus))
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT, preexec_fn=_on(cpus, nice)
+    )
 
 
 class Server:
     """vLLM on 127.0.0.1:``port`` with a pool of ``blocks`` blocks (start.sh / stop.sh), on ``cpus``
-    (None: every CPU). ``client_cpus``: where the load generator runs against it."""
+    (None: every CPU). ``client_cpus`` and ``client_nice``: where and at what nice value the load
+    generator runs against it (None: as this process)."""
 
     def __init__(
-        self, vdir: Path, port: int, blocks: int, cpus: set[int] | None = None, client_cpus: set[int] | None = None
+        self,
+        vdir: Path,
+        port: int,
+        blocks: int,
+        cpus: set[int] | None = None,
+        client_cpus: set[int] | None = None,
+        client_nice: int | None = None,
     ) -> None:
         self.vdir, self.port, self.blocks = vdir, port, blocks
-        self.cpus, self.client_cpus = cpus, client_cpus
+        self.cpus, self.client_cpus, self.client_nice = cpus, client_cpus, client_nice
         self.pid = 0
 
     def __enter__(self) -> Server:
@@ -164,7 +223,7 @@ def ramp(server: Server, out: Path, loads: str, prompt: int, output: int, step_s
         "ramp", "--url", server.url, "--concurrency", loads, "--context-tokens", str(prompt),
         "--max-tokens", str(output), "--step-seconds", str(step_s), "--warmup-seconds", "2",
         "--drain-seconds", "60", "--metrics-url", server.url + "/metrics", "--out", str(out), "--label", label,
-        timeout=1800, cpus=server.client_cpus,
+        timeout=1800, cpus=server.client_cpus, nice=server.client_nice,
     )  # fmt: skip
     if proc.returncode != 0:
         raise RuntimeError(f"loadgen ramp exited {proc.returncode}: {proc.stderr[-2000:]}")
@@ -476,6 +535,13 @@ def main() -> int:
         "pinning its worker as it does itself); see split_cpus for what it did on the 2-core host",
     )
     ap.add_argument(
+        "--nice",
+        type=int,
+        default=CLIENT_NICE,
+        help=f"the nice value of the load generator's ramps' scheduling group, a session of their own (default: "
+        f"{CLIENT_NICE}; 0 runs them in this process's session, as vLLM runs); see CLIENT_NICE for why",
+    )
+    ap.add_argument(
         "--no-check",
         dest="check",
         action="store_false",
@@ -500,10 +566,20 @@ def main() -> int:
         if engine_cpus and client_cpus
         else "vLLM and the load generator on every CPU"
     )
+    client_nice: int | None = args.nice if args.nice != 0 else None
+    how = scheduling_group(client_nice) if client_nice is not None else None
+    if client_nice is not None and how is None:
+        print(f"the load generator's ramps cannot run at nice {client_nice} here (not permitted): at 0, as vLLM")
+        client_nice = None
+    print(
+        f"the load generator's ramps in a session of their own, its scheduling group at nice {client_nice}, vLLM's at 0"
+        if how == "autogroup"
+        else f"the load generator's ramps at nice {client_nice or 0} (the process; no autogroup), vLLM at 0"
+    )
     print(HEADER)
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for blocks in pools:
-        with Server(Path(args.dir), args.port, blocks, engine_cpus, client_cpus) as server:
+        with Server(Path(args.dir), args.port, blocks, engine_cpus, client_cpus, client_nice) as server:
             warm_up(server, out, mixes[0][0], mixes[0][1], blocks)
             for prompt, output in mixes:
                 for rep in range(reps):
@@ -528,6 +604,13 @@ def main() -> int:
                     measured = {int(s["concurrency"]): s for s in steps(tru)}
                     at_cal = {int(s["concurrency"]): s for s in steps(cal)}
                     held_by_load = held(tru)
+                    held_cal = held(cal)
+                    print(
+                        f"  {tag}: the calibration's users held "
+                        + ", ".join(f"{v:.2f} at C={c}" for c, v in sorted(held_cal.items()))
+                        + " of their load",
+                        flush=True,
+                    )
                     onset_measured = onset(t_cal["preemptions"] + t_tru["preemptions"])
                     for engine in ENGINES:
                         pred, replay = twin(cal, out / f"twin-{tag}-{engine}", args.predict, engine)
@@ -556,7 +639,9 @@ def main() -> int:
                                 "twin_tpot_p50": (p.get("tpot_ms") or {}).get("p50"),
                                 "measured_preemptions": m.get("preemptions"), "twin_preemptions": p.get("preemptions"),
                                 "onset_measured": onset_measured, "onset_twin": onset(pre_twin),
-                                "held": held_by_load.get(c), "host_moved": moved, "twin_at_cal_err": cal_err,
+                                "held": held_by_load.get(c), "held_cal": held_cal,
+                                "client_nice": client_nice or 0, "client_group": how,
+                                "host_moved": moved, "twin_at_cal_err": cal_err,
                                 "truth_cal": t_cal, "truth_truth": t_tru,
                             }  # fmt: skip
                             row["tok_s_err"] = err(row["twin_tok_s"], row["measured_tok_s"])

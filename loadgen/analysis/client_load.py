@@ -212,7 +212,10 @@ def _timing_verdict(step: StepSummary, cpus: int | None = None) -> None:
             why.append(f"client CPU {cpu:.0%}")
         if cpu is not None and cpu <= WORKER_CPU_TARGET:
             # not this process's own load: something else on the machine held its core
-            why.append("the load generator was not busy: other processes on this machine delayed its reads")
+            why.append(
+                "the load generator was not busy: other processes on this machine delayed its reads (run it on a "
+                "machine of its own, or give it a scheduling group of its own: docs/metrics-and-reports.md)"
+            )
         elif cpu is not None:
             why.append(_worker_advice(step, cpus))
         timing["reason"] = "timing uncertain: " + "; ".join(why)

@@ -125,6 +125,7 @@ def test_late_bounded_ttfts_mark_the_step_timing_uncertain_and_say_why(tmp_path:
     assert "## Timing uncertain" in summary["_report_md"] and "timing uncertain" in summary["_report_md"]
     # at 40 % of a core the process was not the cause: no worker advice, the machine is named
     assert "other processes on this machine delayed its reads" in timing["reason"]
+    assert "a scheduling group of its own: docs/metrics-and-reports.md" in timing["reason"]
     assert "--workers" not in timing["reason"] and "workers_advised" not in step
 
 
