@@ -571,11 +571,12 @@ def main() -> int:
     if client_nice is not None and how is None:
         print(f"the load generator's ramps cannot run at nice {client_nice} here (not permitted): at 0, as vLLM")
         client_nice = None
-    print(
-        f"the load generator's ramps in a session of their own, its scheduling group at nice {client_nice}, vLLM's at 0"
-        if how == "autogroup"
-        else f"the load generator's ramps at nice {client_nice or 0} (the process; no autogroup), vLLM at 0"
-    )
+    if how == "autogroup":
+        print(f"the load generator's ramps in a session of their own, its scheduling group at nice {client_nice}")
+    elif how == "process":
+        print(f"the load generator's ramps at nice {client_nice} (the process: no autogroup to set)")
+    else:
+        print("the load generator's ramps in this process's session, at its nice value, as vLLM's")
     print(HEADER)
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for blocks in pools:
